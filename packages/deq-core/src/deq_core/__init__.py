@@ -1,0 +1,31 @@
+"""deq-core: fixed-point solvers, implicit differentiation and the DEQ layer for PyTorch.
+
+Public API::
+
+    deq_core.solve(f, z0, method="anderson", max_iter=50, tol=1e-4, stop_mode="rel", **options) -> SolverResult
+    deq_core.DEQ(...)(f, z0) -> (z_out, DEQInfo)
+    deq_core.jacobian_frobenius(f, z, n_samples=1)   # Hutchinson ||J_f(z)||_F^2 / D, differentiable
+    deq_core.spectral_radius(f, z, n_iters=20)       # rho(J_f(z)) per sample
+    deq_core.weight_norm, deq_core.cached_weights, deq_core.VariationalDropout
+"""
+
+from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
+from .layer import DEQ, DEQInfo
+from .nn import VariationalDropout, cached_weights, weight_norm
+from .solve import SolverResult, solve, solver_options
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEQ",
+    "DEQInfo",
+    "SolverResult",
+    "VariationalDropout",
+    "cached_weights",
+    "frobenius_from_graph",
+    "jacobian_frobenius",
+    "solve",
+    "solver_options",
+    "spectral_radius",
+    "weight_norm",
+]

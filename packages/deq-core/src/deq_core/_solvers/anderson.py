@@ -1,0 +1,70 @@
+"""Anderson acceleration (type II, difference form of Walker & Ni 2011), batched with per-sample mixing.
+
+With g(z) = f(z) - z and the last n <= m - 1 differences dZ_i = z_{i+1} - z_i, dG_i = g_{i+1} - g_i:
+
+    gamma   = argmin_gamma ||g_k - dG gamma||^2           (regularized, scale-free normal equations)
+    z_{k+1} = z_k + beta g_k - (dZ + beta dG) gamma
+
+The least-squares problem is solved through its normal equations after scaling every column of dG to unit norm, with
+a ridge term ``reg`` relative to that unit scale (not an absolute constant), so the regularization neither dominates
+at small residuals nor depends on the units of z. The small n x n systems are solved in float64. A sample whose
+system is singular or gives non-finite weights takes a plain damped step instead (gamma = 0).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._run import SolveRun
+
+
+def _mixing_weights(dg: Tensor, gx: Tensor, reg: float) -> Tensor:
+    """gamma (B, n) minimizing ||gx - dg^T gamma|| per sample; dg (B, n, D), gx (B, D)."""
+    dg, gx64 = dg.double(), gx.double()
+    gram = torch.bmm(dg, dg.transpose(1, 2))  # (B, n, n)
+    rhs = torch.bmm(dg, gx64.unsqueeze(2))  # (B, n, 1)
+    scale = torch.diagonal(gram, dim1=1, dim2=2).sqrt()  # column norms, (B, n)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    gram = gram / (scale.unsqueeze(2) * scale.unsqueeze(1))
+    eye = torch.eye(gram.shape[1], dtype=gram.dtype, device=gram.device)
+    y, info = torch.linalg.solve_ex(gram + reg * eye, rhs / scale.unsqueeze(2))
+    gamma = y.squeeze(2) / scale
+    ok = (info == 0) & torch.isfinite(gamma).all(dim=1)
+    return torch.where(ok[:, None], gamma, torch.zeros_like(gamma)).to(gx.dtype)
+
+
+def anderson(run: SolveRun, x0: Tensor, *, m: int = 6, beta: float = 1.0, reg: float = 1e-8) -> None:
+    """Anderson acceleration.
+
+    Args:
+        m: history size, the number of past (z, f(z)) pairs mixed (m - 1 differences); m = 1 is damped iteration.
+        beta: mixing parameter in (0, 1]: 1 mixes the f(z) values, smaller values damp toward the z values.
+        reg: ridge term relative to the unit-normalized normal equations (>= 0).
+    """
+    if not (isinstance(m, int) and m >= 1):
+        raise ValueError(f"anderson: m (history size) must be an int >= 1, got {m!r}.")
+    if not 0.0 < beta <= 1.0:
+        raise ValueError(f"anderson: beta must be in (0, 1], got {beta}.")
+    if not reg >= 0.0:
+        raise ValueError(f"anderson: reg must be >= 0, got {reg}.")
+    batch, dim = x0.shape
+    slots = m - 1
+    dz_hist = x0.new_zeros(batch, max(slots, 1), dim)
+    dg_hist = x0.new_zeros(batch, max(slots, 1), dim)
+    x, _, gx = run.evaluate(x0)
+    k = 0  # differences stored so far
+    while not run.finished:
+        step = x + beta * gx
+        n = min(k, slots)
+        if n > 0:
+            gamma = _mixing_weights(dg_hist[:, :n], gx, reg)  # (B, n)
+            correction = dz_hist[:, :n] + beta * dg_hist[:, :n]
+            step = step - torch.bmm(gamma.unsqueeze(1), correction).squeeze(1)
+        x_new, _, g_new = run.evaluate(run.freeze(step, x))
+        if slots > 0:
+            slot = k % slots
+            dz_hist[:, slot] = x_new - x
+            dg_hist[:, slot] = g_new - gx
+            k += 1
+        x, gx = x_new, g_new

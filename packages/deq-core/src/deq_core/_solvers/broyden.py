@@ -1,0 +1,112 @@
+"""Limited-memory "good" Broyden method for the root of g(z) = f(z) - z, batched per sample.
+
+The inverse Jacobian of g is approximated as H = -I + sum_i u_i v_i^T with at most ``memory`` rank-one terms; when
+all slots are used the estimate restarts from -I (dropping single old terms of the sum instead makes the iteration
+diverge), so memory and time per step do not grow with max_iter.
+Each iteration takes the quasi-Newton step z <- z - s H g(z) and applies the Sherman-Morrison update
+
+    u = (dz - H dg) / (dz^T H dg),    v = H^T dz.
+
+The product p = H g(z_k) is carried from one iteration to the next, so a step costs two passes over the buffers.
+With ``line_search`` the step length s is halved (at most ``ls_steps`` times) for the samples whose residual norm
+did not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._run import SolveRun
+
+
+def _apply(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
+    """H x = -x + U (V^T x) per sample; us, vs (B, M, D), x (B, D)."""
+    coef = torch.bmm(vs, x.unsqueeze(2))  # (B, M, 1)
+    return torch.bmm(coef.transpose(1, 2), us).squeeze(1) - x
+
+
+def _apply_transposed(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
+    """H^T x = -x + V (U^T x) per sample."""
+    return _apply(vs, us, x)
+
+
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    return (a * b).sum(dim=1)
+
+
+def broyden(
+    run: SolveRun,
+    x0: Tensor,
+    *,
+    memory: int = 20,
+    line_search: bool = False,
+    ls_steps: int = 3,
+    armijo: float = 1e-4,
+) -> None:
+    """Limited-memory Broyden.
+
+    Args:
+        memory: number of rank-one updates kept (>= 1); when full, the estimate restarts from -I.
+        line_search: backtrack on the step length when ||f(z) - z|| does not decrease enough.
+        ls_steps: the most halvings per iteration when ``line_search`` is on.
+        armijo: sufficient-decrease constant of the Armijo condition.
+    """
+    if not (isinstance(memory, int) and memory >= 1):
+        raise ValueError(f"broyden: memory must be an int >= 1, got {memory!r}.")
+    if not (isinstance(ls_steps, int) and ls_steps >= 0):
+        raise ValueError(f"broyden: ls_steps must be an int >= 0, got {ls_steps!r}.")
+    batch, dim = x0.shape
+    us = x0.new_zeros(batch, memory, dim)
+    vs = x0.new_zeros(batch, memory, dim)
+    x, _, gx = run.evaluate(x0)
+    p = -gx  # H g with H = -I
+    k = 0
+    while not run.finished:
+        x_new, fx_new = _step(run, x, gx, p, line_search, ls_steps, armijo)
+        x_new, _, g_new = run.evaluate(x_new, fx_new)
+        dx = x_new - x
+        dg = g_new - gx
+        if k == memory:  # buffer full: restart from H = -I
+            us.zero_()
+            vs.zero_()
+            p = -gx
+            k = 0
+        q = _apply(us, vs, g_new)  # H_k g_{k+1}
+        h_dg = q - p  # H_k dg
+        v = _apply_transposed(us, vs, dx)
+        denom = _dot(v, dg)
+        tiny = torch.finfo(x.dtype).eps * torch.linalg.vector_norm(v, dim=1) * torch.linalg.vector_norm(dg, dim=1)
+        ok = run.active & (denom.abs() > tiny) & torch.isfinite(denom)
+        safe = torch.where(ok, denom, torch.ones_like(denom))
+        u = torch.where(ok[:, None], (dx - h_dg) / safe[:, None], torch.zeros_like(dx))
+        v = torch.where(ok[:, None], v, torch.zeros_like(v))
+        us[:, k] = u
+        vs[:, k] = v
+        k += 1
+        p = q + u * _dot(v, g_new)[:, None]  # H_{k+1} g_{k+1}
+        x, gx = x_new, g_new
+
+
+def _step(
+    run: SolveRun, x: Tensor, gx: Tensor, p: Tensor, line_search: bool, ls_steps: int, armijo: float
+) -> tuple[Tensor, Tensor | None]:
+    """The next iterate x - s p, with f evaluated there when the line search already did so."""
+    x_new = run.freeze(x - p, x)
+    if not line_search or ls_steps == 0:
+        return x_new, None
+    phi0 = _dot(gx, gx)
+    step = torch.ones_like(phi0)
+    fx_new = run.call(x_new)
+    for _ in range(ls_steps):
+        g_try = fx_new - x_new
+        phi = _dot(g_try, g_try)
+        retry = run.active & ~(phi <= (1 - 2 * armijo * step) * phi0)  # non-finite phi also retries
+        if not bool(retry.any()):
+            break
+        step = torch.where(retry, step / 2, step)
+        x_try = torch.where(retry[:, None], x - step[:, None] * p, x_new)
+        fx_try = run.call(x_try)
+        x_new = x_try
+        fx_new = torch.where(retry[:, None], fx_try, fx_new)
+    return x_new, fx_new

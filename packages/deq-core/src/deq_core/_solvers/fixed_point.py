@@ -1,0 +1,18 @@
+"""Damped fixed-point iteration: z <- (1 - damping) z + damping f(z)."""
+
+from __future__ import annotations
+
+from ._run import SolveRun
+
+
+def fixed_point(run: SolveRun, x0, *, damping: float = 1.0) -> None:
+    """Iterate z_{k+1} = z_k + damping (f(z_k) - z_k).
+
+    Args:
+        damping: step size in (0, 1]; 1 is plain iteration, smaller values damp oscillations.
+    """
+    if not 0.0 < damping <= 1.0:
+        raise ValueError(f"fixed_point: damping must be in (0, 1], got {damping}.")
+    x, _, gx = run.evaluate(x0)
+    while not run.finished:
+        x, _, gx = run.evaluate(run.freeze(x + damping * gx, x))

@@ -1,0 +1,153 @@
+"""Conversion between user states (a tensor, or a tuple/list of tensors) and flat solver vectors.
+
+Solvers work on one 2-D tensor of shape (B, D): B samples, D = the number of elements per sample summed over all
+tensors of the state. This module checks states, flattens them and rebuilds them in the user's structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+State = Tensor | tuple[Tensor, ...] | list[Tensor]
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """Structure of a state: per-tensor shapes (batch first), dtypes, and whether it was a tensor, tuple or list."""
+
+    kind: type  # Tensor, tuple or list
+    shapes: tuple[torch.Size, ...]
+    dtypes: tuple[torch.dtype, ...]
+    device: torch.device
+
+    @property
+    def batch_size(self) -> int:
+        return self.shapes[0][0]
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Elements per sample of each tensor."""
+        return tuple(int(torch.Size(s[1:]).numel()) for s in self.shapes)
+
+    @property
+    def dim(self) -> int:
+        """Elements per sample of the whole state."""
+        return sum(self.sizes)
+
+
+def solver_dtype(dtypes: Sequence[torch.dtype]) -> torch.dtype:
+    """The dtype the solver computes in: float64 if any tensor is float64, else float32 (never lower)."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def _describe(state: object) -> str:
+    if isinstance(state, Tensor):
+        return f"Tensor{tuple(state.shape)}"
+    if isinstance(state, (tuple, list)):
+        return type(state).__name__ + "(" + ", ".join(_describe(s) for s in state) + ")"
+    return type(state).__name__
+
+
+def state_spec(state: object, name: str = "z0") -> StateSpec:
+    """Check that ``state`` is a floating tensor with a batch dimension, or a non-empty tuple/list of such tensors
+    sharing the batch size and device; return its structure.
+
+    Raises:
+        TypeError: a non-tensor, non-floating or nested state.
+        ValueError: an empty tuple, a 0-d tensor, mismatched batch sizes or devices.
+    """
+    if isinstance(state, Tensor):
+        kind: type = Tensor
+        tensors: Sequence[object] = (state,)
+    elif isinstance(state, (tuple, list)):
+        kind = type(state)
+        tensors = state
+        if len(tensors) == 0:
+            raise ValueError(f"{name} is an empty {kind.__name__}; give a Tensor or a tuple/list of Tensors.")
+    else:
+        raise TypeError(
+            f"{name} must be a torch.Tensor with the batch dimension first, or a tuple/list of such Tensors; "
+            f"got {_describe(state)}."
+        )
+    for i, t in enumerate(tensors):
+        where = name if kind is Tensor else f"{name}[{i}]"
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{where} must be a torch.Tensor, got {_describe(t)} (nested structures are not supported).")
+        if not t.is_floating_point():
+            raise TypeError(f"{where} must be a floating-point tensor, got dtype {t.dtype}; convert it with .float().")
+        if t.dim() == 0:
+            raise ValueError(f"{where} is a 0-d tensor; states need a batch dimension first, e.g. z0.reshape(1, -1).")
+    first = tensors[0]
+    assert isinstance(first, Tensor)
+    for i, t in enumerate(tensors):
+        assert isinstance(t, Tensor)
+        if t.shape[0] != first.shape[0]:
+            raise ValueError(
+                f"all tensors of {name} must share the batch size (dim 0): {name}[0] has {first.shape[0]}, "
+                f"{name}[{i}] has {t.shape[0]}."
+            )
+        if t.device != first.device:
+            raise ValueError(f"all tensors of {name} must be on one device: found {first.device} and {t.device}.")
+    return StateSpec(
+        kind=kind,
+        shapes=tuple(t.shape for t in tensors),  # type: ignore[union-attr]
+        dtypes=tuple(t.dtype for t in tensors),  # type: ignore[union-attr]
+        device=first.device,
+    )
+
+
+def as_tensors(state: State) -> tuple[Tensor, ...]:
+    """The tensors of a state, as a tuple."""
+    return (state,) if isinstance(state, Tensor) else tuple(state)
+
+
+def flatten(state: State, dtype: torch.dtype) -> Tensor:
+    """State -> Tensor (B, D) of ``dtype`` (a copy when the dtype or layout requires one)."""
+    tensors = as_tensors(state)
+    if len(tensors) == 1:
+        return tensors[0].reshape(tensors[0].shape[0], -1).to(dtype)
+    return torch.cat([t.reshape(t.shape[0], -1).to(dtype) for t in tensors], dim=1)
+
+
+def unflatten(flat: Tensor, spec: StateSpec) -> State:
+    """Tensor (B, D) -> state with ``spec``'s structure, shapes and dtypes."""
+    parts = torch.split(flat, spec.sizes, dim=1) if len(spec.sizes) > 1 else (flat,)
+    tensors = tuple(p.reshape(s).to(d) for p, s, d in zip(parts, spec.shapes, spec.dtypes))
+    if spec.kind is Tensor:
+        return tensors[0]
+    return spec.kind(tensors)
+
+
+def check_same_structure(out: object, spec: StateSpec, what: str = "f(z)") -> None:
+    """Raise a clear error when ``out`` does not have the structure and shapes described by ``spec``."""
+    expected = "Tensor" if spec.kind is Tensor else f"{spec.kind.__name__} of {len(spec.shapes)} Tensors"
+    if spec.kind is Tensor:
+        ok_kind = isinstance(out, Tensor)
+    else:
+        ok_kind = isinstance(out, (tuple, list)) and len(out) == len(spec.shapes)
+    if not ok_kind:
+        raise TypeError(f"{what} must return the same structure as the state ({expected}); got {_describe(out)}.")
+    for i, (t, shape) in enumerate(zip(as_tensors(out), spec.shapes)):  # type: ignore[arg-type]
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}[{i}] must be a Tensor, got {_describe(t)}.")
+        if t.shape != shape:
+            where = what if spec.kind is Tensor else f"{what}[{i}]"
+            raise ValueError(
+                f"{where} has shape {tuple(t.shape)} but the state has shape {tuple(shape)}: "
+                "f must map a state to a state of the same shape (z* = f(z*))."
+            )
+
+
+def flat_map(f: Callable[[State], State], spec: StateSpec, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
+    """Wrap ``f`` (state -> state) as a map on flat (B, D) tensors of ``dtype``, checking f's output structure."""
+
+    def g(x: Tensor) -> Tensor:
+        out = f(unflatten(x, spec))
+        check_same_structure(out, spec)
+        return flatten(out, dtype)
+
+    return g

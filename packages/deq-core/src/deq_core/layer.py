@@ -1,0 +1,305 @@
+"""The implicit layer: ``z_star, info = DEQ(...)(f, z0)``."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ._state import State, as_tensors, check_same_structure, flatten, solver_dtype, state_spec, unflatten
+from .jacobian import frobenius_from_graph
+from .solve import SolverResult, check_settings, solve
+
+BACKWARDS = ("implicit", "phantom", "jfb")
+
+
+@dataclass
+class DEQInfo:
+    """Statistics of one DEQ call. Per-sample tensors have shape (B,).
+
+    Forward (set by the call): ``nfe`` (calls of f by the solver, or the unrolled steps), ``iterations``,
+    ``residual``, ``converged``, ``nonfinite``, ``trace`` (iterations, B), ``mode`` ("solve" or "unrolled"),
+    ``jacobian_loss`` (scalar batch mean of ||J_f(z*)||_F^2 / D when asked for, else None).
+
+    Backward (set when the implicit backward has run; None before): ``nfe_backward``, ``residual_backward``,
+    ``converged_backward``.
+    """
+
+    nfe: int
+    iterations: int
+    residual: Tensor
+    converged: Tensor
+    nonfinite: Tensor
+    trace: Tensor
+    mode: str
+    jacobian_loss: Tensor | None = None
+    nfe_backward: int | None = None
+    residual_backward: Tensor | None = None
+    converged_backward: Tensor | None = None
+
+    @classmethod
+    def from_result(cls, res: SolverResult) -> DEQInfo:
+        return cls(
+            nfe=res.nfe,
+            iterations=res.iterations,
+            residual=res.residual,
+            converged=res.converged,
+            nonfinite=res.nonfinite,
+            trace=res.trace,
+            mode="solve",
+        )
+
+
+@dataclass
+class _Adjoint:
+    """What the implicit backward needs: the tracked call fz = f(z*) and the backward solver settings."""
+
+    fz: tuple[Tensor, ...]
+    z_star: tuple[Tensor, ...]
+    info: DEQInfo
+    method: str
+    max_iter: int
+    tol: float
+    stop_mode: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def solve(self, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
+        """Solve u = u J_f(z*) + grad for u, the gradient that flows into the tracked call f(z*)."""
+        spec = state_spec(tuple(self.fz), "f(z*)")
+        dtype = solver_dtype(spec.dtypes)
+        grad = flatten(tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, self.fz)), dtype)
+
+        def vjp(u: Tensor) -> Tensor:
+            outs = torch.autograd.grad(
+                self.fz, self.z_star, as_tensors(unflatten(u, spec)), retain_graph=True, allow_unused=True
+            )
+            return flatten(tuple(torch.zeros_like(z) if g is None else g for g, z in zip(outs, self.z_star)), dtype)
+
+        res = solve(
+            lambda u: vjp(u) + grad,
+            grad,
+            method=self.method,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            stop_mode=self.stop_mode,
+            **self.options,
+        )
+        self.info.nfe_backward = res.nfe
+        self.info.residual_backward = res.residual
+        self.info.converged_backward = res.converged
+        if bool(res.nonfinite.any()):
+            raise FloatingPointError(
+                "the implicit backward produced NaN/Inf (u = u J + grad); " + res.summary() + ". The layer is likely "
+                "not contractive at z*: add Jacobian regularization, lower the learning rate, or use backward='phantom'."
+            )
+        u = res.z
+        assert isinstance(u, Tensor)
+        return as_tensors(unflatten(u, spec))
+
+
+class _ImplicitGradient(torch.autograd.Function):
+    """Identity on f(z*) in the forward; in the backward, replaces the incoming gradient g by the solution u of
+    u = u J_f(z*) + g, which then flows through the tracked call f(z*) to f's parameters and inputs."""
+
+    @staticmethod
+    def forward(ctx: Any, adjoint: _Adjoint, *fz: Tensor) -> tuple[Tensor, ...]:
+        ctx.adjoint = adjoint
+        return tuple(t.clone() for t in fz)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Any, ...]:
+        return (None, *ctx.adjoint.solve(grads))
+
+
+def _rebuild(like: State, tensors: tuple[Tensor, ...]) -> State:
+    if isinstance(like, Tensor):
+        return tensors[0]
+    return type(like)(tensors)
+
+
+class DEQ(nn.Module):
+    """A deep equilibrium layer: finds z* = f(z*) and differentiates through it.
+
+    ``z_out, info = deq(f, z0)`` returns z_out = f(z*) (one tracked call of f at the solver's best iterate z*)
+    and :class:`DEQInfo`. The layer holds no parameters: f closes over the model's parameters and input injection.
+
+    Args:
+        solver, max_iter, tol, stop_mode, solver_options: the forward solve (see :func:`deq_core.solve`).
+        backward: "implicit" (implicit-function-theorem gradient: the adjoint system u = u J + grad solved by
+            ``backward_solver``), "phantom" (``phantom_steps`` damped steps z <- (1 - tau) z + tau f(z) from z*,
+            backpropagated through, tau = ``phantom_damping``) or "jfb" (one step, f(z*), backpropagated).
+        backward_solver, backward_max_iter, backward_tol, backward_stop_mode, backward_options: the adjoint solve.
+        eval_max_iter, eval_tol: limits used in eval mode (``module.eval()``), e.g. a relaxed tolerance; default:
+            the training ones.
+        jacobian_samples: Hutchinson probes for ``jacobian_loss=True``.
+        on_nonfinite: what to do when f returns NaN/Inf during the forward solve: "raise" (FloatingPointError),
+            "warn" or "ignore" (the statistics in ``info.nonfinite`` always say it).
+
+    Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
+    does not grow with the number of solver iterations. In eval mode z_out is still differentiable when autograd
+    is enabled; under torch.no_grad() no extra call of f is made.
+    """
+
+    def __init__(
+        self,
+        solver: str = "anderson",
+        max_iter: int = 30,
+        tol: float = 1e-4,
+        stop_mode: str = "rel",
+        solver_options: Mapping[str, Any] | None = None,
+        backward: str = "implicit",
+        backward_solver: str = "broyden",
+        backward_max_iter: int = 30,
+        backward_tol: float = 1e-6,
+        backward_stop_mode: str = "rel",
+        backward_options: Mapping[str, Any] | None = None,
+        phantom_steps: int = 5,
+        phantom_damping: float = 0.5,
+        eval_max_iter: int | None = None,
+        eval_tol: float | None = None,
+        jacobian_samples: int = 1,
+        on_nonfinite: str = "raise",
+    ) -> None:
+        super().__init__()
+        self.solver_options = dict(solver_options or {})
+        self.backward_options = dict(backward_options or {})
+        check_settings(solver, max_iter, tol, stop_mode, self.solver_options)
+        check_settings(backward_solver, backward_max_iter, backward_tol, backward_stop_mode, self.backward_options)
+        check_settings(solver, eval_max_iter or max_iter, eval_tol or tol, stop_mode, self.solver_options)
+        if backward not in BACKWARDS:
+            raise ValueError(f"unknown backward {backward!r}; choose one of {list(BACKWARDS)}.")
+        if not (isinstance(phantom_steps, int) and phantom_steps >= 1):
+            raise ValueError(f"phantom_steps must be an int >= 1, got {phantom_steps!r}.")
+        if not 0.0 < phantom_damping <= 1.0:
+            raise ValueError(f"phantom_damping must be in (0, 1], got {phantom_damping}.")
+        if not (isinstance(jacobian_samples, int) and jacobian_samples >= 1):
+            raise ValueError(f"jacobian_samples must be an int >= 1, got {jacobian_samples!r}.")
+        if on_nonfinite not in ("raise", "warn", "ignore"):
+            raise ValueError(f"on_nonfinite must be 'raise', 'warn' or 'ignore', got {on_nonfinite!r}.")
+        self.solver, self.max_iter, self.tol, self.stop_mode = solver, max_iter, tol, stop_mode
+        self.backward = backward
+        self.backward_solver, self.backward_max_iter = backward_solver, backward_max_iter
+        self.backward_tol, self.backward_stop_mode = backward_tol, backward_stop_mode
+        self.phantom_steps, self.phantom_damping = phantom_steps, phantom_damping
+        self.eval_max_iter, self.eval_tol = eval_max_iter, eval_tol
+        self.jacobian_samples = jacobian_samples
+        self.on_nonfinite = on_nonfinite
+
+    def extra_repr(self) -> str:
+        return (
+            f"solver={self.solver!r}, max_iter={self.max_iter}, tol={self.tol:g}, stop_mode={self.stop_mode!r}, "
+            f"backward={self.backward!r}, backward_solver={self.backward_solver!r}"
+        )
+
+    def forward(
+        self,
+        f: Callable[[State], State],
+        z0: State,
+        *,
+        max_iter: int | None = None,
+        tol: float | None = None,
+        unroll: int | None = None,
+        jacobian_loss: bool = False,
+    ) -> tuple[State, DEQInfo]:
+        """Solve and return (f(z*), info).
+
+        Args:
+            f: state -> state of the same structure.
+            z0: initial state, Tensor (B, ...) or tuple/list of Tensors (detached: no gradient flows into z0).
+            max_iter, tol: override the limits for this call (e.g. a random jitter of max_iter during training).
+            unroll: instead of solving, apply f ``unroll`` times from z0 with ordinary backpropagation (the
+                weight-tied pretraining phase of the papers); info.residual is that of the last-but-one iterate.
+            jacobian_loss: also set ``info.jacobian_loss``, the Hutchinson estimate of ||J_f(z*)||_F^2 / D computed
+                from the same tracked call f(z*) (no extra call of f). Needs autograd.
+        """
+        if jacobian_loss and not torch.is_grad_enabled():
+            raise RuntimeError("jacobian_loss=True needs autograd; call the layer outside torch.no_grad().")
+        if unroll is not None:
+            return self._unrolled(f, z0, unroll, jacobian_loss)
+        if self.training:
+            limit, tolerance = self.max_iter, self.tol
+        else:
+            limit, tolerance = self.eval_max_iter or self.max_iter, self.eval_tol or self.tol
+        res = solve(
+            f,
+            z0,
+            method=self.solver,
+            max_iter=limit if max_iter is None else max_iter,
+            tol=tolerance if tol is None else tol,
+            stop_mode=self.stop_mode,
+            **self.solver_options,
+        )
+        info = DEQInfo.from_result(res)
+        self._report_nonfinite(res)
+        if not torch.is_grad_enabled():
+            return res.fz, info
+        z_star = tuple(t.detach().requires_grad_() for t in as_tensors(res.z))
+        fz = f(_rebuild(z0, z_star))
+        check_same_structure(fz, state_spec(z0))
+        fz_t = as_tensors(fz)
+        if jacobian_loss:
+            info.jacobian_loss = frobenius_from_graph(fz_t, z_star, self.jacobian_samples).mean()
+        if self.backward == "implicit":
+            adjoint = _Adjoint(
+                fz=fz_t,
+                z_star=z_star,
+                info=info,
+                method=self.backward_solver,
+                max_iter=self.backward_max_iter,
+                tol=self.backward_tol,
+                stop_mode=self.backward_stop_mode,
+                options=self.backward_options,
+            )
+            out: tuple[Tensor, ...] = _ImplicitGradient.apply(adjoint, *fz_t)
+        elif self.backward == "jfb":
+            out = fz_t
+        else:  # phantom
+            tau = self.phantom_damping
+            out = tuple((1 - tau) * z + tau * y for z, y in zip(z_star, fz_t))
+            for _ in range(self.phantom_steps - 1):
+                step = as_tensors(f(_rebuild(z0, out)))
+                out = tuple((1 - tau) * z + tau * y for z, y in zip(out, step))
+        return _rebuild(z0, out), info
+
+    def _unrolled(self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool) -> tuple[State, DEQInfo]:
+        if not (isinstance(steps, int) and steps >= 1):
+            raise ValueError(f"unroll must be an int >= 1, got {steps!r}.")
+        spec = state_spec(z0)
+        # With jacobian_loss the start is a leaf requiring grad, so that the last step's graph reaches its input.
+        z = _rebuild(z0, tuple(t.detach().requires_grad_(jacobian_loss) for t in as_tensors(z0)))
+        prev = z
+        for _ in range(steps):
+            prev, z = z, f(z)
+            check_same_structure(z, spec)
+        jac = None
+        if jacobian_loss:
+            jac = frobenius_from_graph(as_tensors(z), as_tensors(prev), self.jacobian_samples).mean()
+        with torch.no_grad():
+            dtype = solver_dtype(spec.dtypes)
+            a, b = flatten(prev, dtype), flatten(z, dtype)
+            diff = torch.linalg.vector_norm(b - a, dim=1)
+            residual = diff if self.stop_mode == "abs" else diff / torch.linalg.vector_norm(b, dim=1)
+        tol = self.tol if self.training else (self.eval_tol or self.tol)
+        info = DEQInfo(
+            nfe=steps,
+            iterations=steps,
+            residual=residual,
+            converged=residual <= tol,
+            nonfinite=~torch.isfinite(residual),
+            trace=residual.unsqueeze(0),
+            mode="unrolled",
+            jacobian_loss=jac,
+        )
+        return z, info
+
+    def _report_nonfinite(self, res: SolverResult) -> None:
+        if self.on_nonfinite == "ignore" or not bool(res.nonfinite.any()):
+            return
+        message = "DEQ forward solve: " + res.summary()
+        if self.on_nonfinite == "raise":
+            raise FloatingPointError(message + " (set on_nonfinite='warn' to continue with the best finite iterate)")
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -1,0 +1,151 @@
+"""``solve``: find z* = f(z*) by a named method, with per-sample statistics."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ._solvers import SOLVERS
+from ._solvers._run import SolveRun
+from ._state import State, flat_map, flatten, solver_dtype, state_spec, unflatten
+
+STOP_MODES = ("rel", "abs")
+
+
+@dataclass
+class SolverResult:
+    """Outcome of :func:`solve`. Per-sample tensors have shape (B,).
+
+    Attributes:
+        z: the best iterate found (lowest residual), in the structure, shapes and dtypes of z0.
+        fz: f(z) as computed by the solver (one step further than z), same structure.
+        nfe: number of calls of f made by the solver.
+        iterations: number of iterations (entries of ``trace``); <= max_iter.
+        residual: residual of ``z`` per sample, in ``stop_mode`` (inf for a sample whose first f(z) was non-finite).
+        converged: residual <= tol, per sample.
+        nonfinite: per sample, whether f produced a NaN or Inf (the sample was frozen at its best finite iterate).
+        trace: (iterations, B) residual of the iterate of every iteration, in ``stop_mode``.
+        method, stop_mode, tol, max_iter: the settings of the solve.
+    """
+
+    z: State
+    fz: State
+    nfe: int
+    iterations: int
+    residual: Tensor
+    converged: Tensor
+    nonfinite: Tensor
+    trace: Tensor
+    method: str
+    stop_mode: str
+    tol: float
+    max_iter: int
+
+    @property
+    def all_converged(self) -> bool:
+        return bool(self.converged.all())
+
+    def summary(self) -> str:
+        """One line saying how many samples converged and why the others did not."""
+        batch = self.converged.numel()
+        n_conv = int(self.converged.sum())
+        n_bad = int(self.nonfinite.sum())
+        finite = self.residual[torch.isfinite(self.residual)]
+        worst = f"{float(finite.max()):.3g}" if finite.numel() else "n/a"
+        text = (
+            f"{self.method}: {n_conv}/{batch} samples converged to {self.stop_mode} residual <= {self.tol:g} "
+            f"in {self.iterations} iterations ({self.nfe} calls of f); largest residual {worst}"
+        )
+        if n_bad:
+            text += f"; {n_bad} sample(s) hit NaN/Inf in f and were stopped at their best finite iterate"
+        return text
+
+
+def solver_options(method: str) -> dict[str, object]:
+    """The keyword options a method accepts, with their defaults."""
+    check_method(method)
+    params = inspect.signature(SOLVERS[method]).parameters.values()
+    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def check_method(method: str) -> None:
+    if method not in SOLVERS:
+        raise ValueError(f"unknown solver method {method!r}; choose one of {sorted(SOLVERS)}.")
+
+
+def check_settings(method: str, max_iter: int, tol: float, stop_mode: str, options: dict[str, object]) -> None:
+    """Raise a clear error for an unknown method, option or stop mode, or a bad limit or tolerance."""
+    known = solver_options(method)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(
+            f"unknown option(s) {unknown} for method {method!r}; its options are "
+            + ", ".join(f"{k}={v!r}" for k, v in known.items())
+            + "."
+        )
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r}.")
+    if stop_mode not in STOP_MODES:
+        raise ValueError(f"unknown stop_mode {stop_mode!r}; choose one of {list(STOP_MODES)}.")
+
+
+def solve(
+    f: Callable[[State], State],
+    z0: State,
+    method: str = "anderson",
+    max_iter: int = 50,
+    tol: float = 1e-4,
+    stop_mode: str = "rel",
+    **options: object,
+) -> SolverResult:
+    """Find a fixed point z* = f(z*) starting from ``z0``, without building an autograd graph.
+
+    Args:
+        f: maps a state to a state of the same structure and shapes; called on the whole batch.
+        z0: Tensor (B, ...) or tuple/list of such Tensors (e.g. one per MDEQ resolution), batch first.
+        method: "fixed_point" (option ``damping``), "anderson" (``m``, ``beta``, ``reg``) or "broyden"
+            (``memory``, ``line_search``, ``ls_steps``, ``armijo``).
+        max_iter: the largest number of iterations; each evaluates f once (more with Broyden's line search).
+        tol: a sample has converged when its residual is <= tol; it then stops changing.
+        stop_mode: "rel" for ||f(z) - z|| / ||f(z)|| or "abs" for ||f(z) - z||, per sample.
+        **options: method-specific options, checked by name (see :func:`solver_options`).
+
+    The solver computes in float64 when the state has a float64 tensor and in float32 otherwise (also for
+    bfloat16/float16 states); f itself runs in the state's dtypes. The solve stops when every sample has converged
+    or produced a NaN/Inf, or after ``max_iter`` iterations.
+
+    Returns:
+        SolverResult with the best iterate per sample and its statistics.
+    """
+    check_method(method)
+    check_settings(method, max_iter, tol, stop_mode, options)
+    spec = state_spec(z0)
+    dtype = solver_dtype(spec.dtypes)
+    with torch.no_grad():
+        x0 = flatten(z0, dtype)
+        if not bool(torch.isfinite(x0).all()):
+            raise ValueError("z0 contains NaN or Inf; start the solver from a finite state (e.g. zeros).")
+        run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode)
+        SOLVERS[method](run, x0, **options)
+        trace = torch.stack(run.trace) if run.trace else x0.new_zeros(0, spec.batch_size)
+        return SolverResult(
+            z=unflatten(run.best_x, spec),
+            fz=unflatten(run.best_fx, spec),
+            nfe=run.nfe,
+            iterations=run.iterations,
+            residual=run.best_residual,
+            converged=run.converged,
+            nonfinite=run.nonfinite,
+            trace=trace,
+            method=method,
+            stop_mode=stop_mode,
+            tol=float(tol),
+            max_iter=max_iter,
+        )
