@@ -1,0 +1,218 @@
+"""Pieces every DEQ training script shares (used by deq-toy, deq-lm and deq-vision), standard library only:
+
+- :class:`JacobianSchedule`: when to add the Jacobian regularizer and with which weight (probability p, weight
+  gamma, gamma growing by a step every K steps), deterministic per step so that a resumed run draws the same.
+- :class:`PretrainSchedule`: the unrolled (weight-tied) pretraining phase for the first N steps.
+- :func:`apply_overrides`: ``key=value`` command-line overrides of a config dataclass, type-checked, with errors
+  that list the valid keys.
+- :class:`MetricsLog`: the ``metrics.jsonl`` file (one JSON object per line), appended and flushed line by line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+C = TypeVar("C")
+
+
+@dataclasses.dataclass(frozen=True)
+class JacobianSchedule:
+    """Jacobian regularization schedule (Bai, Koltun & Kolter 2021).
+
+    Args:
+        weight: gamma at step 0 (0 disables the regularizer).
+        probability: on each step the loss is added with this probability.
+        growth: added to the weight every ``every`` steps (0: constant weight).
+        every: period of the growth, in steps (0: never grows).
+        seed: seed of the per-step draws.
+    """
+
+    weight: float = 0.0
+    probability: float = 1.0
+    growth: float = 0.0
+    every: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.weight < 0 or self.growth < 0:
+            raise ValueError(f"Jacobian weight and growth must be >= 0, got {self.weight} and {self.growth}.")
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"Jacobian probability must be in [0, 1], got {self.probability}.")
+        if self.every < 0:
+            raise ValueError(f"Jacobian growth period must be >= 0 steps, got {self.every}.")
+
+    def weight_at(self, step: int) -> float:
+        """gamma at ``step`` (0-based)."""
+        grown = self.growth * (step // self.every) if self.every > 0 else 0.0
+        return self.weight + grown
+
+    def active(self, step: int) -> bool:
+        """Whether the regularizer is applied at ``step``: same answer for the same (seed, step), even after resume."""
+        if self.weight_at(step) == 0.0 or self.probability == 0.0:
+            return False
+        if self.probability == 1.0:
+            return True
+        return random.Random(self.seed * 1_000_003 + step).random() < self.probability
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainSchedule:
+    """Unrolled pretraining: for the first ``steps`` training steps, apply f ``depth`` times with ordinary backprop
+    instead of solving (``DEQ(...)(f, z0, unroll=schedule.unroll_at(step))``)."""
+
+    steps: int = 0
+    depth: int = 2
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.depth < 1:
+            raise ValueError(f"pretraining needs steps >= 0 and depth >= 1, got {self.steps} and {self.depth}.")
+
+    def unroll_at(self, step: int) -> int | None:
+        """The unroll depth at ``step``, or None once the DEQ solves for its fixed point."""
+        return self.depth if step < self.steps else None
+
+
+def _coerce(text: str, kind: Any, key: str) -> Any:
+    """Parse ``text`` as the type ``kind`` of config field ``key``."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(kind)
+        if type(None) in options and text.lower() in ("none", "null"):
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(text, option, key)
+            except ValueError as err:
+                errors.append(str(err))
+        raise ValueError("; ".join(errors))
+    if origin is typing.Literal:
+        choices = typing.get_args(kind)
+        for choice in choices:
+            if str(choice) == text:
+                return choice
+        raise ValueError(f"{key} must be one of {list(choices)}, got {text!r}")
+    if origin in (tuple, list):
+        (item,) = typing.get_args(kind)[:1] or (str,)
+        parts = [p for p in text.strip("()[]").split(",") if p.strip()]
+        values = [_coerce(p.strip(), item, key) for p in parts]
+        return tuple(values) if origin is tuple else values
+    if kind is bool:
+        lowered = text.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{key} must be true or false, got {text!r}")
+    if kind is int:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{key} must be an integer, got {text!r}") from None
+        if not value.is_integer():
+            raise ValueError(f"{key} must be an integer, got {text!r}")
+        return int(value)
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{key} must be a number, got {text!r}") from None
+    if kind is str:
+        return text
+    raise ValueError(f"{key} has type {kind} which cannot be set from the command line")
+
+
+def apply_overrides(config: C, overrides: Sequence[str]) -> C:
+    """Return a copy of the dataclass ``config`` with ``key=value`` overrides applied.
+
+    Values are parsed by the field's annotated type (int, float, bool, str, Literal[...], Optional, tuple[...]).
+
+    Raises:
+        ValueError: malformed item, unknown key (the message lists the valid keys) or a value of the wrong type.
+    """
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"apply_overrides needs a dataclass instance, got {type(config).__name__}.")
+    hints = typing.get_type_hints(type(config))
+    names = [f.name for f in dataclasses.fields(config)]
+    changes: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not of the form key=value (e.g. lr=3e-4).")
+        if key not in names:
+            raise ValueError(f"unknown config key {key!r}; valid keys: {', '.join(names)}.")
+        changes[key] = _coerce(text.strip(), hints[key], key)
+    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
+
+
+class MetricsLog:
+    """Append-only JSON-lines metrics file; each :meth:`write` is one line, flushed at once (safe to read while the
+    run goes on, and nothing is lost when it crashes)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record; tensors and numpy scalars are converted to Python numbers, NaN/Inf to strings."""
+        line = json.dumps({k: _plain(v) for k, v in record.items()})
+        with self.path.open("a") as fh:
+            fh.write(line + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        """All records written so far (an empty list when the file does not exist)."""
+        return read_metrics(self.path)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records with ``step`` > step (used on resume, so that a restarted run does not log steps twice)."""
+        kept = [r for r in self.read() if int(r.get("step", 0)) <= step]
+        with self.path.open("w") as fh:
+            for record in kept:
+                fh.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a metrics.jsonl file; raises ValueError naming the line when one is not valid JSON."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
+    return records
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "numel", lambda: 1)() == 1:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def select(records: Iterable[dict[str, Any]], split: str, key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of ``key`` in the records of ``split`` that have it (for plots)."""
+    steps, values = [], []
+    for r in records:
+        if r.get("split") == split and key in r and isinstance(r[key], (int, float)):
+            steps.append(int(r["step"]))
+            values.append(float(r[key]))
+    return steps, values
