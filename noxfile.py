@@ -43,7 +43,9 @@ def _check_wheel(session: nox.Session) -> None:
     """Build deq-core's wheel, install it with torch only, and run a solve and a backward through it."""
     session.install(*TORCH_CPU)
     out = Path(session.create_tmp()) / "wheelhouse"
-    session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(ROOT / "packages" / "deq-core"))
+    session.run(
+        "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(ROOT / "packages" / "deq-core")
+    )
     wheels = sorted(out.glob("deq_core-*.whl"))
     if len(wheels) != 1:
         session.error(f"expected one deq-core wheel in {out}, found {wheels}")

@@ -76,7 +76,9 @@ def state_spec(state: object, name: str = "z0") -> StateSpec:
     for i, t in enumerate(tensors):
         where = name if kind is Tensor else f"{name}[{i}]"
         if not isinstance(t, Tensor):
-            raise TypeError(f"{where} must be a torch.Tensor, got {_describe(t)} (nested structures are not supported).")
+            raise TypeError(
+                f"{where} must be a torch.Tensor, got {_describe(t)} (nested structures are not supported)."
+            )
         if not t.is_floating_point():
             raise TypeError(f"{where} must be a floating-point tensor, got dtype {t.dtype}; convert it with .float().")
         if t.dim() == 0:

@@ -29,6 +29,28 @@ def _rebuild(z: State, tensors: Sequence[Tensor]) -> State:
     return type(z)(tensors)
 
 
+def vector_jacobian(
+    outputs: Sequence[Tensor], inputs: Sequence[Tensor], cotangents: Sequence[Tensor], create_graph: bool = False
+) -> tuple[Tensor, ...]:
+    """v^T J_f for outputs = f(inputs), one tensor per input (zeros where an input does not reach any output).
+
+    Outputs without a graph (constant in the inputs, e.g. a state component that f maps to a fixed tensor) contribute
+    nothing instead of making ``torch.autograd.grad`` raise.
+    """
+    pairs = [(o, v) for o, v in zip(outputs, cotangents) if o.requires_grad]
+    grads: Sequence[Tensor | None] = (None,) * len(inputs)
+    if pairs:
+        grads = torch.autograd.grad(
+            [o for o, _ in pairs],
+            list(inputs),
+            [v for _, v in pairs],
+            create_graph=create_graph,
+            retain_graph=True,
+            allow_unused=True,
+        )
+    return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs))
+
+
 def frobenius_from_graph(
     fz: Sequence[Tensor], z: Sequence[Tensor], n_samples: int = 1, create_graph: bool = True
 ) -> Tensor:
@@ -49,22 +71,17 @@ def frobenius_from_graph(
     total = None
     for _ in range(n_samples):
         probes = [torch.randn_like(t) for t in fz]
-        vjps = torch.autograd.grad(fz, z, probes, create_graph=create_graph, retain_graph=True, allow_unused=True)
+        vjps = vector_jacobian(fz, z, probes, create_graph=create_graph)
         sq = sum(
             (g.float() if g.dtype in (torch.float16, torch.bfloat16) else g).pow(2).reshape(g.shape[0], -1).sum(1)
             for g in vjps
-            if g is not None
         )
-        if isinstance(sq, int):  # f does not depend on z: J = 0
-            sq = torch.zeros(z[0].shape[0], device=z[0].device)
         total = sq if total is None else total + sq
     assert total is not None
     return total / (n_samples * dim)
 
 
-def jacobian_frobenius(
-    f: Callable[[State], State], z: State, n_samples: int = 1, reduction: str = "mean"
-) -> Tensor:
+def jacobian_frobenius(f: Callable[[State], State], z: State, n_samples: int = 1, reduction: str = "mean") -> Tensor:
     """Hutchinson estimate of ||J_f(z)||_F^2 / D, differentiable with respect to f's parameters.
 
     Args:
@@ -114,8 +131,7 @@ def spectral_radius(f: Callable[[State], State], z: State, n_iters: int = 20, se
     fz_t = as_tensors(fz)
 
     def vjp(v: Tensor) -> Tensor:
-        grads = torch.autograd.grad(fz_t, leaves, as_tensors(unflatten(v, spec)), retain_graph=True, allow_unused=True)
-        return flatten(tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves)), dtype)
+        return flatten(vector_jacobian(fz_t, leaves, as_tensors(unflatten(v, spec))), dtype)
 
     batch, dim = spec.batch_size, spec.dim
     gen = None if seed is None else torch.Generator(device=spec.device).manual_seed(seed)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ._state import State, as_tensors, check_same_structure, flatten, solver_dtype, state_spec, unflatten
-from .jacobian import frobenius_from_graph
+from .jacobian import frobenius_from_graph, vector_jacobian
 from .solve import SolverResult, check_settings, solve
 
 BACKWARDS = ("implicit", "phantom", "jfb")
@@ -74,10 +74,8 @@ class _Adjoint:
         grad = flatten(tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, self.fz)), dtype)
 
         def vjp(u: Tensor) -> Tensor:
-            outs = torch.autograd.grad(
-                self.fz, self.z_star, as_tensors(unflatten(u, spec)), retain_graph=True, allow_unused=True
-            )
-            return flatten(tuple(torch.zeros_like(z) if g is None else g for g, z in zip(outs, self.z_star)), dtype)
+            outs = vector_jacobian(self.fz, self.z_star, as_tensors(unflatten(u, spec)))
+            return flatten(outs, dtype)
 
         res = solve(
             lambda u: vjp(u) + grad,
@@ -93,8 +91,9 @@ class _Adjoint:
         self.info.converged_backward = res.converged
         if bool(res.nonfinite.any()):
             raise FloatingPointError(
-                "the implicit backward produced NaN/Inf (u = u J + grad); " + res.summary() + ". The layer is likely "
-                "not contractive at z*: add Jacobian regularization, lower the learning rate, or use backward='phantom'."
+                "the implicit backward produced NaN/Inf (u = u J + grad); " + res.summary() + ". The layer is "
+                "likely not contractive at z*: add Jacobian regularization, lower the learning rate, or use "
+                "backward='phantom'."
             )
         u = res.z
         assert isinstance(u, Tensor)
@@ -169,7 +168,13 @@ class DEQ(nn.Module):
         self.backward_options = dict(backward_options or {})
         check_settings(solver, max_iter, tol, stop_mode, self.solver_options)
         check_settings(backward_solver, backward_max_iter, backward_tol, backward_stop_mode, self.backward_options)
-        check_settings(solver, eval_max_iter or max_iter, eval_tol or tol, stop_mode, self.solver_options)
+        check_settings(
+            solver,
+            max_iter if eval_max_iter is None else eval_max_iter,
+            tol if eval_tol is None else eval_tol,
+            stop_mode,
+            self.solver_options,
+        )
         if backward not in BACKWARDS:
             raise ValueError(f"unknown backward {backward!r}; choose one of {list(BACKWARDS)}.")
         if not (isinstance(phantom_steps, int) and phantom_steps >= 1):
@@ -223,7 +228,7 @@ class DEQ(nn.Module):
         if self.training:
             limit, tolerance = self.max_iter, self.tol
         else:
-            limit, tolerance = self.eval_max_iter or self.max_iter, self.eval_tol or self.tol
+            limit, tolerance = self._eval_limits()
         res = solve(
             f,
             z0,
@@ -265,7 +270,9 @@ class DEQ(nn.Module):
                 out = tuple((1 - tau) * z + tau * y for z, y in zip(out, step))
         return _rebuild(z0, out), info
 
-    def _unrolled(self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool) -> tuple[State, DEQInfo]:
+    def _unrolled(
+        self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool
+    ) -> tuple[State, DEQInfo]:
         if not (isinstance(steps, int) and steps >= 1):
             raise ValueError(f"unroll must be an int >= 1, got {steps!r}.")
         spec = state_spec(z0)
@@ -283,7 +290,7 @@ class DEQ(nn.Module):
             a, b = flatten(prev, dtype), flatten(z, dtype)
             diff = torch.linalg.vector_norm(b - a, dim=1)
             residual = diff if self.stop_mode == "abs" else diff / torch.linalg.vector_norm(b, dim=1)
-        tol = self.tol if self.training else (self.eval_tol or self.tol)
+        tol = self.tol if self.training else self._eval_limits()[1]
         info = DEQInfo(
             nfe=steps,
             iterations=steps,
@@ -295,6 +302,12 @@ class DEQ(nn.Module):
             jacobian_loss=jac,
         )
         return z, info
+
+    def _eval_limits(self) -> tuple[int, float]:
+        """max_iter and tol in eval mode: eval_max_iter / eval_tol where given (not None), else the training ones."""
+        limit = self.max_iter if self.eval_max_iter is None else self.eval_max_iter
+        tolerance = self.tol if self.eval_tol is None else self.eval_tol
+        return limit, tolerance
 
     def _report_nonfinite(self, res: SolverResult) -> None:
         if self.on_nonfinite == "ignore" or not bool(res.nonfinite.any()):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._solvers import SOLVERS
+from ._solvers import OPTION_CHECKS, SOLVERS
 from ._solvers._run import SolveRun
 from ._state import State, flat_map, flatten, solver_dtype, state_spec, unflatten
 
@@ -88,6 +88,7 @@ def check_settings(method: str, max_iter: int, tol: float, stop_mode: str, optio
             + ", ".join(f"{k}={v!r}" for k, v in known.items())
             + "."
         )
+    OPTION_CHECKS[method](**{**known, **options})
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):

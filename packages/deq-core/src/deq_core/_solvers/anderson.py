@@ -34,6 +34,16 @@ def _mixing_weights(dg: Tensor, gx: Tensor, reg: float) -> Tensor:
     return torch.where(ok[:, None], gamma, torch.zeros_like(gamma)).to(gx.dtype)
 
 
+def check_options(*, m: int, beta: float, reg: float) -> None:
+    """Raise ValueError for option values :func:`anderson` cannot use."""
+    if isinstance(m, bool) or not (isinstance(m, int) and m >= 1):
+        raise ValueError(f"anderson: m (history size) must be an int >= 1, got {m!r}.")
+    if not 0.0 < beta <= 1.0:
+        raise ValueError(f"anderson: beta must be in (0, 1], got {beta}.")
+    if not reg >= 0.0:
+        raise ValueError(f"anderson: reg must be >= 0, got {reg}.")
+
+
 def anderson(run: SolveRun, x0: Tensor, *, m: int = 6, beta: float = 1.0, reg: float = 1e-8) -> None:
     """Anderson acceleration.
 
@@ -42,12 +52,7 @@ def anderson(run: SolveRun, x0: Tensor, *, m: int = 6, beta: float = 1.0, reg: f
         beta: mixing parameter in (0, 1]: 1 mixes the f(z) values, smaller values damp toward the z values.
         reg: ridge term relative to the unit-normalized normal equations (>= 0).
     """
-    if not (isinstance(m, int) and m >= 1):
-        raise ValueError(f"anderson: m (history size) must be an int >= 1, got {m!r}.")
-    if not 0.0 < beta <= 1.0:
-        raise ValueError(f"anderson: beta must be in (0, 1], got {beta}.")
-    if not reg >= 0.0:
-        raise ValueError(f"anderson: reg must be >= 0, got {reg}.")
+    check_options(m=m, beta=beta, reg=reg)
     batch, dim = x0.shape
     slots = m - 1
     dz_hist = x0.new_zeros(batch, max(slots, 1), dim)

@@ -21,7 +21,9 @@ from ._run import SolveRun
 
 
 def _apply(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
-    """H x = -x + U (V^T x) per sample; us, vs (B, M, D), x (B, D)."""
+    """H x = -x + U (V^T x) per sample; us, vs (B, M, D) (the M stored terms), x (B, D)."""
+    if us.shape[1] == 0:
+        return -x
     coef = torch.bmm(vs, x.unsqueeze(2))  # (B, M, 1)
     return torch.bmm(coef.transpose(1, 2), us).squeeze(1) - x
 
@@ -33,6 +35,18 @@ def _apply_transposed(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum(dim=1)
+
+
+def check_options(*, memory: int, line_search: bool, ls_steps: int, armijo: float) -> None:
+    """Raise ValueError for option values :func:`broyden` cannot use."""
+    if isinstance(memory, bool) or not (isinstance(memory, int) and memory >= 1):
+        raise ValueError(f"broyden: memory must be an int >= 1, got {memory!r}.")
+    if not isinstance(line_search, bool):
+        raise ValueError(f"broyden: line_search must be True or False, got {line_search!r}.")
+    if isinstance(ls_steps, bool) or not (isinstance(ls_steps, int) and ls_steps >= 0):
+        raise ValueError(f"broyden: ls_steps must be an int >= 0, got {ls_steps!r}.")
+    if not 0.0 < armijo < 0.5:
+        raise ValueError(f"broyden: armijo must be in (0, 0.5), got {armijo}.")
 
 
 def broyden(
@@ -52,10 +66,7 @@ def broyden(
         ls_steps: the most halvings per iteration when ``line_search`` is on.
         armijo: sufficient-decrease constant of the Armijo condition.
     """
-    if not (isinstance(memory, int) and memory >= 1):
-        raise ValueError(f"broyden: memory must be an int >= 1, got {memory!r}.")
-    if not (isinstance(ls_steps, int) and ls_steps >= 0):
-        raise ValueError(f"broyden: ls_steps must be an int >= 0, got {ls_steps!r}.")
+    check_options(memory=memory, line_search=line_search, ls_steps=ls_steps, armijo=armijo)
     batch, dim = x0.shape
     us = x0.new_zeros(batch, memory, dim)
     vs = x0.new_zeros(batch, memory, dim)
@@ -72,9 +83,9 @@ def broyden(
             vs.zero_()
             p = -gx
             k = 0
-        q = _apply(us, vs, g_new)  # H_k g_{k+1}
+        q = _apply(us[:, :k], vs[:, :k], g_new)  # H_k g_{k+1}
         h_dg = q - p  # H_k dg
-        v = _apply_transposed(us, vs, dx)
+        v = _apply_transposed(us[:, :k], vs[:, :k], dx)
         denom = _dot(v, dg)
         tiny = torch.finfo(x.dtype).eps * torch.linalg.vector_norm(v, dim=1) * torch.linalg.vector_norm(dg, dim=1)
         ok = run.active & (denom.abs() > tiny) & torch.isfinite(denom)

@@ -5,14 +5,19 @@ from __future__ import annotations
 from ._run import SolveRun
 
 
+def check_options(*, damping: float) -> None:
+    """Raise ValueError for option values :func:`fixed_point` cannot use."""
+    if not 0.0 < damping <= 1.0:
+        raise ValueError(f"fixed_point: damping must be in (0, 1], got {damping}.")
+
+
 def fixed_point(run: SolveRun, x0, *, damping: float = 1.0) -> None:
     """Iterate z_{k+1} = z_k + damping (f(z_k) - z_k).
 
     Args:
         damping: step size in (0, 1]; 1 is plain iteration, smaller values damp oscillations.
     """
-    if not 0.0 < damping <= 1.0:
-        raise ValueError(f"fixed_point: damping must be in (0, 1], got {damping}.")
+    check_options(damping=damping)
     x, _, gx = run.evaluate(x0)
     while not run.finished:
         x, _, gx = run.evaluate(run.freeze(x + damping * gx, x))
