@@ -130,7 +130,7 @@ def solve(
     spec = state_spec(z0)
     dtype = solver_dtype(spec.dtypes)
     with torch.no_grad():
-        x0 = flatten(z0, dtype)
+        x0 = flatten(z0, dtype).clone()  # never alias the caller's z0 (results would change if it did)
         if not bool(torch.isfinite(x0).all()):
             raise ValueError("z0 contains NaN or Inf; start the solver from a finite state (e.g. zeros).")
         run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode)

@@ -40,6 +40,8 @@ class SolveRun:
         self.nonfinite = torch.zeros(batch, dtype=torch.bool, device=x0.device)
         self.trace: list[Tensor] = []
         self._all_done = False
+        self._all_active = True
+        self._any_nonfinite = False
 
     def call(self, x: Tensor) -> Tensor:
         """One counted call of f, without bookkeeping (used by line searches through :meth:`evaluate`)."""
@@ -57,39 +59,47 @@ class SolveRun:
 
     def freeze(self, x_new: Tensor, x_old: Tensor) -> Tensor:
         """``x_new`` for active samples, ``x_old`` for finished ones (torch.where: a NaN in x_new cannot leak)."""
+        if self._all_active:
+            return x_new
         return torch.where(self.active[:, None], x_new, x_old)
-
-    def residual(self, x: Tensor, fx: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-sample residual of x in the stop mode, and g = f(x) - x."""
-        gx = fx - x
-        abs_res = torch.linalg.vector_norm(gx, dim=1)
-        if self.stop_mode == "abs":
-            return abs_res, gx
-        f_norm = torch.linalg.vector_norm(fx, dim=1)
-        rel = torch.where(abs_res == 0, torch.zeros_like(abs_res), abs_res / f_norm)
-        return rel, gx
 
     def evaluate(self, x: Tensor, fx: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Evaluate f at x (unless ``fx`` is given, already counted), record the iteration, return (x, f(x), g).
 
         Samples whose x or f(x) holds a NaN or Inf are marked non-finite and frozen; in the returned tensors their
-        rows are replaced by their best iterate so that no NaN enters any solver buffer.
+        rows are replaced by their best iterate so that no NaN enters any solver buffer. (A NaN or Inf anywhere in x or
+        f(x) makes ||f(x) - x|| non-finite, so the check costs nothing beyond the residual itself.)
         """
         if fx is None:
             fx = self.call(x)
-        bad = ~(torch.isfinite(x).all(dim=1) & torch.isfinite(fx).all(dim=1))
+        gx = fx - x
+        res = torch.linalg.vector_norm(gx, dim=1)
+        bad = ~torch.isfinite(res)
+        if self.stop_mode == "rel":
+            f_norm = torch.linalg.vector_norm(fx, dim=1)
+            bad = bad | ~torch.isfinite(f_norm)
+            res = torch.where(res == 0, torch.zeros_like(res), res / f_norm)
         if bool(bad.any()):
             self.nonfinite |= bad
+            self._any_nonfinite = True
             x = torch.where(bad[:, None], self.best_x, x)
             fx = torch.where(bad[:, None], self.best_fx, fx)
-        res, gx = self.residual(x, fx)
-        res = torch.where(self.nonfinite, torch.full_like(res, float("inf")), res)
+            gx = fx - x
+        if self._any_nonfinite:
+            res = torch.where(self.nonfinite, torch.full_like(res, float("inf")), res)
         better = res < self.best_residual
-        self.best_residual = torch.where(better, res, self.best_residual)
-        self.best_x = torch.where(better[:, None], x, self.best_x)
-        self.best_fx = torch.where(better[:, None], fx, self.best_fx)
+        all_better, any_better = torch.stack([better.all(), better.any()]).tolist()
+        if all_better:  # iterates are never modified in place by the solvers: keep references, no copies
+            self.best_x, self.best_fx, self.best_residual = x, fx, res
+        elif any_better:
+            self.best_residual = torch.where(better, res, self.best_residual)
+            self.best_x = torch.where(better[:, None], x, self.best_x)
+            self.best_fx = torch.where(better[:, None], fx, self.best_fx)
         self.converged = self.best_residual <= self.tol
         self.trace.append(res)
         self.iterations += 1
-        self._all_done = not bool(self.active.any())
+        active = self.active
+        any_active, all_active = torch.stack([active.any(), active.all()]).tolist()
+        self._all_done = not any_active
+        self._all_active = all_active
         return x, fx, gx

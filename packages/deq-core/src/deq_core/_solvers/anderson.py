@@ -19,19 +19,21 @@ from torch import Tensor
 from ._run import SolveRun
 
 
-def _mixing_weights(dg: Tensor, gx: Tensor, reg: float) -> Tensor:
-    """gamma (B, n) minimizing ||gx - dg^T gamma|| per sample; dg (B, n, D), gx (B, D)."""
-    dg, gx64 = dg.double(), gx.double()
-    gram = torch.bmm(dg, dg.transpose(1, 2))  # (B, n, n)
-    rhs = torch.bmm(dg, gx64.unsqueeze(2))  # (B, n, 1)
-    scale = torch.diagonal(gram, dim1=1, dim2=2).sqrt()  # column norms, (B, n)
+def _mixing_weights(gram: Tensor, rhs: Tensor, reg: float) -> Tensor:
+    """gamma (B, n) solving the normal equations (gram + ridge) gamma = rhs; gram (B, n, n), rhs (B, n).
+
+    Columns are scaled to unit norm (Jacobi scaling) and the system is solved in float64, so that ``reg`` is
+    relative to the scale of the differences and the solve stays accurate when they are nearly parallel.
+    """
+    gram, rhs = gram.double(), rhs.double()
+    scale = torch.diagonal(gram, dim1=1, dim2=2).clamp_min(0).sqrt()  # column norms, (B, n)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    gram = gram / (scale.unsqueeze(2) * scale.unsqueeze(1))
+    scaled = gram / (scale.unsqueeze(2) * scale.unsqueeze(1))
     eye = torch.eye(gram.shape[1], dtype=gram.dtype, device=gram.device)
-    y, info = torch.linalg.solve_ex(gram + reg * eye, rhs / scale.unsqueeze(2))
+    y, info = torch.linalg.solve_ex(scaled + reg * eye, (rhs / scale).unsqueeze(2))
     gamma = y.squeeze(2) / scale
     ok = (info == 0) & torch.isfinite(gamma).all(dim=1)
-    return torch.where(ok[:, None], gamma, torch.zeros_like(gamma)).to(gx.dtype)
+    return torch.where(ok[:, None], gamma, torch.zeros_like(gamma))
 
 
 def check_options(*, m: int, beta: float, reg: float) -> None:
@@ -44,7 +46,7 @@ def check_options(*, m: int, beta: float, reg: float) -> None:
         raise ValueError(f"anderson: reg must be >= 0, got {reg}.")
 
 
-def anderson(run: SolveRun, x0: Tensor, *, m: int = 6, beta: float = 1.0, reg: float = 1e-8) -> None:
+def anderson(run: SolveRun, x0: Tensor, *, m: int = 8, beta: float = 1.0, reg: float = 1e-8) -> None:
     """Anderson acceleration.
 
     Args:
@@ -57,19 +59,25 @@ def anderson(run: SolveRun, x0: Tensor, *, m: int = 6, beta: float = 1.0, reg: f
     slots = m - 1
     dz_hist = x0.new_zeros(batch, max(slots, 1), dim)
     dg_hist = x0.new_zeros(batch, max(slots, 1), dim)
+    gram = x0.new_zeros(batch, max(slots, 1), max(slots, 1))  # dg_i . dg_j, updated one row per iteration
     x, _, gx = run.evaluate(x0)
     k = 0  # differences stored so far
     while not run.finished:
         step = x + beta * gx
         n = min(k, slots)
         if n > 0:
-            gamma = _mixing_weights(dg_hist[:, :n], gx, reg)  # (B, n)
-            correction = dz_hist[:, :n] + beta * dg_hist[:, :n]
-            step = step - torch.bmm(gamma.unsqueeze(1), correction).squeeze(1)
+            dz, dg = dz_hist[:, :n], dg_hist[:, :n]
+            rhs = torch.bmm(gx.unsqueeze(1), dg.transpose(1, 2)).squeeze(1)  # (B, n)
+            gamma = _mixing_weights(gram[:, :n, :n], rhs, reg).to(x.dtype).unsqueeze(1)  # (B, 1, n)
+            step = step - torch.bmm(gamma, dz).squeeze(1) - beta * torch.bmm(gamma, dg).squeeze(1)
         x_new, _, g_new = run.evaluate(run.freeze(step, x))
         if slots > 0:
             slot = k % slots
             dz_hist[:, slot] = x_new - x
             dg_hist[:, slot] = g_new - gx
             k += 1
+            n = min(k, slots)
+            row = torch.bmm(dg_hist[:, slot].unsqueeze(1), dg_hist[:, :n].transpose(1, 2)).squeeze(1)  # (B, n)
+            gram[:, slot, :n] = row
+            gram[:, :n, slot] = row
         x, gx = x_new, g_new

@@ -1,0 +1,312 @@
+"""deq-core's fixed-point solvers side by side with TorchDEQ 0.1.0, on the same problems and the same settings.
+
+Run: ``python packages/deq-core/benchmarks/solvers.py [--quick] [--out FILE] [--seed N] [--threads N]``.
+
+Problems (float32; defined in ``problems.py``):
+
+- ``tanh-outlier-0.99`` / ``tanh-outlier-1.5`` (the headline tanh problems): f(z) = tanh(z W^T + x), D = 512, batch 16,
+  W = 0.5 G + s Q B Q^T: a Gaussian bulk of spectral radius 0.5 plus six outlying eigenvalues (s e^{+-0.3i},
+  -0.95 s, 0.9 s e^{+-1.2i}, 0.8 s), injection x = 0.1 N(0, I).
+- ``tanh-outlier4-0.99``: the same with four outliers (without the pair at 0.9 s e^{+-1.2i}); with m=6, Anderson
+  mixes five differences, fewer than the six outliers of the headline problem and more than these four.
+- ``tanh-gauss-0.99`` / ``tanh-gauss-1.5``: the same layer with W = s G, G Gaussian normalized to spectral radius 1
+  (eigenvalues fill a disk), small injection (0.01 resp. 0.001) so that tanh' ~ 1 and W's spectrum sets rho.
+  A disk spectrum is the worst case for every Krylov-like method (Anderson, Broyden): the convergence factor per
+  iteration is about rho itself, so convergence within 100 iterations at 0.99 is not expected of any method
+  (measured at full size: none converges; at the --quick size, D = 256, Broyden does).
+- For all five, s is calibrated so that max over the batch of rho(J_f(z*)) equals the target (0.99 near-critical,
+  1.5 non-contractive) at a fixed point z* found by Newton's method, with exact eigenvalues (see
+  ``problems.tanh_problem``). The report prints the exact rho (min/median/max over the batch) at that z* and
+  deq_core.spectral_radius at the best iterate the solvers returned.
+- ``transformer``: LN2(z + FFN(LN1(z + Attn(z) + x))), causal, d_model 64, seq 32, batch 8, weights x1.5.
+- ``conv``: MDEQ-like GN3(relu(z + GN2(conv2(relu(GN1(conv1(z))))) + x)), 32 x 16 x 16 (D = 8192), batch 8.
+
+``--quick``: tanh problems with D = 256 and batch 8, transformer and conv with batch 4, 2 timing repeats (7 otherwise).
+
+Settings, identical for both libraries: tol 1e-4, stop_mode "rel", max_iter 100 (200 for the non-contractive
+problems), z0 = 0. Anderson, two rows: "m=6" with m = 6 past (z, f(z)) pairs in both (TorchDEQ m=6, tau=1, its
+default lam=1e-4; ours m=6, beta=1, default reg), and "defaults" with each library's defaults (ours m=8, TorchDEQ
+m=6); Broyden: each library's defaults (TorchDEQ keeps max_iter rank-one updates, ours ``memory=20`` with a rank
+reduction to 10 when full); fixed point: undamped.
+
+Measured per problem and method, for each library:
+
+- NFE: calls of f counted by a wrapper (not the library's report);
+- the true residual: max over the batch of ||f(z) - z|| / ||f(z)||, recomputed from the z the solver returned
+  (TorchDEQ's Anderson and fixed-point iteration return f(z_k), not z_k; we measure what is returned);
+- converged: true residual <= tol;
+- time ratio ours / TorchDEQ: median of per-repeat ratios, the two solvers and a batch of plain calls of f
+  interleaved in every repeat;
+- overhead = median wall time / (NFE x median time of one call of f), for each library: 1.0 means the solver costs
+  nothing beyond f. The time of f is the median over all repeats of the problem's three methods (each repeat times
+  10 consecutive calls at a solution).
+
+The script prints whether the targets of the issue are met: our NFE <= TorchDEQ's for the same method on every
+problem; our Anderson converges on the near-critical problem (tanh-outlier-0.99) in <= 60 NFE; our overhead <= 1.5
+for Anderson and Broyden on the conv problem. All ratios come from one run; absolute times are not reported.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+import deq_core
+import problems as P
+
+TOL = 1e-4
+# (label, our method, TorchDEQ solver, our options, TorchDEQ options)
+METHODS: list[tuple[str, str, str, dict[str, object], dict[str, object]]] = [
+    ("fixed_point", "fixed_point", "fixed_point_iter", {}, {}),
+    ("anderson m=6", "anderson", "anderson", {"m": 6, "beta": 1.0}, {"m": 6, "tau": 1.0}),
+    ("anderson defaults", "anderson", "anderson", {}, {}),
+    ("broyden", "broyden", "broyden", {}, {}),
+]
+HEADLINE_NEAR_CRITICAL = "tanh-outlier-0.99"
+
+
+def tdeq_solver(name: str) -> Callable[..., tuple[Tensor, list, dict]]:
+    from torchdeq.solver import get_solver
+
+    return get_solver(name)
+
+
+def run_ours(f: Callable[[Tensor], Tensor], z0: Tensor, method: str, max_iter: int, opts: dict) -> Tensor:
+    res = deq_core.solve(f, z0, method=method, max_iter=max_iter, tol=TOL, stop_mode="rel", **opts)
+    return res.z  # type: ignore[return-value]
+
+
+def run_tdeq(f: Callable[[Tensor], Tensor], z0: Tensor, solver: str, max_iter: int, opts: dict) -> Tensor:
+    with torch.no_grad():
+        z, _, _ = tdeq_solver(solver)(f, z0, max_iter=max_iter, tol=TOL, stop_mode="rel", **opts)
+    return z
+
+
+@dataclass
+class Side:
+    nfe: int
+    residual: float
+    z: Tensor
+    time: float = float("nan")  # median wall time (s), only used for ratios
+    overhead: float = float("nan")
+
+    @property
+    def converged(self) -> bool:
+        return self.residual <= TOL
+
+
+@dataclass
+class Row:
+    problem: str
+    method: str
+    ours: Side
+    tdeq: Side
+    ratio: float
+    f_times: list[float] = field(default_factory=list)  # seconds per call of f, one entry per timing repeat
+
+
+def measure(problem: P.Problem, method: tuple, repeats: int) -> Row:
+    label, ours_name, tdeq_name, ours_opts, tdeq_opts = method
+    f, z0, max_iter = problem.f, problem.z0, problem.max_iter
+
+    counted = P.Counted(f)
+    z = run_ours(counted, z0, ours_name, max_iter, ours_opts)
+    ours = Side(counted.calls, float(P.true_residual(f, z).max()), z)
+    counted = P.Counted(f)
+    z = run_tdeq(counted, z0, tdeq_name, max_iter, tdeq_opts)
+    tdeq = Side(counted.calls, float(P.true_residual(f, z).max()), z)
+
+    n_calls = 10
+    z_eval = ours.z.clone()
+
+    def calls_of_f() -> None:
+        with torch.no_grad():
+            for _ in range(n_calls):
+                f(z_eval)
+
+    times = P.interleaved(
+        {
+            "ours": lambda: run_ours(P.Counted(f), z0, ours_name, max_iter, ours_opts),
+            "tdeq": lambda: run_tdeq(P.Counted(f), z0, tdeq_name, max_iter, tdeq_opts),
+            "f": calls_of_f,
+        },
+        repeats=repeats,
+    )
+    ours.time, tdeq.time = P.median(times["ours"]), P.median(times["tdeq"])
+    row = Row(problem.name, label, ours, tdeq, P.median_ratio(times["ours"], times["tdeq"]))
+    row.f_times = [t / n_calls for t in times["f"]]
+    return row
+
+
+def set_overheads(rows: list[Row]) -> None:
+    """Overhead = solver time / (NFE x t_f), t_f the median over all f timings of the problem (all methods)."""
+    t_f = P.median([t for r in rows for t in r.f_times])
+    for r in rows:
+        r.ours.overhead = r.ours.time / (r.ours.nfe * t_f)
+        r.tdeq.overhead = r.tdeq.time / (r.tdeq.nfe * t_f)
+
+
+def build_problems(quick: bool, seed: int) -> list[P.Problem]:
+    out = []
+    for kind, target, n_outliers in (
+        ("outlier", 0.99, 6),
+        ("outlier", 1.5, 6),
+        ("outlier", 0.99, 4),
+        ("gauss", 0.99, 6),
+        ("gauss", 1.5, 6),
+    ):
+        t0 = time.perf_counter()
+        max_iter = 100 if target < 1 else 200
+        out.append(P.tanh_problem(kind, target, quick=quick, seed=seed, max_iter=max_iter, n_outliers=n_outliers))
+        P.note(f"built {out[-1].name} in {time.perf_counter() - t0:.1f} s")
+    out.append(P.transformer_problem(quick=quick, seed=seed))
+    out.append(P.conv_problem(quick=quick, seed=seed))
+    return out
+
+
+def spectral_check(problem: P.Problem, rows: list[Row]) -> str:
+    """deq_core.spectral_radius at the returned iterate with the lowest true residual (over methods and libraries)."""
+    best = min((side for r in rows for side in (r.ours, r.tdeq)), key=lambda s: s.residual)
+    n_iters = 50 if problem.name.startswith("tanh") else 30
+    rho = deq_core.spectral_radius(problem.f, best.z, n_iters=n_iters, seed=0)
+    text = (
+        f"deq_core.spectral_radius (Arnoldi, {n_iters} steps) at the best returned iterate "
+        f"(true residual {P.sci(best.residual)}): min/median/max {float(rho.min()):.4f} / "
+        f"{float(rho.median()):.4f} / {float(rho.max()):.4f}"
+    )
+    return text
+
+
+def anderson_sweep(problem: P.Problem, ms: tuple[int, ...]) -> list[list[object]]:
+    rows = []
+    for m in ms:
+        cells: list[object] = [problem.name, m]
+        for run in ("ours", "tdeq"):
+            counted = P.Counted(problem.f)
+            if run == "ours":
+                z = run_ours(counted, problem.z0, "anderson", problem.max_iter, {"m": m, "beta": 1.0})
+            else:
+                z = run_tdeq(counted, problem.z0, "anderson", problem.max_iter, {"m": m, "tau": 1.0})
+            res = float(P.true_residual(problem.f, z).max())
+            cells += [counted.calls, P.sci(res)]
+        rows.append(cells)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = P.parse_args(__doc__ or "", argv)
+    P.setup_torch(args.threads)
+    from importlib.metadata import version
+
+    repeats = 2 if args.quick else 7
+    rep = P.Report()
+    rep.add(f"## Solvers: deq-core {deq_core.__version__} vs TorchDEQ {version('torchdeq')}")
+    rep.add()
+    rep.add(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), float32, tol {TOL:g} (rel), z0 = 0, "
+        f"{repeats} interleaved timing repeats{' (--quick: reduced sizes)' if args.quick else ''}. "
+        "NFE counted by a wrapper; residuals recomputed from the returned z; conv. = true residual <= tol. "
+        "Ratio = ours/TorchDEQ wall time (median of per-repeat ratios); overhead = time / (NFE x time of one f call)."
+    )
+    rep.add()
+
+    problems = build_problems(args.quick, args.seed)
+    rows: list[Row] = []
+    rep.add("### Problems")
+    rep.add()
+    checks = []
+    for problem in problems:
+        problem_rows = []
+        for method in METHODS:
+            t0 = time.perf_counter()
+            row = measure(problem, method, repeats)
+            problem_rows.append(row)
+            P.note(f"{problem.name} {method[0]}: {time.perf_counter() - t0:.1f} s")
+        set_overheads(problem_rows)
+        rows += problem_rows
+        facts = "; ".join(f"{k}: {v}" for k, v in problem.facts.items())
+        line = f"- `{problem.name}` (max_iter {problem.max_iter}): {problem.description}."
+        if facts:
+            line += f" {facts}."
+        line += " " + spectral_check(problem, problem_rows) + "."
+        checks.append(line)
+    for line in checks:
+        rep.add(line)
+    rep.add()
+
+    rep.add("### Results")
+    rep.add()
+    header = [
+        "problem", "method", "NFE ours", "NFE TDEQ", "resid ours", "resid TDEQ", "conv. ours", "conv. TDEQ",
+        "time ours/TDEQ", "overhead ours", "overhead TDEQ",
+    ]  # fmt: skip
+    table = []
+    for r in rows:
+        table.append(
+            [
+                r.problem,
+                r.method,
+                r.ours.nfe,
+                r.tdeq.nfe,
+                P.sci(r.ours.residual),
+                P.sci(r.tdeq.residual),
+                "yes" if r.ours.converged else "no",
+                "yes" if r.tdeq.converged else "no",
+                P.fmt(r.ratio),
+                P.fmt(r.ours.overhead),
+                P.fmt(r.tdeq.overhead),
+            ]
+        )
+    rep.table(header, table)
+
+    rep.add("### Targets")
+    rep.add()
+    failures = [r for r in rows if r.ours.nfe > r.tdeq.nfe]
+    worse = [r for r in rows if not r.ours.converged and r.tdeq.converged]
+    both_fail = [f"{r.problem}/{r.method}" for r in rows if not r.ours.converged and not r.tdeq.converged]
+    text = "MET"
+    if failures:
+        text = "NOT MET (" + ", ".join(f"{r.problem}/{r.method}: {r.ours.nfe} > {r.tdeq.nfe}" for r in failures) + ")"
+    rep.add(f"- Our NFE <= TorchDEQ's for the same method on every problem: {text}.")
+    if worse:
+        rep.add("  - TorchDEQ converged where we did not: " + ", ".join(f"{r.problem}/{r.method}" for r in worse) + ".")
+    if both_fail:
+        rep.add("  - Neither library converged (NFE = the iteration limit for both): " + ", ".join(both_fail) + ".")
+    for r in rows:
+        if r.problem.endswith("0.99") and r.method == "anderson defaults":
+            ok = r.ours.converged and r.ours.nfe <= 60
+            which = "the headline near-critical problem" if r.problem == HEADLINE_NEAR_CRITICAL else "the problem"
+            rep.add(
+                f"- Our Anderson (default m=8) converges on {which} {r.problem} in <= 60 NFE: "
+                f"{'MET' if ok else 'NOT MET'} ({r.ours.nfe} NFE, residual {P.sci(r.ours.residual)}; "
+                f"TorchDEQ: {r.tdeq.nfe} NFE, residual {P.sci(r.tdeq.residual)})."
+            )
+    for r in rows:
+        if r.problem == "conv" and r.method in ("anderson defaults", "broyden"):
+            ok = r.ours.overhead <= 1.5
+            rep.add(
+                f"- Our {r.method} overhead <= 1.5 on the conv problem: {'MET' if ok else 'NOT MET'} "
+                f"({P.fmt(r.ours.overhead)}; TorchDEQ {P.fmt(r.tdeq.overhead)})."
+            )
+    rep.add()
+
+    rep.add("### Anderson history size on the near-critical problems")
+    rep.add()
+    rep.add("NFE and true residual for m past (z, f(z)) pairs (m - 1 differences), same tol and max_iter.")
+    rep.add()
+    sweep = []
+    for problem in problems:
+        if problem.name.endswith("0.99"):
+            sweep += anderson_sweep(problem, (4, 6, 8, 10, 20))
+    rep.table(["problem", "m", "NFE ours", "resid ours", "NFE TDEQ", "resid TDEQ"], sweep)
+    rep.write(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
