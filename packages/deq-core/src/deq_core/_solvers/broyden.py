@@ -35,21 +35,41 @@ def _apply_transposed(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
     return _apply(vs, us, x)
 
 
+def _orthonormal_factor(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """For rows (B, M, D) spanning a subspace, (R, C) with rows^T = Q R, Q = rows^T C orthonormal (D x M).
+
+    From the Gram matrix rows rows^T = E L E^T (float64, M x M): R = L^(1/2) E^T and C = E L^(-1/2); directions with
+    eigenvalues below a relative cutoff are dropped (their columns of C are zero), so rank deficiency is harmless.
+    """
+    gram = torch.bmm(rows, rows.transpose(1, 2)).double()
+    evals, evecs = torch.linalg.eigh(gram)
+    cutoff = evals.amax(dim=1, keepdim=True).clamp_min(0) * (64 * torch.finfo(rows.dtype).eps)
+    keep = evals > cutoff
+    root = torch.where(keep, evals.clamp_min(0).sqrt(), torch.zeros_like(evals))
+    inv_root = torch.where(keep, 1 / root.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(evals))
+    return root.unsqueeze(2) * evecs.transpose(1, 2), evecs * inv_root.unsqueeze(1)
+
+
 def _reduce_rank(us: Tensor, vs: Tensor, keep: int) -> int:
     """Replace sum_i u_i v_i^T (rows of us, vs: (B, M, D)) by its best rank-``keep`` approximation, in place, in the
     first slots (the rest zeroed); returns the number of slots kept (``keep``, or D when D is smaller).
 
-    Thin QR of V and SVD of U R^T: O(D M^2) per sample, once every memory - keep iterations."""
+    With U^T = Qu Ru and V^T = Qv Rv (orthonormal Q from the M x M Gram matrices) and the small SVD Ru Rv^T = P S Y^T,
+    the best approximation is (Qu P_k S_k)(Qv Y_k)^T: the new rows are (S_k P_k^T Cu^T) U and (Y_k^T Cv^T) V. Cost:
+    four batched (M x D) products and M x M eigen/SVD problems, once every memory - keep iterations.
+    """
+    keep = min(keep, us.shape[2])  # the rank is at most min(D, M)
     if keep == 0:
         us.zero_()
         vs.zero_()
         return 0
-    q, r = torch.linalg.qr(vs.transpose(1, 2))  # V^T = Q R: (B, D, M), (B, M, M)
-    w = torch.bmm(us.transpose(1, 2), r.transpose(1, 2))  # U^T R^T, (B, D, M); low-rank part = W Q^T
-    left, sing, right_t = torch.linalg.svd(w, full_matrices=False)  # W = P S Y^T
-    keep = min(keep, sing.shape[1])  # the rank is at most min(D, M)
-    new_u = (left[:, :, :keep] * sing[:, None, :keep]).transpose(1, 2)  # (B, keep, D)
-    new_v = torch.bmm(q, right_t.transpose(1, 2)[:, :, :keep]).transpose(1, 2)  # (Q Y)^T, (B, keep, D)
+    r_u, c_u = _orthonormal_factor(us)
+    r_v, c_v = _orthonormal_factor(vs)
+    left, sing, right_t = torch.linalg.svd(torch.bmm(r_u, r_v.transpose(1, 2)))  # (B, M, M)
+    coef_u = (sing[:, :keep, None] * left[:, :, :keep].transpose(1, 2)) @ c_u.transpose(1, 2)  # (B, keep, M)
+    coef_v = right_t[:, :keep] @ c_v.transpose(1, 2)  # (B, keep, M)
+    new_u = torch.bmm(coef_u.to(us.dtype), us)
+    new_v = torch.bmm(coef_v.to(vs.dtype), vs)
     us.zero_()
     vs.zero_()
     us[:, :keep] = new_u
