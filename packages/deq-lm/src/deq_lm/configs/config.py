@@ -1,0 +1,168 @@
+"""One frozen dataclass holds every setting of a run: task, model, DEQ solver, DEQ training features, optimizer.
+
+Change a preset on the command line with ``key=value`` (``deq_core.experiment.apply_overrides``); every value is
+checked here, in ``__post_init__``, with a message that names the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Literal
+
+ModelName = Literal[
+    "deq_transformer", "deq_trellisnet", "transformer_xl", "transformer_tied", "trellisnet", "lstm", "gru", "tcn"
+]
+MODELS: tuple[str, ...] = typing.get_args(ModelName)
+DEQ_MODELS = ("deq_transformer", "deq_trellisnet")
+TRANSFORMERS = ("deq_transformer", "transformer_xl", "transformer_tied")
+Solver = Literal["anderson", "broyden", "fixed_point"]
+Backward = Literal["implicit", "phantom", "jfb"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of a run. Sizes are in units (widths), positions (lengths) or optimizer steps.
+
+    Task:
+        task: "copy_memory" (word-level corpora come with the language-modeling issue).
+        T: copy-memory horizon; sequences have T + 20 positions.
+        n_valid, n_test: sizes of the fixed evaluation sets.
+    Model:
+        model: one of MODELS. d_embed: embedding width. d_model: transformer width, or hidden width of
+        TrellisNet / LSTM / GRU / TCN. n_heads, d_head, d_ff: attention heads, head width, FFN width.
+        n_layers: depth of the explicit networks (Transformer-XL layers, unrolled cell steps, RNN layers, TCN levels).
+        mem_len: memory (past states) carried across segments. kernel, dilation: TrellisNet / TCN convolutions.
+        pre_ln: pre-LayerNorm transformer blocks. weight_norm: on the cells' linear maps. dropout: variational
+        dropout in the cells (ordinary dropout in the TCN).
+    DEQ:
+        solver, max_iter, tol, stop_mode: forward solve. backward, backward_solver, backward_max_iter, backward_tol:
+        gradient. eval_max_iter, eval_tol: limits at evaluation (None: the training ones).
+        max_iter_jitter: each training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
+        pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
+        jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
+        probability p, gamma += growth every K steps).
+    Training:
+        steps: optimizer steps. batch_size: global batch (over processes and accumulation). grad_accum: micro-batches
+        per step. lr, warmup_steps, min_lr_ratio: Adam with linear warmup, then cosine decay to lr * min_lr_ratio.
+        weight_decay, grad_clip (0: off), mixed_precision ("no", "fp16", "bf16"). eval_every, log_every,
+        save_every (0: only at the end), keep_checkpoints: steps between evaluations / log lines / checkpoints.
+        seed. stop_after: stop after this step as if interrupted (0: never; for resume tests).
+        save_grads_at: write the synchronized gradients of this step to OUTPUT_DIR (0: never; for tests).
+    """
+
+    task: Literal["copy_memory"] = "copy_memory"
+    T: int = 100
+    n_valid: int = 256
+    n_test: int = 1000
+
+    model: ModelName = "deq_transformer"
+    d_embed: int = 16
+    d_model: int = 16
+    n_heads: int = 2
+    d_head: int = 8
+    d_ff: int = 32
+    n_layers: int = 2
+    mem_len: int = 0
+    kernel: int = 2
+    dilation: int = 1
+    pre_ln: bool = False
+    weight_norm: bool = True
+    dropout: float = 0.0
+
+    solver: Solver = "anderson"
+    max_iter: int = 20
+    tol: float = 1e-3
+    stop_mode: Literal["rel", "abs"] = "rel"
+    backward: Backward = "implicit"
+    backward_solver: Solver = "anderson"
+    backward_max_iter: int = 20
+    backward_tol: float = 1e-4
+    eval_max_iter: int | None = None
+    eval_tol: float | None = None
+    max_iter_jitter: int = 0
+    pretrain_steps: int = 0
+    pretrain_depth: int = 2
+    jac_weight: float = 0.0
+    jac_prob: float = 1.0
+    jac_growth: float = 0.0
+    jac_every: int = 0
+
+    steps: int = 1000
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 1e-3
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    eval_every: int = 200
+    log_every: int = 10
+    save_every: int = 0
+    keep_checkpoints: int = 2
+    seed: int = 0
+    stop_after: int = 0
+    save_grads_at: int = 0
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+    @property
+    def is_deq(self) -> bool:
+        return self.model in DEQ_MODELS
+
+    @property
+    def seq_len(self) -> int:
+        """Positions per sequence."""
+        return self.T + 20
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def _choice(cfg: Config, key: str) -> None:
+    kind = typing.get_type_hints(Config)[key]
+    choices = typing.get_args(kind)
+    if getattr(cfg, key) not in choices:
+        raise ValueError(f"{key} must be one of {list(choices)}, got {getattr(cfg, key)!r}.")
+
+
+def _at_least(cfg: Config, minimum: float, *keys: str) -> None:
+    for key in keys:
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            raise ValueError(f"{key} must be a number >= {minimum}, got {value!r}.")
+
+
+def check_config(cfg: Config) -> None:
+    """Raise ValueError naming the key and the valid values for any setting out of range."""
+    for key in ("task", "model", "solver", "stop_mode", "backward", "backward_solver", "mixed_precision"):
+        _choice(cfg, key)
+    _at_least(cfg, 1, "T", "n_valid", "n_test", "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers")
+    _at_least(cfg, 1, "kernel", "dilation", "max_iter", "backward_max_iter", "pretrain_depth")
+    _at_least(cfg, 1, "steps", "batch_size", "grad_accum", "eval_every", "log_every", "keep_checkpoints")
+    _at_least(cfg, 0, "mem_len", "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every")
+    _at_least(cfg, 0, "warmup_steps", "weight_decay", "grad_clip", "save_every", "stop_after", "save_grads_at")
+    _at_least(cfg, 0, "seed")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}.")
+    if not 0.0 <= cfg.jac_prob <= 1.0:
+        raise ValueError(f"jac_prob must be in [0, 1], got {cfg.jac_prob}.")
+    if not 0.0 <= cfg.min_lr_ratio <= 1.0:
+        raise ValueError(f"min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}.")
+    if not cfg.lr > 0:
+        raise ValueError(f"lr must be > 0, got {cfg.lr}.")
+    for key in ("tol", "backward_tol", "eval_tol"):
+        value = getattr(cfg, key)
+        if value is not None and not value > 0:
+            raise ValueError(f"{key} must be > 0, got {value}.")
+    if cfg.eval_max_iter is not None and cfg.eval_max_iter < 1:
+        raise ValueError(f"eval_max_iter must be >= 1 or None, got {cfg.eval_max_iter}.")
+    if cfg.max_iter_jitter >= cfg.max_iter:
+        raise ValueError(f"max_iter_jitter must be < max_iter ({cfg.max_iter}), got {cfg.max_iter_jitter}.")
+    if cfg.batch_size % cfg.grad_accum:
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by grad_accum ({cfg.grad_accum}).")
+    if cfg.model in TRANSFORMERS and cfg.d_model % 2:
+        raise ValueError(f"d_model must be even for transformer models (sinusoidal positions), got {cfg.d_model}.")

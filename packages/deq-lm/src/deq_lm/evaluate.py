@@ -1,0 +1,118 @@
+"""Evaluate a checkpoint: ``python -m deq_lm.evaluate --checkpoint RUN_OR_CHECKPOINT_DIR [--split test]``.
+
+Reports the loss and the task metric, and for DEQ models sweeps the inference iteration limit and the tolerance
+(the DEQ paper's Figure 3): a table on stdout, ``sweep.json`` and ``sweep.png`` next to the checkpoint's run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from .checkpoint import load_config, resolve_checkpoint
+from .configs import Config
+from .models import SequenceModel, build_model
+from .tasks import build_task
+from .train import evaluate_split
+
+
+def load_model(checkpoint: Path) -> tuple[Config, SequenceModel, Path]:
+    """(config, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint folder."""
+    run_dir, folder = resolve_checkpoint(Path(checkpoint))
+    _, cfg = load_config(run_dir)
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights} does not exist: {folder} is not a complete checkpoint.")
+    model = build_model(cfg, build_task(cfg).vocab_size)
+    model.load_state_dict(load_file(str(weights)))
+    return cfg, model.eval(), run_dir
+
+
+def sweep(
+    cfg: Config, model: SequenceModel, split: str, max_iters: Sequence[int], tols: Sequence[float]
+) -> list[dict[str, Any]]:
+    """Evaluate ``split`` at every inference limit (with tolerance ``cfg.eval_tol or cfg.tol``) and at every
+    tolerance (with limit ``max(max_iters)``). Rows: {"max_iter", "tol", "loss", metric, "nfe_forward", "residual"}."""
+    deq = model.body.deq  # type: ignore[union-attr]
+    task = build_task(cfg)
+    saved = deq.eval_max_iter, deq.eval_tol
+    base_tol = cfg.eval_tol or cfg.tol
+    settings = [(m, base_tol) for m in max_iters] + [(max(max_iters), t) for t in tols]
+    rows = []
+    try:
+        for limit, tol in settings:
+            deq.eval_max_iter, deq.eval_tol = int(limit), float(tol)
+            rows.append(
+                {"max_iter": int(limit), "tol": float(tol), **evaluate_split(model, task, split, torch.device("cpu"))}
+            )
+    finally:
+        deq.eval_max_iter, deq.eval_tol = saved
+    return rows
+
+
+def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path: Path) -> Path:
+    """Loss and metric against the inference limit, and against the tolerance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    by_limit, by_tol = rows[:n_limits], rows[n_limits:]
+    axes[0].plot([r["max_iter"] for r in by_limit], [r["loss"] for r in by_limit], "o-", label="loss")
+    axes[0].set(xlabel="inference iteration limit", ylabel="loss", yscale="log")
+    ax2 = axes[0].twinx()
+    ax2.plot([r["max_iter"] for r in by_limit], [r[metric] for r in by_limit], "s--", color="C1")
+    ax2.set(ylabel=metric)
+    axes[1].plot([r["tol"] for r in by_tol], [r["loss"] for r in by_tol], "o-")
+    axes[1].set(xlabel="tolerance", ylabel="loss", xscale="log", yscale="log")
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path
+
+
+def _numbers(text: str, kind: type) -> list[Any]:
+    try:
+        return [kind(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__}s, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deq_lm.evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, required=True, help="a run directory or RUN/checkpoints/step_N")
+    parser.add_argument("--split", default="test", choices=["valid", "test"])
+    parser.add_argument("--max-iters", type=lambda s: _numbers(s, int), default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--tols", type=lambda s: _numbers(s, float), default=[1e-1, 1e-2, 1e-3, 1e-4])
+    parser.add_argument("--no-sweep", action="store_true", help="only the metric at the config's eval limits")
+    args = parser.parse_args(argv)
+    try:
+        cfg, model, run_dir = load_model(args.checkpoint)
+    except FileNotFoundError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    task = build_task(cfg)
+    result = evaluate_split(model, task, args.split, torch.device("cpu"))
+    print(f"{args.split}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
+    if args.no_sweep or not model.is_deq:
+        return 0
+    rows = sweep(cfg, model, args.split, args.max_iters, args.tols)
+    print(f"{'max_iter':>8} {'tol':>8} {'loss':>10} {task.metric:>8} {'nfe':>6} {'residual':>10}")
+    for r in rows:
+        line = f"{r['max_iter']:>8} {r['tol']:>8.0e} {r['loss']:>10.4g} {r[task.metric]:>8.4f}"
+        print(line + f" {r['nfe_forward']:>6.1f} {r['residual']:>10.3g}")
+    (run_dir / "sweep.json").write_text(json.dumps({"split": args.split, "rows": rows}, indent=1) + "\n")
+    plot_sweep(rows, task.metric, len(args.max_iters), run_dir / "sweep.png")
+    print(f"wrote {run_dir / 'sweep.json'} and {run_dir / 'sweep.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

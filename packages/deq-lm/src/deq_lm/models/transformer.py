@@ -1,0 +1,181 @@
+"""The DEQ-Transformer cell and the explicit Transformer-XL stack.
+
+One block (post-LN default)::
+
+    h   = LN1(z + drop(Attn([mem; z], injection)))         pre-LN: h   = z + drop(Attn(LN1([mem; z]), injection))
+    out = LN2(h + drop(FFN(h)))                                     out = h + drop(FFN(LN2(h)))
+
+Dropout is variational (one mask per segment, shared over positions and over all calls of f in a solve).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from deq_core import VariationalDropout
+
+from .attention import RelativeAttention, sinusoid_positions
+from .common import apply_weight_norm
+from .interface import BodyOutput, Control
+
+
+class TransformerBlock(nn.Module):
+    """Relative-attention block with a 2-layer position-wise FFN.
+
+    Args:
+        d_model, n_heads, d_head, d_ff: widths.
+        dropout: variational dropout on the attention and FFN outputs.
+        pre_ln: LayerNorm before each sublayer instead of after the residual sum.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float, pre_ln: bool) -> None:
+        super().__init__()
+        self.pre_ln = pre_ln
+        self.attn = RelativeAttention(d_model, n_heads, d_head)
+        self.ff1 = nn.Linear(d_model, d_ff)
+        self.ff2 = nn.Linear(d_ff, d_model)
+        self.ln1 = nn.LayerNorm(d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.drop_attn = VariationalDropout(dropout, shared_dims=(1,))
+        self.drop_ff = VariationalDropout(dropout, shared_dims=(1,))
+
+    def reset_masks(self, like: Tensor) -> None:
+        """New dropout masks for states shaped like ``like`` (B, L, d_model); once per segment."""
+        self.drop_attn.reset_mask(like)
+        self.drop_ff.reset_mask(like)
+
+    def forward(self, z: Tensor, memory: Tensor | None, pos: Tensor, injection: Tensor | None = None) -> Tensor:
+        """z: (B, L, d_model); memory: (B, M, d_model) or None; pos: (M + L, d_model). Returns (B, L, d_model)."""
+        if self.pre_ln:
+            mem = None if memory is None else self.ln1(memory)
+            h = z + self.drop_attn(self.attn(self.ln1(z), mem, pos, injection))
+            return h + self.drop_ff(self.ff2(torch.relu(self.ff1(self.ln2(h)))))
+        h = self.ln1(z + self.drop_attn(self.attn(z, memory, pos, injection)))
+        return self.ln2(h + self.drop_ff(self.ff2(torch.relu(self.ff1(h)))))
+
+
+def distance_encodings(k_len: int, d_model: int, like: Tensor) -> Tensor:
+    """(k_len, d_model) encodings of distances k_len - 1, ..., 0, in the dtype and device of ``like``."""
+    distances = torch.arange(k_len - 1, -1, -1, device=like.device)
+    return sinusoid_positions(distances, d_model).to(like.dtype)
+
+
+@dataclass
+class TransformerContext:
+    """What the DEQ-Transformer cell computes once per segment."""
+
+    injection: Tensor  # (B, L, 3 H dh)
+    memory: Tensor | None  # (B, M, d_model)
+    pos: Tensor  # (M + L, d_model)
+    shape: tuple[int, int, int]  # (B, L, d_model)
+
+
+class DEQTransformerCell(nn.Module):
+    """f(z; x, mem) = Block(z | [mem; z], injection U x added to Q, K, V).
+
+    Args:
+        d_in: width of the embedded input.
+        d_model, n_heads, d_head, d_ff, dropout, pre_ln: of the block.
+        mem_len: number of past equilibrium states kept as memory for the next segment (0: none).
+        weight_norm: weight-normalize every linear map.
+
+    State: z (B, L, d_model); segment state: memory (B, <= mem_len, d_model) or None.
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        d_ff: int,
+        mem_len: int = 0,
+        dropout: float = 0.0,
+        pre_ln: bool = False,
+        weight_norm: bool = True,
+    ) -> None:
+        super().__init__()
+        if mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}.")
+        self.d_model, self.mem_len = d_model, mem_len
+        self.inject = nn.Linear(d_in, 3 * n_heads * d_head)
+        self.block = TransformerBlock(d_model, n_heads, d_head, d_ff, dropout, pre_ln)
+        self.final_norm: nn.Module = nn.LayerNorm(d_model) if pre_ln else nn.Identity()
+        if weight_norm:
+            apply_weight_norm(self)
+
+    def setup(self, x: Tensor, state: Any) -> TransformerContext:
+        memory = state
+        batch, length, _ = x.shape
+        mem_slots = 0 if memory is None else memory.shape[1]
+        injection = self.inject(x)
+        like = injection.new_zeros(batch, length, self.d_model)
+        self.block.reset_masks(like)
+        pos = distance_encodings(mem_slots + length, self.d_model, injection)
+        return TransformerContext(injection, memory, pos, (batch, length, self.d_model))
+
+    def initial(self, ctx: TransformerContext) -> Tensor:
+        return ctx.injection.new_zeros(ctx.shape)
+
+    def f(self, z: Tensor, ctx: TransformerContext) -> Tensor:
+        return self.block(z, ctx.memory, ctx.pos, ctx.injection)
+
+    def readout(self, z: Tensor, ctx: TransformerContext) -> Tensor:
+        return self.final_norm(z)
+
+    def next_state(self, z: Tensor, ctx: TransformerContext) -> Tensor | None:
+        if self.mem_len == 0:
+            return None
+        cat = z if ctx.memory is None else torch.cat([ctx.memory, z], dim=1)
+        return cat[:, -self.mem_len :].detach()
+
+
+class TransformerXLBody(nn.Module):
+    """Explicit L-layer Transformer-XL with untied layers: z_0 = P x, z_{i+1} = Block_i(z_i | [mem_i; z_i]).
+
+    Segment state: a list of L memories (the inputs of each layer, detached), or None.
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        d_ff: int,
+        n_layers: int,
+        mem_len: int = 0,
+        dropout: float = 0.0,
+        pre_ln: bool = False,
+        weight_norm: bool = True,
+    ) -> None:
+        super().__init__()
+        if mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}.")
+        self.d_model, self.mem_len = d_model, mem_len
+        self.project = nn.Linear(d_in, d_model)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, n_heads, d_head, d_ff, dropout, pre_ln) for _ in range(n_layers)
+        )
+        self.final_norm: nn.Module = nn.LayerNorm(d_model) if pre_ln else nn.Identity()
+        if weight_norm:
+            apply_weight_norm(self)
+
+    def forward(self, x: Tensor, state: Any = None, control: Control | None = None) -> BodyOutput:
+        """x: (B, L, d_in) -> hidden (B, L, d_model); ``control`` is ignored (no solver)."""
+        memories = state if state is not None else [None] * len(self.blocks)
+        z = self.project(x)
+        new_memories = []
+        for block, memory in zip(self.blocks, memories):
+            block.reset_masks(z)
+            mem_slots = 0 if memory is None else memory.shape[1]
+            pos = distance_encodings(mem_slots + z.shape[1], self.d_model, z)
+            if self.mem_len > 0:
+                cat = z if memory is None else torch.cat([memory, z], dim=1)
+                new_memories.append(cat[:, -self.mem_len :].detach())
+            z = block(z, memory, pos)
+        return BodyOutput(self.final_norm(z), new_memories if self.mem_len > 0 else None, None)

@@ -1,0 +1,65 @@
+import dataclasses
+
+import pytest
+
+from deq_lm.configs import MODELS, PRESETS, Config, get_config
+from deq_lm.models import build_model, count_parameters
+
+
+def test_every_preset_builds_and_every_model_has_a_tiny_preset():
+    for name, cfg in PRESETS.items():
+        assert isinstance(cfg, Config), name
+        build_model(cfg, 10)
+    assert {f"tiny-{m.replace('_', '-')}" for m in MODELS} <= set(PRESETS)
+
+
+def test_presets_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        get_config("tiny-lstm").lr = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("model", "low", "high"),
+    [("deq-transformer", 13_000, 15_000), ("lstm", 13_000, 15_000), ("gru", 13_000, 15_000), ("tcn", 15_000, 17_000)],
+)
+def test_copy_memory_models_have_the_papers_budget(model, low, high):
+    for prefix in ("copy", "copy400"):
+        cfg = get_config(f"{prefix}-{model}")
+        assert low <= count_parameters(build_model(cfg, 10)) <= high
+    assert get_config(f"copy400-{model}").T == 400 and get_config(f"copy-{model}").T >= 100
+
+
+def test_copy_table_models_share_one_budget():
+    table = ("copy-deq-transformer", "copy-tcn", "copy-lstm", "copy-gru")
+    budgets = {(c.T, c.steps, c.batch_size, c.lr, c.grad_clip) for n, c in PRESETS.items() if n in table}
+    assert len(budgets) == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"mem_len": -1}, "mem_len must be a number >= 0"),
+        ({"model": "rnn"}, "model must be one of"),
+        ({"dropout": 1.0}, "dropout must be in [0, 1)"),
+        ({"max_iter_jitter": 20}, "max_iter_jitter must be < max_iter"),
+        ({"d_model": 7, "model": "deq_transformer"}, "d_model must be even"),
+        ({"tol": 0.0}, "tol must be > 0"),
+        ({"jac_prob": 2.0}, "jac_prob must be in [0, 1]"),
+    ],
+)
+def test_bad_values_raise_with_the_key(changes, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        dataclasses.replace(get_config("tiny-lstm"), **changes)
+
+
+def test_main_job_is_the_deq_transformer_on_copy_memory():
+    from deq_lm.train import MAIN_JOB, build_parser
+
+    assert build_parser().parse_args([]).config == MAIN_JOB
+    cfg = get_config(MAIN_JOB)
+    assert cfg.model == "deq_transformer" and cfg.task == "copy_memory" and cfg.T >= 100
+
+
+def test_unknown_preset_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="valid configs: .*tiny-gru"):
+        get_config("copy-rnn")

@@ -1,0 +1,98 @@
+"""The DEQ's z* is the limit of its weight-tied network; dropout masks stay fixed within a solve."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import strengthen_injection
+from deq_lm.configs import get_config
+from deq_lm.models import UnrolledBody, build_model
+
+
+def _deq(name: str, **changes):
+    cfg = dataclasses.replace(get_config(name), **{"eval_max_iter": 400, "eval_tol": 1e-10, **changes})
+    torch.manual_seed(0)
+    model = build_model(cfg, 10).double().eval()
+    if cfg.model == "deq_transformer":
+        strengthen_injection(model.body.cell, factor=30.0)
+    return model
+
+
+def _unroll_until_converged(model, x, state=None, max_depth=2000):
+    """Hidden states of the weight-tied network with the DEQ's own cell, deepened until two depths agree."""
+    unrolled = UnrolledBody(model.body.cell, depth=1)
+    emb = model.embed(x)
+    previous = None
+    depth = 8
+    while depth <= max_depth:
+        hidden = unrolled(emb, state, depth=depth).hidden
+        if previous is not None and (hidden - previous).abs().max() < 1e-12:
+            return hidden, depth
+        previous, depth = hidden, depth * 2
+    raise AssertionError(f"the weight-tied network did not converge within {max_depth} layers")
+
+
+@pytest.mark.parametrize("name", ["tiny-deq-transformer", "tiny-deq-trellisnet"])
+@pytest.mark.parametrize("solver", ["anderson", "broyden", "fixed_point"])
+def test_deq_fixed_point_equals_unrolled_limit(name, solver):
+    model = _deq(name, solver=solver, eval_tol=1e-10)
+    x = torch.randint(0, 10, (3, 14), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(x)
+        limit, depth = _unroll_until_converged(model, x)
+        shallow = UnrolledBody(model.body.cell, depth=2)(model.embed(x)).hidden
+    assert bool(out.info.converged.all()), out.info.residual
+    assert torch.allclose(out.hidden, limit, atol=1e-7, rtol=0), (out.hidden - limit).abs().max()
+    assert not torch.allclose(shallow, limit, atol=1e-3)  # a shallow network is not the equilibrium
+
+
+def test_deq_transformer_with_memory_equals_unrolled_limit():
+    model = _deq("tiny-deq-transformer", mem_len=6)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        memory = model(torch.randint(0, 10, (2, 9), generator=gen)).state
+        assert memory.shape == (2, 6, 8)
+        x = torch.randint(0, 10, (2, 7), generator=gen)
+        out = model(x, memory)
+        limit, _ = _unroll_until_converged(model, x, memory)
+    assert torch.allclose(out.hidden, limit, atol=1e-7, rtol=0)
+
+
+def test_explicit_tied_transformer_is_the_deq_cell_unrolled():
+    """transformer_tied with n_layers = L computes exactly L applications of the DEQ-Transformer cell."""
+    tied_cfg = get_config("tiny-transformer-tied")
+    deq_cfg = dataclasses.replace(
+        get_config("tiny-deq-transformer"),
+        **{k: getattr(tied_cfg, k) for k in ("d_model", "n_heads", "d_head", "d_ff")},
+    )
+    torch.manual_seed(0)
+    tied = build_model(tied_cfg, 10).eval()
+    deq = build_model(deq_cfg, 10).eval()
+    deq.load_state_dict(tied.state_dict(), strict=False)
+    deq.body.cell.load_state_dict(tied.body.cell.state_dict())
+    x = torch.randint(0, 10, (2, 10))
+    with torch.no_grad():
+        a = tied(x).logits
+        b = deq(x, unroll=tied_cfg.n_layers).logits
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_variational_dropout_masks_fixed_within_a_solve():
+    cfg = dataclasses.replace(get_config("tiny-deq-transformer"), dropout=0.3)
+    torch.manual_seed(0)
+    model = build_model(cfg, 10).train()
+    cell = model.body.cell
+    x = model.embed(torch.randint(0, 10, (2, 9)))
+    z = torch.randn(2, 9, cfg.d_model)
+    with torch.no_grad():
+        ctx = cell.setup(x, None)
+        first, again = cell.f(z, ctx), cell.f(z, ctx)
+        cell.setup(x, None)  # a new segment draws new masks
+        other = cell.f(z, ctx)
+    assert torch.equal(first, again)
+    assert not torch.allclose(first, other)
+    mask = cell.block.drop_ff.mask
+    assert mask.shape == (2, 1, cfg.d_model)  # shared over positions
+    values = mask.unique()
+    assert len(values) == 2 and values[0] == 0.0 and abs(float(values[1]) - 1 / 0.7) < 1e-6

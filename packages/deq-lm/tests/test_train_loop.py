@@ -1,0 +1,132 @@
+"""The training loop: CLI runs on tiny settings, resume after an interruption, evaluation, config errors."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_module
+from deq_core.experiment import read_metrics
+from deq_lm.configs import get_config
+from deq_lm.evaluate import main as evaluate_main
+from deq_lm.train import main, train
+
+DEQ_KEYS = {"step", "split", "loss", "acc", "nfe_forward", "nfe_backward", "residual", "lr", "tokens_per_s"}
+
+
+def _train_losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r["split"] == "train"}
+
+
+def test_cli_tiny_deq_run_writes_metrics_checkpoint_and_plot(tmp_path):
+    out = tmp_path / "run"
+    proc = run_module(
+        "deq_lm.train", "--config", "tiny-deq-transformer", "--output-dir", str(out), "steps=8", "pretrain_steps=2",
+        "jac_weight=0.5", "jac_prob=0.5", "max_iter_jitter=3", "grad_accum=2", "dropout=0.1", "eval_every=4",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "final (step 8)" in proc.stdout and "NFE forward" in proc.stdout
+    records = read_metrics(out / "metrics.jsonl")
+    train_records = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train_records] == list(range(1, 9))
+    assert DEQ_KEYS <= set(train_records[-1])
+    assert [r["mode"] for r in train_records[:3]] == ["unrolled", "unrolled", "solve"]
+    assert any("jacobian_loss" in r for r in train_records)
+    valid = [r for r in records if r["split"] == "valid"]
+    assert [r["step"] for r in valid] == [4, 8] and valid[-1]["loss"] < train_records[0]["loss"]
+    assert [r["split"] for r in records].count("test") == 1
+    assert (out / "training.png").stat().st_size > 1000
+    assert json.loads((out / "config.json").read_text())["config"]["grad_accum"] == 2
+    assert len(list((out / "checkpoints").iterdir())) == 1
+
+    proc = run_module("deq_lm.evaluate", "--checkpoint", str(out), "--max-iters", "1,4", "--tols", "1e-2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [r["max_iter"] for r in sweep] == [1, 4, 4]
+    assert sweep[0]["nfe_forward"] == 1 and sweep[0]["residual"] > sweep[1]["residual"]
+    assert (out / "sweep.png").is_file()
+
+
+@pytest.mark.parametrize("config", ["tiny-lstm", "tiny-deq-trellisnet", "tiny-transformer-xl"])
+def test_loop_lowers_the_loss_of_other_models(tmp_path, config):
+    summary = train(dataclasses.replace(get_config(config), steps=10), tmp_path / "r", name=config)
+    losses = _train_losses(tmp_path / "r")
+    assert losses[10] < 0.95 * losses[1]
+    assert summary["test_loss"] < losses[1]
+
+
+def test_resume_after_interruption_gives_the_same_losses(tmp_path):
+    """Dropout, the Jacobian draws, the iteration jitter and the pretraining switch all depend on state that a
+    checkpoint must restore (RNG, step)."""
+    cfg = dataclasses.replace(
+        get_config("tiny-deq-transformer"), steps=8, dropout=0.2, jac_weight=0.5, jac_prob=0.5, max_iter_jitter=3,
+        pretrain_steps=3, eval_every=2,
+    )  # fmt: skip
+    full = train(cfg, tmp_path / "full", name="full")
+    stopped = train(dataclasses.replace(cfg, stop_after=5), tmp_path / "cut", name="cut")
+    assert stopped["step"] == 5
+    assert max(_train_losses(tmp_path / "cut")) == 5
+    assert (tmp_path / "cut" / "checkpoints" / "step_0000005" / "memory_rank0.pt").is_file()
+    resumed = train(cfg, tmp_path / "cut", name="cut", resume=True)
+    a, b = _train_losses(tmp_path / "full"), _train_losses(tmp_path / "cut")
+    assert sorted(b) == list(range(1, 9))  # no step logged twice
+    for step in range(6, 9):
+        assert a[step] == pytest.approx(b[step], rel=1e-6, abs=0), step
+    assert full["test_loss"] == pytest.approx(resumed["test_loss"], rel=1e-6)
+
+
+def test_resume_refuses_a_different_model(tmp_path):
+    cfg = dataclasses.replace(get_config("tiny-gru"), steps=2)
+    train(cfg, tmp_path / "r")
+    with pytest.raises(ValueError, match="d_model: 12 -> 16"):
+        train(dataclasses.replace(cfg, d_model=16), tmp_path / "r", resume=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--config", "nope"], "unknown config 'nope'; valid configs: copy-deq-transformer"),
+        (["--config", "tiny-lstm", "colour=red"], "unknown config key 'colour'; valid keys: task, T,"),
+        (["--config", "tiny-lstm", "steps=ten"], "steps must be an integer"),
+        (["--config", "tiny-lstm", "mem_len=-1"], "mem_len must be a number >= 0, got -1"),
+        (["--config", "tiny-lstm", "model=rnn"], "model must be one of ['deq_transformer', 'deq_trellisnet'"),
+        (["--config", "tiny-lstm", "solver=newton"], "solver must be one of ['anderson', 'broyden', 'fixed_point']"),
+        (["--config", "tiny-lstm", "batch_size=9", "grad_accum=2"], "batch_size (9) must be divisible by grad_accum"),
+        (["--config", "tiny-lstm", "steps"], "not of the form key=value"),
+    ],
+)
+def test_config_errors_are_clear(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--output-dir", str(tmp_path / "r")])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_config_error_exits_2_with_the_message(tmp_path):
+    proc = run_module("deq_lm.train", "--config", "tiny-lstm", "mem_len=-1", cwd=tmp_path)
+    assert proc.returncode == 2 and "mem_len must be a number >= 0, got -1" in proc.stderr
+
+
+def test_evaluate_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate_main(["--checkpoint", str(tmp_path / "missing")])
+    assert exit_info.value.code == 2 and "neither a run directory" in capsys.readouterr().err
+
+
+def test_train_state_saves_each_process_memory(tmp_path):
+    import torch
+
+    from deq_lm.checkpoint import TrainState
+
+    state = TrainState()
+    state.step, state.memory = 7, [torch.arange(6.0).reshape(1, 2, 3), None]
+    state.save_memory(tmp_path, rank=1)
+    loaded = TrainState()
+    loaded.load_state_dict(state.state_dict())
+    loaded.load_memory(tmp_path, rank=1)
+    assert loaded.step == 7 and torch.equal(loaded.memory[0], state.memory[0]) and loaded.memory[1] is None
+    with pytest.raises(FileNotFoundError, match="different number of processes"):
+        loaded.load_memory(tmp_path, rank=0)
