@@ -57,7 +57,7 @@ def anderson(run: SolveRun, x0: Tensor, *, m: int = 8, beta: float = 1.0, reg: f
     check_options(m=m, beta=beta, reg=reg)
     batch, dim = x0.shape
     slots = m - 1
-    dz_hist = x0.new_zeros(batch, max(slots, 1), dim)
+    step_hist = x0.new_zeros(batch, max(slots, 1), dim)  # dZ_i + beta dG_i, the columns the step subtracts
     dg_hist = x0.new_zeros(batch, max(slots, 1), dim)
     gram = x0.new_zeros(batch, max(slots, 1), max(slots, 1))  # dg_i . dg_j, updated one row per iteration
     x, _, gx = run.evaluate(x0)
@@ -66,15 +66,14 @@ def anderson(run: SolveRun, x0: Tensor, *, m: int = 8, beta: float = 1.0, reg: f
         step = x + beta * gx
         n = min(k, slots)
         if n > 0:
-            dz, dg = dz_hist[:, :n], dg_hist[:, :n]
-            rhs = torch.bmm(gx.unsqueeze(1), dg.transpose(1, 2)).squeeze(1)  # (B, n)
+            rhs = torch.bmm(gx.unsqueeze(1), dg_hist[:, :n].transpose(1, 2)).squeeze(1)  # (B, n)
             gamma = _mixing_weights(gram[:, :n, :n], rhs, reg).to(x.dtype).unsqueeze(1)  # (B, 1, n)
-            step = step - torch.bmm(gamma, dz).squeeze(1) - beta * torch.bmm(gamma, dg).squeeze(1)
+            step = step - torch.bmm(gamma, step_hist[:, :n]).squeeze(1)
         x_new, _, g_new = run.evaluate(run.freeze(step, x))
         if slots > 0:
             slot = k % slots
-            dz_hist[:, slot] = x_new - x
             dg_hist[:, slot] = g_new - gx
+            step_hist[:, slot] = x_new - x + beta * dg_hist[:, slot]
             k += 1
             n = min(k, slots)
             row = torch.bmm(dg_hist[:, slot].unsqueeze(1), dg_hist[:, :n].transpose(1, 2)).squeeze(1)  # (B, n)
