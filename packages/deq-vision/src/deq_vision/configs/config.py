@@ -1,0 +1,186 @@
+"""One frozen dataclass holds every setting of a run: data, model, DEQ solver, DEQ training features, optimizer.
+
+Change a preset on the command line with ``key=value`` (``deq_core.experiment.apply_overrides``); every value is
+checked here, in ``__post_init__``, with a message that names the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Literal
+
+DatasetName = Literal["cifar10", "imagenet", "digits"]
+Solver = Literal["anderson", "broyden", "fixed_point"]
+NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10}
+IN_CHANS = {"cifar10": 3, "imagenet": 3, "digits": 1}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of a run. Sizes in pixels, lengths in optimizer steps.
+
+    Data:
+        dataset: "cifar10" (DATA_DIR/cifar-10-batches-py), "imagenet" (DATA_DIR/train, DATA_DIR/val ImageFolders)
+        or "digits" (scikit-learn's 8x8 digits, offline). image_size: network input side (digits are upsampled).
+        train_limit, eval_limit: use only the first N images of a split (0: all; for quick runs and tests).
+        num_workers: DataLoader workers.
+    Augmentation (timm's create_transform; Mixup/CutMix from timm.data.Mixup):
+        augment: random resized crop + flips + color jitter in training (False: resize only). scale_min: lower
+        bound of the crop's area fraction. hflip: horizontal flip probability. color_jitter, auto_augment (e.g.
+        "rand-m9-mstd0.5"; None: off). mixup, cutmix: alphas (0: off). label_smoothing.
+    Model:
+        model: a timm name (``mdeq_*`` registered by deq_vision, or e.g. "resnet18"). dropout: variational dropout
+        of the MDEQ blocks (None: the architecture's default). drop_rate: dropout before the classifier.
+    DEQ (MDEQs only):
+        solver, max_iter, tol, stop_mode: forward solve. backward_solver, backward_max_iter, backward_tol: implicit
+        backward. eval_max_iter, eval_tol: inference limits (None: the training ones). max_iter_jitter: each
+        training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
+        pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
+        jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
+        probability p, gamma += growth every K steps). jac_stop: no regularization from this step on (0: never
+        stops; the JR paper's CIFAR run stops it after epoch 90).
+    Training:
+        steps: optimizer steps. batch_size: global batch (over processes and accumulation). grad_accum.
+        opt: timm optimizer name ("adam", "sgd", "adamw", ...). lr, weight_decay, momentum (sgd).
+        sched: timm scheduler name ("cosine", "step", ...), over steps. warmup_steps, warmup_lr, min_lr.
+        grad_clip (0: off). mixed_precision ("no", "fp16", "bf16"). ema_decay (0: no model EMA; else timm's
+        ModelEmaV3, evaluated alongside). eval_every, log_every, save_every (0: only at the end),
+        keep_checkpoints. seed. stop_after: stop after this step as if interrupted (0: never; for resume tests).
+    """
+
+    dataset: DatasetName = "cifar10"
+    image_size: int = 32
+    train_limit: int = 0
+    eval_limit: int = 0
+    num_workers: int = 0
+
+    augment: bool = True
+    scale_min: float = 0.35
+    hflip: float = 0.5
+    color_jitter: float = 0.0
+    auto_augment: str | None = None
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    label_smoothing: float = 0.0
+
+    model: str = "mdeq_tiny_cifar10"
+    dropout: float | None = None
+    drop_rate: float = 0.0
+
+    solver: Solver = "broyden"
+    max_iter: int = 18
+    tol: float = 1e-3
+    stop_mode: Literal["rel", "abs"] = "rel"
+    backward_solver: Solver = "broyden"
+    backward_max_iter: int = 20
+    backward_tol: float = 1e-3
+    eval_max_iter: int | None = None
+    eval_tol: float | None = None
+    max_iter_jitter: int = 0
+    pretrain_steps: int = 0
+    pretrain_depth: int = 2
+    jac_weight: float = 0.0
+    jac_prob: float = 1.0
+    jac_growth: float = 0.0
+    jac_every: int = 0
+    jac_stop: int = 0
+
+    steps: int = 1000
+    batch_size: int = 128
+    grad_accum: int = 1
+    opt: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    sched: str = "cosine"
+    warmup_steps: int = 0
+    warmup_lr: float = 1e-5
+    min_lr: float = 0.0
+    grad_clip: float = 0.0
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    ema_decay: float = 0.0
+    eval_every: int = 1000
+    log_every: int = 50
+    save_every: int = 0
+    keep_checkpoints: int = 2
+    seed: int = 0
+    stop_after: int = 0
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+    @property
+    def is_deq(self) -> bool:
+        return self.model.startswith("mdeq_")
+
+    @property
+    def num_classes(self) -> int:
+        return NUM_CLASSES[self.dataset]
+
+    @property
+    def in_chans(self) -> int:
+        return IN_CHANS[self.dataset]
+
+    def deq_settings(self) -> dict[str, object]:
+        """Keyword arguments of the MDEQ constructor set by this config."""
+        settings: dict[str, object] = dict(
+            solver=self.solver, max_iter=self.max_iter, tol=self.tol, stop_mode=self.stop_mode,
+            backward_solver=self.backward_solver, backward_max_iter=self.backward_max_iter,
+            backward_tol=self.backward_tol, eval_max_iter=self.eval_max_iter, eval_tol=self.eval_tol,
+        )  # fmt: skip
+        if self.dropout is not None:
+            settings["dropout"] = self.dropout
+        return settings
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def _choice(cfg: Config, key: str) -> None:
+    choices = typing.get_args(typing.get_type_hints(Config)[key])
+    if getattr(cfg, key) not in choices:
+        raise ValueError(f"{key} must be one of {list(choices)}, got {getattr(cfg, key)!r}.")
+
+
+def _at_least(cfg: Config, minimum: float, *keys: str) -> None:
+    for key in keys:
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            raise ValueError(f"{key} must be a number >= {minimum}, got {value!r}.")
+
+
+def _fraction(cfg: Config, *keys: str, closed: bool = True) -> None:
+    for key in keys:
+        value = getattr(cfg, key)
+        if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0):
+            raise ValueError(f"{key} must be in [0, 1{']' if closed else ')'}, got {value}.")
+
+
+def check_config(cfg: Config) -> None:
+    """Raise ValueError naming the key and the valid values for any setting out of range."""
+    for key in ("dataset", "solver", "stop_mode", "backward_solver", "mixed_precision"):
+        _choice(cfg, key)
+    _at_least(cfg, 1, "image_size", "max_iter", "backward_max_iter", "pretrain_depth", "steps", "batch_size")
+    _at_least(cfg, 1, "grad_accum", "eval_every", "log_every", "keep_checkpoints")
+    _at_least(cfg, 0, "train_limit", "eval_limit", "num_workers", "mixup", "cutmix", "drop_rate", "max_iter_jitter")
+    _at_least(cfg, 0, "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop", "weight_decay", "momentum")
+    _at_least(cfg, 0, "warmup_steps", "warmup_lr", "min_lr", "grad_clip", "save_every", "seed", "stop_after")
+    _fraction(cfg, "scale_min", "hflip", "jac_prob", "label_smoothing", "ema_decay")
+    _fraction(cfg, "drop_rate", closed=False)
+    if cfg.dropout is not None and not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1) or None, got {cfg.dropout}.")
+    for key in ("lr", "tol", "backward_tol"):
+        if not getattr(cfg, key) > 0:
+            raise ValueError(f"{key} must be > 0, got {getattr(cfg, key)}.")
+    if cfg.eval_tol is not None and not cfg.eval_tol > 0:
+        raise ValueError(f"eval_tol must be > 0 or None, got {cfg.eval_tol}.")
+    if cfg.eval_max_iter is not None and cfg.eval_max_iter < 1:
+        raise ValueError(f"eval_max_iter must be >= 1 or None, got {cfg.eval_max_iter}.")
+    if cfg.max_iter_jitter >= cfg.max_iter:
+        raise ValueError(f"max_iter_jitter must be < max_iter ({cfg.max_iter}), got {cfg.max_iter_jitter}.")
+    if cfg.batch_size % cfg.grad_accum:
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by grad_accum ({cfg.grad_accum}).")
+    if not cfg.model.strip():
+        raise ValueError("model must be a timm model name, e.g. mdeq_tiny_cifar10 or resnet18.")

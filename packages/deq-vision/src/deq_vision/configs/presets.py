@@ -1,0 +1,188 @@
+"""Named presets.
+
+Paper presets (sized for GPUs; hyperparameters of the MDEQ paper's and the JR paper's released configurations,
+epochs converted to optimizer steps at the given global batch):
+
+- ``cifar10-mdeq-tiny``, ``cifar10-mdeq-large``, ``cifar10-mdeq-large-jr``
+- ``imagenet-mdeq-small``, ``imagenet-mdeq-small-jr``, ``imagenet-mdeq-large``, ``imagenet-mdeq-large-jr``
+- ``cifar10-resnet18``, ``cifar10-resnet101``, ``imagenet-resnet18``, ``imagenet-resnet101``: timm's ResNets through
+  the same pipeline (standard SGD recipes, not from the papers).
+
+CPU presets: ``digits-mdeq``, ``digits-mdeq-jr``, ``digits-resnet`` (one budget: the CPU-scale result of the README)
+and ``tiny-mdeq``, ``tiny-mdeq-jr``, ``tiny-resnet`` (a few seconds each, on a tiny CIFAR-format folder; for tests).
+"""
+
+from __future__ import annotations
+
+from .config import Config
+
+CIFAR_TRAIN, IMAGENET_TRAIN = 50_000, 1_281_167
+
+
+def _steps(epochs: int, n_train: int, batch: int) -> int:
+    return -(-epochs * n_train // batch)
+
+
+_CIFAR_MDEQ = dict(
+    dataset="cifar10",
+    image_size=32,
+    solver="broyden",
+    backward_solver="broyden",
+    stop_mode="rel",
+    tol=1e-3,
+    backward_tol=1e-3,
+    opt="adam",
+    lr=1e-3,
+    sched="cosine",
+    eval_every=2000,
+    log_every=100,
+    save_every=2000,
+)
+_IMAGENET = dict(
+    dataset="imagenet",
+    image_size=224,
+    scale_min=0.08,
+    color_jitter=0.4,
+    batch_size=128,
+    opt="sgd",
+    momentum=0.9,
+    sched="cosine",
+    steps=_steps(100, IMAGENET_TRAIN, 128),
+    eval_every=20_000,
+    log_every=500,
+    save_every=10_000,
+)
+_IMAGENET_MDEQ = dict(
+    **_IMAGENET,
+    solver="broyden",
+    backward_solver="broyden",
+    stop_mode="abs",
+    tol=1e-3,
+    backward_tol=1e-3,
+    pretrain_steps=510_000,
+    pretrain_depth=2,
+)
+
+PAPER: dict[str, dict[str, object]] = {
+    # MDEQ paper, CIFAR-10 (no augmentation for the small model): 2 branches, 50 epochs at batch 128.
+    "cifar10-mdeq-tiny": dict(
+        **_CIFAR_MDEQ, model="mdeq_tiny_cifar10", augment=False, batch_size=128, weight_decay=2.5e-6,
+        max_iter=18, backward_max_iter=20, steps=_steps(50, CIFAR_TRAIN, 128), pretrain_steps=3000,
+    ),
+    # MDEQ paper, CIFAR-10 with augmentation: 4 branches, ~10M parameters, 220 epochs at batch 128.
+    "cifar10-mdeq-large": dict(
+        **_CIFAR_MDEQ, model="mdeq_large_cifar10", batch_size=128, max_iter=18, backward_max_iter=20,
+        steps=_steps(220, CIFAR_TRAIN, 128), pretrain_steps=20_000,
+    ),
+    # JR paper: the same network, 8 forward / 7 backward iterations (+-2 jitter), JR p=0.02, gamma=0.4 until
+    # epoch 90, dropout 0.22, batch 96.
+    "cifar10-mdeq-large-jr": dict(
+        **_CIFAR_MDEQ, model="mdeq_large_cifar10", batch_size=96, dropout=0.22, max_iter=8, max_iter_jitter=2,
+        backward_max_iter=7, steps=_steps(220, CIFAR_TRAIN, 96), pretrain_steps=16_000, jac_weight=0.4,
+        jac_prob=0.02, jac_stop=_steps(90, CIFAR_TRAIN, 96),
+    ),
+    "imagenet-mdeq-small": dict(
+        **_IMAGENET_MDEQ, model="mdeq_small_imagenet", lr=0.05, weight_decay=5e-5, max_iter=26, backward_max_iter=27,
+    ),
+    "imagenet-mdeq-small-jr": dict(
+        **_IMAGENET_MDEQ, model="mdeq_small_imagenet", lr=0.04, weight_decay=2e-5, dropout=0.02, max_iter=14,
+        max_iter_jitter=2, backward_max_iter=14, jac_weight=2.5, jac_prob=0.08,
+    ),
+    "imagenet-mdeq-large": dict(
+        **_IMAGENET_MDEQ, model="mdeq_large_imagenet", lr=0.05, weight_decay=1e-4, max_iter=26, backward_max_iter=27,
+    ),
+    "imagenet-mdeq-large-jr": dict(
+        **_IMAGENET_MDEQ, model="mdeq_large_imagenet", lr=0.05, weight_decay=1e-4, max_iter=14, max_iter_jitter=2,
+        backward_max_iter=14, jac_weight=3.0, jac_prob=0.08,
+    ),
+    "cifar10-resnet18": dict(
+        dataset="cifar10", model="resnet18", batch_size=128, opt="sgd", lr=0.1, weight_decay=5e-4,
+        steps=_steps(200, CIFAR_TRAIN, 128), eval_every=2000, log_every=100, save_every=2000,
+    ),
+    "cifar10-resnet101": dict(
+        dataset="cifar10", model="resnet101", batch_size=128, opt="sgd", lr=0.1, weight_decay=5e-4,
+        steps=_steps(200, CIFAR_TRAIN, 128), eval_every=2000, log_every=100, save_every=2000,
+    ),
+    "imagenet-resnet18": dict(**{**_IMAGENET, "steps": _steps(90, IMAGENET_TRAIN, 128)}, model="resnet18", lr=0.05,
+                              weight_decay=1e-4),
+    "imagenet-resnet101": dict(**{**_IMAGENET, "steps": _steps(90, IMAGENET_TRAIN, 128)}, model="resnet101", lr=0.05,
+                               weight_decay=1e-4),
+}  # fmt: skip
+
+# CPU-scale result: 16x16 digits, one budget (400 steps of 64 images, Adam 2e-3 with cosine decay) for all three.
+_DIGITS = dict(
+    dataset="digits",
+    image_size=16,
+    scale_min=0.6,
+    hflip=0.0,
+    steps=400,
+    batch_size=64,
+    opt="adam",
+    lr=2e-3,
+    warmup_steps=20,
+    sched="cosine",
+    min_lr=1e-5,
+    eval_every=100,
+    log_every=20,
+    save_every=200,
+)
+_DIGITS_MDEQ = dict(
+    _DIGITS,
+    model="mdeq_mini",
+    solver="broyden",
+    backward_solver="broyden",
+    max_iter=12,
+    backward_max_iter=12,
+    tol=1e-3,
+    backward_tol=1e-3,
+    eval_max_iter=30,
+    pretrain_steps=100,
+    pretrain_depth=4,
+)
+CPU: dict[str, dict[str, object]] = {
+    "digits-mdeq": _DIGITS_MDEQ,
+    "digits-mdeq-jr": dict(_DIGITS_MDEQ, jac_weight=1.0, jac_prob=0.5),
+    "digits-resnet": dict(_DIGITS, model="resnet_mini"),
+}
+
+# Tests: a tiny CIFAR-format folder at 16x16, a handful of steps.
+_TINY = dict(
+    dataset="cifar10",
+    image_size=16,
+    steps=4,
+    batch_size=8,
+    opt="adam",
+    lr=3e-3,
+    sched="cosine",
+    eval_every=2,
+    log_every=1,
+    save_every=2,
+    eval_limit=16,
+    augment=False,
+)
+_TINY_MDEQ = dict(
+    _TINY,
+    model="mdeq_mini",
+    max_iter=6,
+    backward_max_iter=6,
+    tol=1e-3,
+    backward_tol=1e-3,
+    pretrain_steps=1,
+    pretrain_depth=2,
+)
+CPU.update(
+    {
+        "tiny-mdeq": _TINY_MDEQ,
+        "tiny-mdeq-jr": dict(_TINY_MDEQ, jac_weight=1.0, jac_prob=1.0),
+        "tiny-resnet": dict(_TINY, model="resnet_mini"),
+    }
+)
+
+PRESETS: dict[str, Config] = {name: Config(**values) for name, values in {**PAPER, **CPU}.items()}  # type: ignore[arg-type]
+
+
+def get_config(name: str) -> Config:
+    """The preset ``name``; ValueError listing the valid names otherwise."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown config {name!r}; valid configs: {', '.join(sorted(PRESETS))}.")
+    return PRESETS[name]

@@ -1,0 +1,117 @@
+"""Evaluate a checkpoint: ``python -m deq_vision.evaluate --checkpoint RUN_OR_CHECKPOINT_DIR [--max-steps N]``.
+
+Reports top-1 / top-5 accuracy at the config's inference limits and, for MDEQs, the accuracy against a hard stop of
+1..N solver steps (the JR paper's Table 3): a table on stdout and ``hard_stop.json`` / ``hard_stop.png`` in the run
+directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from torch.utils.data import DataLoader
+
+from .checkpoint import load_config, resolve_checkpoint
+from .configs import Config
+from .data import DatasetError, build_datasets
+from .train import build_model, evaluate_loader, finish_eval
+
+
+def load_model(checkpoint: Path) -> tuple[Config, nn.Module, Path]:
+    """(config, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint folder.
+
+    Raises:
+        FileNotFoundError: not a run / checkpoint folder, or the checkpoint has no model.safetensors.
+    """
+    run_dir, folder = resolve_checkpoint(Path(checkpoint))
+    _, cfg = load_config(run_dir, Config)
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights} does not exist: {folder} is not a complete checkpoint.")
+    model = build_model(cfg)
+    model.load_state_dict(load_file(str(weights)))
+    return cfg, model.eval(), run_dir
+
+
+def hard_stop_sweep(
+    model: nn.Module, loader: DataLoader, max_steps: int, device: torch.device | None = None
+) -> list[dict[str, Any]]:
+    """Accuracy with the forward solve stopped after k = 1..max_steps iterations (or earlier at the tolerance).
+    Rows: {"max_iter", "loss", "acc", "acc5", "nfe_forward", "residual"}."""
+    device = device or next(model.parameters()).device
+    rows = []
+    for k in range(1, max_steps + 1):
+        rows.append({"max_iter": k, **finish_eval(evaluate_loader(model, loader, device, max_iter=k))})
+    return rows
+
+
+def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
+    """Top-1 accuracy and residual against the solver's hard stop."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    steps = [r["max_iter"] for r in rows]
+    axes[0].plot(steps, [r["acc"] for r in rows], "o-")
+    axes[0].set(xlabel="solver steps (hard stop)", ylabel="top-1 accuracy (%)")
+    axes[1].plot(steps, [r["residual"] for r in rows], "o-")
+    axes[1].set(xlabel="solver steps (hard stop)", ylabel="forward residual", yscale="log")
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deq_vision.evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, required=True, help="a run directory or RUN/checkpoints/step_N")
+    parser.add_argument("--data-dir", type=Path, default=None, help="as for training (not needed for digits)")
+    parser.add_argument("--max-steps", type=int, default=12, help="largest hard stop of the sweep (MDEQs)")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N images only")
+    parser.add_argument("--no-sweep", action="store_true", help="only the accuracy at the config's limits")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    try:
+        cfg, model, run_dir = load_model(args.checkpoint)
+        if args.limit is not None:
+            from dataclasses import replace
+
+            cfg = replace(cfg, eval_limit=args.limit)
+        _, eval_set = build_datasets(cfg, args.data_dir)
+    except (FileNotFoundError, DatasetError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    loader = DataLoader(eval_set, batch_size=args.batch_size)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    result = finish_eval(evaluate_loader(model, loader, device))
+    print(f"eval ({len(eval_set)} images): " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
+    if args.no_sweep or not cfg.is_deq:
+        return 0
+    rows = hard_stop_sweep(model, loader, args.max_steps, device)
+    print(f"{'steps':>5} {'acc':>7} {'acc5':>7} {'loss':>8} {'nfe':>5} {'residual':>9}")
+    for r in rows:
+        print(
+            f"{r['max_iter']:>5} {r['acc']:>7.2f} {r['acc5']:>7.2f} {r['loss']:>8.4f} {r['nfe_forward']:>5.1f} "
+            f"{r['residual']:>9.3g}"
+        )
+    (run_dir / "hard_stop.json").write_text(json.dumps({"full": result, "rows": rows}, indent=1) + "\n")
+    plot_hard_stop(rows, run_dir / "hard_stop.png")
+    print(f"wrote {run_dir / 'hard_stop.json'} and {run_dir / 'hard_stop.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

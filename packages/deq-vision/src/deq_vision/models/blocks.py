@@ -1,0 +1,172 @@
+"""The pieces of the MDEQ cell f(z; x) and of its classification head.
+
+Shapes: branch i holds a feature map (B, C_i, H / 2^i, W / 2^i), where (H, W) is the stem's output size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import deq_core
+
+
+def wn_conv(c_in: int, c_out: int, kernel: int, stride: int = 1) -> nn.Conv2d:
+    """A bias-free convolution with "same" padding and weight normalization (w = g v / ||v||)."""
+    conv = nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False)
+    deq_core.weight_norm(conv)
+    return conv
+
+
+class BranchBlock(nn.Module):
+    """The residual block of one branch:
+    conv3x3 -> GN -> ReLU -> conv3x3 -> variational dropout -> + injection -> GN -> + input -> ReLU -> GN.
+
+    Args:
+        channels: C of the branch. expansion: the inner width is C * expansion. groups: GroupNorm groups.
+        dropout: variational dropout probability (one mask per forward pass, shared by all solver iterations).
+        post_affine: learnable affine of the last GroupNorm.
+    """
+
+    def __init__(self, channels: int, expansion: int, groups: int, dropout: float, post_affine: bool) -> None:
+        super().__init__()
+        inner = channels * expansion
+        self.conv1 = wn_conv(channels, inner, 3)
+        self.gn1 = nn.GroupNorm(groups, inner)
+        self.conv2 = wn_conv(inner, channels, 3)
+        self.drop = deq_core.VariationalDropout(dropout)
+        self.gn2 = nn.GroupNorm(groups, channels)
+        self.gn3 = nn.GroupNorm(groups, channels, affine=post_affine)
+
+    def forward(self, z: Tensor, injection: Tensor | None) -> Tensor:
+        """z, injection: (B, C, h, w) -> (B, C, h, w). ``injection`` None means no input at this resolution."""
+        y = self.conv2(F.relu(self.gn1(self.conv1(z))))
+        y = self.drop(y)
+        if injection is not None:
+            y = y + injection
+        y = self.gn2(y)
+        return self.gn3(F.relu(y + z))
+
+
+class Downsample(nn.Sequential):
+    """From branch j to a coarser branch i > j: (i - j) strided 3x3 convs with GroupNorm, ReLU between them."""
+
+    def __init__(self, c_in: int, c_out: int, steps: int, groups: int) -> None:
+        layers: list[nn.Module] = []
+        for k in range(steps):
+            last = k == steps - 1
+            width = c_out if last else c_in
+            layers += [wn_conv(c_in, width, 3, stride=2), nn.GroupNorm(groups, width)]
+            if not last:
+                layers.append(nn.ReLU())
+        super().__init__(*layers)
+
+
+class Upsample(nn.Module):
+    """From branch j to a finer branch i < j: 1x1 conv + GroupNorm, then nearest interpolation to branch i's size
+    (a factor 2^(j - i) when the sizes divide evenly)."""
+
+    def __init__(self, c_in: int, c_out: int, groups: int) -> None:
+        super().__init__()
+        self.conv = wn_conv(c_in, c_out, 1)
+        self.norm = nn.GroupNorm(groups, c_out)
+
+    def forward(self, z: Tensor, size: Sequence[int]) -> Tensor:
+        return F.interpolate(self.norm(self.conv(z)), size=tuple(size), mode="nearest")
+
+
+class Fusion(nn.Module):
+    """Multiscale fusion: branch i receives the sum over all branches j, each brought to resolution i; then
+    ReLU -> 1x1 conv -> GroupNorm per branch."""
+
+    def __init__(self, channels: Sequence[int], groups: int, post_affine: bool) -> None:
+        super().__init__()
+        n = len(channels)
+        self.paths = nn.ModuleList()
+        for i in range(n):
+            row = nn.ModuleList()
+            for j in range(n):
+                if j == i:
+                    row.append(nn.Identity())
+                elif j < i:
+                    row.append(Downsample(channels[j], channels[i], i - j, groups))
+                else:
+                    row.append(Upsample(channels[j], channels[i], groups))
+            self.paths.append(row)
+        self.post = nn.ModuleList(
+            nn.Sequential(nn.ReLU(), wn_conv(c, c, 1), nn.GroupNorm(groups, c, affine=post_affine)) for c in channels
+        )
+
+    def forward(self, zs: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        out = []
+        for i, row in enumerate(self.paths):
+            size = zs[i].shape[-2:]
+            total = zs[i]
+            for j, path in enumerate(row):
+                if j < i:
+                    total = total + path(zs[j])
+                elif j > i:
+                    total = total + path(zs[j], size)
+            out.append(self.post[i](total))
+        return tuple(out)
+
+
+class Bottleneck(nn.Module):
+    """Head bottleneck (BatchNorm): 1x1 -> 3x3 -> 1x1 to ``width * 4`` channels, with a projected shortcut."""
+
+    expansion = 4
+
+    def __init__(self, c_in: int, width: int) -> None:
+        super().__init__()
+        c_out = width * self.expansion
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, width, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, c_out, 1, bias=False),
+            nn.BatchNorm2d(c_out),
+        )
+        self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(self.body(x) + self.shortcut(x))
+
+
+def conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(),
+    )
+
+
+class ClassificationHead(nn.Module):
+    """Per resolution a bottleneck; the finest is downsampled step by step into each coarser one and added; then a
+    1x1 conv + BN + ReLU to ``final_channels``, global average pooling and a linear classifier.
+
+    Input: the equilibrium state, one (B, C_i, h_i, w_i) per branch. Output: logits (B, num_classes).
+    """
+
+    def __init__(self, channels: Sequence[int], head_channels: Sequence[int], final_channels: int, num_classes: int):
+        super().__init__()
+        widths = [h * Bottleneck.expansion for h in head_channels]
+        self.increase = nn.ModuleList(Bottleneck(c, h) for c, h in zip(channels, head_channels))
+        self.downsample = nn.ModuleList(conv_bn_relu(widths[i], widths[i + 1], 3, 2) for i in range(len(widths) - 1))
+        self.final = conv_bn_relu(widths[-1], final_channels, 1)
+        self.num_features = final_channels
+        self.classifier = nn.Linear(final_channels, num_classes) if num_classes > 0 else nn.Identity()
+
+    def forward_features(self, zs: Sequence[Tensor]) -> Tensor:
+        """Pooled features (B, final_channels)."""
+        y = self.increase[0](zs[0])
+        for i, down in enumerate(self.downsample):
+            y = self.increase[i + 1](zs[i + 1]) + down(y)
+        return self.final(y).mean(dim=(2, 3))
+
+    def forward(self, zs: Sequence[Tensor]) -> Tensor:
+        return self.classifier(self.forward_features(zs))

@@ -1,0 +1,164 @@
+"""The multiscale deep equilibrium model (Bai, Koltun & Kolter, NeurIPS 2020).
+
+    x -> stem -> injection u (B, C_0, H, W)
+    z* = f(z*; u), z = (z_0, ..., z_{n-1}), z_i of shape (B, C_i, H / 2^i, W / 2^i), solved from z = 0
+    f(z; u) = fusion(block_0(z_0, u), block_1(z_1), ..., block_{n-1}(z_{n-1}))
+    logits = head(z*)
+
+The solve and its implicit backward come from :class:`deq_core.DEQ` with a tuple state (one tensor per resolution).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+import deq_core
+
+from .blocks import BranchBlock, ClassificationHead, Fusion, conv_bn_relu
+
+
+class MDEQ(nn.Module):
+    """Multiscale DEQ classifier.
+
+    Args:
+        channels: C_i per branch (branch i works at 1 / 2^i of the stem's resolution).
+        head_channels: bottleneck width per branch in the head (the bottleneck outputs 4x that).
+        final_channels: width of the head's last 1x1 conv (the pooled feature size).
+        num_classes: classifier outputs (0: no classifier, ``forward`` returns pooled features).
+        in_chans: image channels.
+        stem_strides: strides of the stem's two 3x3 convs, e.g. (1, 1) for 32x32 CIFAR, (2, 2) for 224x224 ImageNet.
+        expansion: inner width factor of each branch block. num_groups: GroupNorm groups.
+        dropout: variational dropout in the branch blocks. post_gn_affine: affine last GroupNorms.
+        solver, max_iter, tol, stop_mode, backward_solver, backward_max_iter, backward_tol, eval_max_iter, eval_tol:
+            settings of the :class:`deq_core.DEQ` layer (forward solve, implicit backward, inference limits).
+        drop_rate: accepted for timm compatibility (dropout before the classifier).
+    """
+
+    def __init__(
+        self,
+        channels: Sequence[int],
+        head_channels: Sequence[int],
+        final_channels: int,
+        num_classes: int = 1000,
+        in_chans: int = 3,
+        stem_strides: Sequence[int] = (1, 1),
+        expansion: int = 5,
+        num_groups: int = 8,
+        dropout: float = 0.0,
+        post_gn_affine: bool = False,
+        solver: str = "broyden",
+        max_iter: int = 18,
+        tol: float = 1e-3,
+        stop_mode: str = "rel",
+        backward_solver: str = "broyden",
+        backward_max_iter: int = 20,
+        backward_tol: float = 1e-3,
+        eval_max_iter: int | None = None,
+        eval_tol: float | None = None,
+        drop_rate: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if len(channels) != len(head_channels) or not channels:
+            raise ValueError(f"channels {channels} and head_channels {head_channels} need the same, nonzero length.")
+        for c in channels:
+            if c % num_groups:
+                raise ValueError(f"every branch width must be divisible by num_groups={num_groups}, got {channels}.")
+        if len(stem_strides) != 2:
+            raise ValueError(f"stem_strides needs two strides, got {stem_strides}.")
+        self.channels = tuple(int(c) for c in channels)
+        self.num_classes = num_classes
+        self.stem = nn.Sequential(
+            conv_bn_relu(in_chans, self.channels[0], 3, stem_strides[0]),
+            conv_bn_relu(self.channels[0], self.channels[0], 3, stem_strides[1]),
+        )
+        self.blocks = nn.ModuleList(
+            BranchBlock(c, expansion, num_groups, dropout, post_gn_affine) for c in self.channels
+        )
+        self.fusion = Fusion(self.channels, num_groups, post_gn_affine)
+        self.deq = deq_core.DEQ(
+            solver=solver,
+            max_iter=max_iter,
+            tol=tol,
+            stop_mode=stop_mode,
+            backward="implicit",
+            backward_solver=backward_solver,
+            backward_max_iter=backward_max_iter,
+            backward_tol=backward_tol,
+            eval_max_iter=eval_max_iter,
+            eval_tol=eval_tol,
+        )
+        self.head = ClassificationHead(self.channels, head_channels, final_channels, num_classes)
+        self.head_drop = nn.Dropout(drop_rate)
+        self.num_features = final_channels
+
+    def cell(self, z: Sequence[Tensor], injection: Tensor) -> tuple[Tensor, ...]:
+        """f(z; u): the equilibrium map. z: one (B, C_i, h_i, w_i) per branch; injection: (B, C_0, h_0, w_0)."""
+        updated = [block(z_i, injection if i == 0 else None) for i, (block, z_i) in enumerate(zip(self.blocks, z))]
+        return self.fusion(updated)
+
+    def initial_state(self, injection: Tensor) -> tuple[Tensor, ...]:
+        """z0 = 0 at every resolution, from the injection's shape (B, C_0, H, W)."""
+        b, _, h, w = injection.shape
+        shapes = []
+        for i, c in enumerate(self.channels):
+            shapes.append((b, c, -(-h // 2**i), -(-w // 2**i)))
+        return tuple(injection.new_zeros(s) for s in shapes)
+
+    def equilibrium(
+        self,
+        x: Tensor,
+        *,
+        max_iter: int | None = None,
+        unroll: int | None = None,
+        jacobian_loss: bool = False,
+    ) -> tuple[tuple[Tensor, ...], deq_core.DEQInfo]:
+        """Images (B, in_chans, H, W) -> (the state f(z*), one tensor per branch; DEQ statistics)."""
+        injection = self.stem(x)
+        z0 = self.initial_state(injection)
+        for block, z in zip(self.blocks, z0):
+            block.drop.reset_mask(z)
+        with deq_core.cached_weights(self):
+            z, info = self.deq(
+                lambda state: self.cell(state, injection),
+                z0,
+                max_iter=max_iter,
+                unroll=unroll,
+                jacobian_loss=jacobian_loss,
+            )
+        return tuple(z), info
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """Pooled features (B, final_channels)."""
+        z, _ = self.equilibrium(x)
+        return self.head.forward_features(z)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        max_iter: int | None = None,
+        unroll: int | None = None,
+        jacobian_loss: bool = False,
+        return_info: bool = False,
+    ) -> Tensor | tuple[Tensor, deq_core.DEQInfo]:
+        """Images (B, in_chans, H, W) -> logits (B, num_classes); with ``return_info`` also the DEQ statistics.
+
+        Args:
+            max_iter: forward solver limit for this call (None: the layer's training / eval limit).
+            unroll: apply f this many times with ordinary backprop instead of solving (pretraining phase).
+            jacobian_loss: also estimate ||J_f(z*)||_F^2 / D (``info.jacobian_loss``) for Jacobian regularization.
+        """
+        z, info = self.equilibrium(x, max_iter=max_iter, unroll=unroll, jacobian_loss=jacobian_loss)
+        logits = self.head.classifier(self.head_drop(self.head.forward_features(z)))
+        return (logits, info) if return_info else logits
+
+    def get_classifier(self) -> nn.Module:
+        return self.head.classifier
+
+    @torch.no_grad()
+    def reset_classifier(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self.head.classifier = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()

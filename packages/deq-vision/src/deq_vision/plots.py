@@ -1,0 +1,41 @@
+"""Training curves from metrics.jsonl: loss, accuracy, forward/backward NFE and residual over steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deq_core.experiment import read_metrics, select
+
+
+def plot_training(metrics_path: Path, out_path: Path) -> Path:
+    """Write a four-panel PNG (loss; top-1 accuracy; NFE; residual, log scale) and return its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for split, style in (("train", "-"), ("eval", "o-")):
+        for ax, key in ((axes[0], "loss"), (axes[1], "acc")):
+            steps, values = select(records, split, key)
+            if steps:
+                ax.plot(steps, values, style, label=split, markersize=3)
+    axes[0].set(title="cross-entropy loss", xlabel="step", yscale="log")
+    axes[1].set(title="top-1 accuracy (%)", xlabel="step")
+    for key, label in (("nfe_forward", "forward"), ("nfe_backward", "backward")):
+        steps, values = select(records, "train", key)
+        if steps:
+            axes[2].plot(steps, values, label=label)
+    axes[2].set(title="NFE per step", xlabel="step")
+    steps, values = select(records, "train", "residual")
+    if steps:
+        axes[3].plot(steps, values)
+    axes[3].set(title="forward residual (mean)", xlabel="step", yscale="log")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path

@@ -1,0 +1,104 @@
+"""The MDEQ and the baselines: output shapes for every config, parameter counts, timm registration, gradients through
+the implicit backward to every branch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import timm
+import torch
+
+import deq_vision
+from deq_vision.configs import PRESETS
+from deq_vision.models import ARCHITECTURES, MODEL_NAMES, count_parameters, create_model
+from deq_vision.train import build_model
+
+# (low, high) parameter counts; the papers: MDEQ-tiny 170K, MDEQ-large (CIFAR) 10M, ImageNet small 18M, large 63M.
+PARAMETERS = {
+    "mdeq_tiny_cifar10": (0.12e6, 0.2e6),
+    "mdeq_large_cifar10": (9e6, 12e6),
+    "mdeq_small_imagenet": (15e6, 20e6),
+    "mdeq_large_imagenet": (60e6, 70e6),
+    "mdeq_mini": (0.05e6, 0.15e6),
+}
+
+
+@pytest.mark.parametrize("name", list(PARAMETERS))
+def test_parameter_counts_match_the_papers(name: str) -> None:
+    count = count_parameters(timm.create_model(name))
+    low, high = PARAMETERS[name]
+    assert low <= count <= high, f"{name}: {count} parameters"
+
+
+def test_every_registered_name_resolves_in_timm() -> None:
+    listed = set(timm.list_models("mdeq_*"))
+    assert set(ARCHITECTURES) <= listed
+    for name in MODEL_NAMES:
+        assert timm.is_model(name)
+    model = timm.create_model("mdeq_large_cifar10", num_classes=7, max_iter=3)
+    assert isinstance(model, deq_vision.MDEQ)
+    assert model.deq.max_iter == 3 and model.get_classifier().out_features == 7
+    with pytest.raises(ValueError, match="no pretrained weights"):
+        timm.create_model("mdeq_tiny_cifar10", pretrained=True)
+
+
+def _small_input(name: str) -> int:
+    """A cheap input side for every config: ImageNet models at 64 px (shapes are the same for any multiple of 32)."""
+    cfg = PRESETS[name]
+    return 64 if cfg.dataset == "imagenet" else cfg.image_size
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_output_shape_of_every_config(name: str) -> None:
+    cfg = dataclasses.replace(PRESETS[name], max_iter=2, max_iter_jitter=0)
+    model = build_model(cfg).eval()
+    side = _small_input(name)
+    with torch.no_grad():
+        logits = model(torch.randn(2, cfg.in_chans, side, side))
+    assert logits.shape == (2, cfg.num_classes)
+    assert torch.isfinite(logits).all()
+
+
+def test_state_has_one_tensor_per_branch_at_halving_resolutions() -> None:
+    model = timm.create_model("mdeq_large_cifar10", max_iter=2).eval()
+    with torch.no_grad():
+        z, info = model.equilibrium(torch.randn(2, 3, 32, 32))
+    assert [tuple(t.shape) for t in z] == [(2, 32, 32, 32), (2, 64, 16, 16), (2, 128, 8, 8), (2, 256, 4, 4)]
+    assert info.nfe <= 2 and info.residual.shape == (2,)
+    assert all(float(t.abs().sum()) == 0 for t in model.initial_state(torch.randn(2, 32, 32, 32)))
+
+
+def test_gradients_reach_every_branch_through_the_implicit_backward() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("mdeq_large_cifar10", max_iter=4, backward_max_iter=4, dropout=0.0)
+    model.train()
+    logits, info = model(torch.randn(2, 3, 32, 32), return_info=True)
+    assert info.mode == "solve"
+    logits.logsumexp(1).sum().backward()
+    assert info.nfe_backward is not None and info.nfe_backward >= 1
+    for i, block in enumerate(model.blocks):
+        for pname, p in block.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all(), f"branch {i} {pname}"
+            assert float(p.grad.abs().sum()) > 0, f"no gradient reached branch {i} ({pname})"
+    for pname, p in model.fusion.named_parameters():
+        if pname.endswith(("original0", "original1", "weight")) and "post" not in pname:
+            assert p.grad is not None and float(p.grad.abs().sum()) > 0, pname
+
+
+def test_pretraining_and_jacobian_loss() -> None:
+    model = timm.create_model("mdeq_mini", max_iter=3).train()
+    logits, info = model(torch.randn(2, 3, 16, 16), unroll=2, jacobian_loss=True, return_info=True)
+    assert info.mode == "unrolled" and info.nfe == 2
+    assert info.jacobian_loss is not None and float(info.jacobian_loss.detach()) > 0
+    (logits.sum() + info.jacobian_loss).backward()
+    assert model.blocks[0].conv1.parametrizations.weight.original1.grad is not None
+
+
+def test_bad_settings_raise() -> None:
+    with pytest.raises(ValueError, match="divisible by num_groups"):
+        deq_vision.MDEQ(channels=(10, 20), head_channels=(4, 8), final_channels=16)
+    with pytest.raises(ValueError, match="unknown model"):
+        create_model("mdeq_does_not_exist", num_classes=10)
+    with pytest.raises(ValueError, match="unknown MDEQ settings"):
+        create_model("mdeq_mini", num_classes=10, solverr="broyden")

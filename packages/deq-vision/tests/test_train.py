@@ -1,0 +1,91 @@
+"""Training: a few steps lower the loss; the CLI runs on tiny data, writes metrics.jsonl and checkpoints, resumes to
+the same weights as an uninterrupted run; the evaluation CLI sweeps hard stops."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+import deq_vision  # noqa: F401
+from deq_vision import evaluate, train
+
+METRIC_KEYS = {"step", "split", "loss", "acc", "nfe_forward", "nfe_backward", "residual", "lr"}
+
+
+@pytest.mark.parametrize("jacobian", [False, True])
+def test_a_few_steps_lower_the_loss(jacobian: bool) -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("mdeq_mini", num_classes=3, max_iter=6, backward_max_iter=6, dropout=0.0).train()
+    x = torch.randn(12, 3, 16, 16)
+    y = torch.arange(12) % 3
+    x = x + y[:, None, None, None].float()  # a learnable signal
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        logits, info = model(x, jacobian_loss=jacobian, return_info=True)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        total = loss + 0.5 * info.jacobian_loss if jacobian else loss
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_cli_trains_writes_metrics_and_checkpoints_and_resumes(cifar_dir: Path, tmp_path: Path) -> None:
+    common = ["--config", "tiny-mdeq-jr", "--data-dir", str(cifar_dir)]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert train.main([*common, "--output-dir", str(straight)]) == 0
+    assert train.main([*common, "--output-dir", str(resumed), "stop_after=2"]) == 0
+    assert [p.name for p in (resumed / "checkpoints").iterdir()] == ["step_0000002"]
+    assert train.main([*common, "--output-dir", str(resumed), "--resume"]) == 0
+
+    records = _records(resumed)
+    steps = [r["step"] for r in records if r["split"] == "train"]
+    assert steps == [1, 2, 3, 4]
+    assert records[0]["mode"] == "unrolled" and records[1]["mode"] == "solve"
+    assert METRIC_KEYS <= set(records[1]) and "jacobian_loss" in records[1]
+    assert [r["step"] for r in records if r["split"] == "eval"] == [2, 4]
+    assert (resumed / "training.png").is_file()
+    a = load_file(str(straight / "checkpoints" / "step_0000004" / "model.safetensors"))
+    b = load_file(str(resumed / "checkpoints" / "step_0000004" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-5), key
+
+    assert evaluate.main(["--checkpoint", str(resumed), "--data-dir", str(cifar_dir), "--max-steps", "3"]) == 0
+    rows = json.loads((resumed / "hard_stop.json").read_text())["rows"]
+    assert [r["max_iter"] for r in rows] == [1, 2, 3]
+    assert [r["nfe_forward"] for r in rows] == [1.0, 2.0, 3.0]
+
+
+def test_cli_trains_the_resnet_baseline_with_mixup_and_ema(cifar_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "resnet"
+    args = ["--config", "tiny-resnet", "--data-dir", str(cifar_dir), "--output-dir", str(out)]
+    assert train.main([*args, "mixup=0.2", "cutmix=1.0", "label_smoothing=0.1", "ema_decay=0.9", "augment=true"]) == 0
+    records = _records(out)
+    assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3, 4]
+    assert [r["step"] for r in records if r["split"] == "eval_ema"] == [2, 4]
+    assert "nfe_forward" not in records[0] and 0 <= records[-1]["acc"] <= 100
+    assert json.loads((out / "summary.json").read_text())["step"] == 4
+
+
+def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        train.main(["--config", "tiny-mdeq", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "r")])
+    assert err.value.code == 2 and "cifar-10-batches-py" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:
+        train.main(["--config", "tiny-mdeq", "max_iterr=3"])
+    assert err.value.code == 2 and "unknown config key" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:
+        evaluate.main(["--checkpoint", str(tmp_path)])
+    assert err.value.code == 2
