@@ -2,10 +2,8 @@
 same global batch."""
 
 import dataclasses
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,17 +17,9 @@ from deq_lm.train import train
 SETTINGS = ["steps=2", "save_grads_at=1", "batch_size=8", "dropout=0", "jac_weight=0", "eval_every=2"]
 
 
-def _accelerate() -> str:
-    exe = Path(sys.executable).with_name("accelerate")
-    found = str(exe) if exe.exists() else shutil.which("accelerate")
-    if found is None:
-        pytest.skip("the accelerate launcher is not installed")
-    return found
-
-
 def test_two_process_cpu_run_matches_one_process_gradients(tmp_path):
     command = [
-        _accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
         "-m", "deq_lm.train", "--config", "tiny-deq-transformer", "--output-dir", str(tmp_path / "two"), *SETTINGS,
