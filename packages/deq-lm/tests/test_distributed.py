@@ -19,7 +19,8 @@ SETTINGS = ["steps=2", "save_grads_at=1", "batch_size=8", "dropout=0", "jac_weig
 
 def test_two_process_cpu_run_matches_one_process_gradients(tmp_path):
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
         "-m", "deq_lm.train", "--config", "tiny-deq-transformer", "--output-dir", str(tmp_path / "two"), *SETTINGS,
