@@ -3,7 +3,9 @@ exact implicit-function-theorem reference built from dense Jacobians."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Literal
 
 import pytest
 import torch
@@ -13,6 +15,18 @@ METHODS = ("fixed_point", "anderson", "broyden")
 FLOAT_DTYPES = (torch.float32, torch.float64)
 # Shapes (without the batch dim) of the tensors of a tuple state of different shapes.
 TUPLE_SHAPES = ((3, 4), (5,))
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleConfig:
+    """A config dataclass with a field of each kind a training config has (for deq_core.experiment / runs)."""
+
+    lr: float = 1e-3
+    steps: int = 10
+    solver: Literal["anderson", "broyden"] = "anderson"
+    sizes: tuple[int, ...] = (1, 2)
+    name: str | None = None
+    jitter: bool = False
 
 
 @pytest.fixture(autouse=True)

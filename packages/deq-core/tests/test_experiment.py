@@ -1,33 +1,24 @@
-"""deq_core.experiment: the Jacobian and pretraining schedules, key=value overrides, the metrics log."""
+"""deq_core.experiment: the Jacobian and pretraining schedules, the jittered iteration limit, key=value overrides,
+the metrics log."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
-from typing import Literal
 
 import pytest
 import torch
 
+from conftest import ExampleConfig as Config
 from deq_core.experiment import (
     JacobianSchedule,
     MetricsLog,
     PretrainSchedule,
     apply_overrides,
+    jittered_max_iter,
     read_metrics,
     select,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    lr: float = 1e-3
-    steps: int = 10
-    solver: Literal["anderson", "broyden"] = "anderson"
-    sizes: tuple[int, ...] = (1, 2)
-    name: str | None = None
-    jitter: bool = False
 
 
 def test_overrides_parse_each_type() -> None:
@@ -73,10 +64,41 @@ def test_jacobian_schedule_probability_and_determinism() -> None:
     assert all(JacobianSchedule(weight=1.0, probability=1.0).active(s) for s in range(10))
 
 
-@pytest.mark.parametrize("kwargs", [{"weight": -1.0}, {"probability": 1.5}, {"every": -1}, {"growth": -0.1}])
+def test_jacobian_schedule_stops_at_the_stop_step() -> None:
+    sched = JacobianSchedule(weight=1.0, growth=1.0, every=10, stop=25)
+    assert [sched.weight_at(s) for s in (0, 10, 24, 25, 26, 1000)] == [1.0, 2.0, 3.0, 0.0, 0.0, 0.0]
+    assert [sched.active(s) for s in (0, 24, 25, 10**6)] == [True, True, False, False]
+    # The draws before the stop are those of the same schedule without a stop.
+    random_stop = JacobianSchedule(weight=1.0, probability=0.5, seed=7, stop=300)
+    no_stop = JacobianSchedule(weight=1.0, probability=0.5, seed=7)
+    assert [random_stop.active(s) for s in range(300)] == [no_stop.active(s) for s in range(300)]
+    assert not any(random_stop.active(s) for s in range(300, 600)) and any(no_stop.active(s) for s in range(300, 600))
+    assert not any(JacobianSchedule(weight=1.0, stop=0).active(s) for s in range(5))
+    assert JacobianSchedule(weight=1.0).stop is None
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"weight": -1.0}, {"probability": 1.5}, {"every": -1}, {"growth": -0.1}, {"stop": -1}]
+)
 def test_jacobian_schedule_rejects_bad_values(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         JacobianSchedule(**kwargs)
+
+
+def test_jittered_max_iter_is_deterministic_and_in_range() -> None:
+    limits = [jittered_max_iter(20, 5, seed=3, step=s) for s in range(2000)]
+    assert set(limits) == set(range(15, 21))  # every value of [max_iter - jitter, max_iter], nothing outside
+    assert limits == [jittered_max_iter(20, 5, seed=3, step=s) for s in range(2000)]  # the same after a resume
+    assert limits != [jittered_max_iter(20, 5, seed=4, step=s) for s in range(2000)]
+    assert limits[1:] != limits[:-1]  # varies from step to step
+    assert all(jittered_max_iter(20, 0, seed=3, step=s) == 20 for s in range(50))
+    assert {jittered_max_iter(2, 1, seed=0, step=s) for s in range(200)} == {1, 2}
+
+
+@pytest.mark.parametrize("max_iter, jitter", [(10, -1), (10, 10), (3, 7)])
+def test_jittered_max_iter_rejects_a_limit_below_one(max_iter: int, jitter: int) -> None:
+    with pytest.raises(ValueError, match="max_iter_jitter must be in"):
+        jittered_max_iter(max_iter, jitter, seed=0, step=0)
 
 
 def test_pretrain_schedule() -> None:

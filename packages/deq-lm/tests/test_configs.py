@@ -45,6 +45,7 @@ def test_copy_table_models_share_one_budget():
         ({"d_model": 7, "model": "deq_transformer"}, "d_model must be even"),
         ({"tol": 0.0}, "tol must be > 0"),
         ({"jac_prob": 2.0}, "jac_prob must be in [0, 1]"),
+        ({"jac_stop": -1}, "jac_stop must be a number >= 0"),
     ],
 )
 def test_bad_values_raise_with_the_key(changes, message):

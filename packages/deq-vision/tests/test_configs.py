@@ -7,18 +7,9 @@ from pathlib import Path
 import pytest
 
 from deq_core.experiment import apply_overrides
-from deq_vision.checkpoint import (
-    TrainState,
-    checkpoint_path,
-    config_changes,
-    latest_checkpoint,
-    list_checkpoints,
-    load_config,
-    prune_checkpoints,
-    resolve_checkpoint,
-    save_config,
-)
+from deq_core.runs import check_resume_config, load_config, save_config
 from deq_vision.configs import PRESETS, Config, get_config
+from deq_vision.train import RESUMABLE_CHANGES
 
 
 def test_paper_presets() -> None:
@@ -41,21 +32,11 @@ def test_overrides_are_type_checked() -> None:
         get_config("nope")
 
 
-def test_run_directory_helpers(tmp_path: Path) -> None:
+def test_config_survives_the_run_directory(tmp_path: Path) -> None:
+    """deq_core.runs round-trips this package's Config; resuming refuses a change of what is computed only."""
     cfg = get_config("tiny-mdeq")
     save_config(cfg, tmp_path, "tiny-mdeq")
-    name, loaded = load_config(tmp_path, Config)
-    assert name == "tiny-mdeq" and loaded == cfg
-    assert config_changes(cfg, apply_overrides(cfg, ["lr=1", "eval_every=9"]), {"eval_every"}) == {"lr": (0.003, 1.0)}
-    for step in (5, 10, 20):
-        checkpoint_path(tmp_path, step).mkdir(parents=True)
-    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 20)
-    prune_checkpoints(tmp_path, 2)
-    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_0000010", "step_0000020"]
-    assert resolve_checkpoint(tmp_path) == (tmp_path, checkpoint_path(tmp_path, 20))
-    assert resolve_checkpoint(checkpoint_path(tmp_path, 10)) == (tmp_path, checkpoint_path(tmp_path, 10))
-    with pytest.raises(FileNotFoundError, match="neither a run directory"):
-        resolve_checkpoint(tmp_path / "elsewhere")
-    state = TrainState()
-    state.load_state_dict({"step": 3})
-    assert state.state_dict() == {"step": 3}
+    assert load_config(tmp_path, Config) == ("tiny-mdeq", cfg)
+    check_resume_config(tmp_path, apply_overrides(cfg, ["eval_every=9", "num_workers=2"]), RESUMABLE_CHANGES)
+    with pytest.raises(ValueError, match=r"lr: 0.003 -> 1.0"):
+        check_resume_config(tmp_path, apply_overrides(cfg, ["lr=1", "eval_every=9"]), RESUMABLE_CHANGES)

@@ -3,6 +3,7 @@
 - :class:`JacobianSchedule`: when to add the Jacobian regularizer and with which weight (probability p, weight
   gamma, gamma growing by a step every K steps), deterministic per step so that a resumed run draws the same.
 - :class:`PretrainSchedule`: the unrolled (weight-tied) pretraining phase for the first N steps.
+- :func:`jittered_max_iter`: a random forward iteration limit per step, deterministic per (seed, step).
 - :func:`apply_overrides`: ``key=value`` command-line overrides of a config dataclass, type-checked, with errors
   that list the valid keys.
 - :class:`MetricsLog`: the ``metrics.jsonl`` file (one JSON object per line), appended and flushed line by line.
@@ -33,6 +34,7 @@ class JacobianSchedule:
         growth: added to the weight every ``every`` steps (0: constant weight).
         every: period of the growth, in steps (0: never grows).
         seed: seed of the per-step draws.
+        stop: the regularizer is off (weight 0, never active) from this step on (None: never switched off).
     """
 
     weight: float = 0.0
@@ -40,6 +42,7 @@ class JacobianSchedule:
     growth: float = 0.0
     every: int = 0
     seed: int = 0
+    stop: int | None = None
 
     def __post_init__(self) -> None:
         if self.weight < 0 or self.growth < 0:
@@ -48,9 +51,13 @@ class JacobianSchedule:
             raise ValueError(f"Jacobian probability must be in [0, 1], got {self.probability}.")
         if self.every < 0:
             raise ValueError(f"Jacobian growth period must be >= 0 steps, got {self.every}.")
+        if self.stop is not None and self.stop < 0:
+            raise ValueError(f"Jacobian stop step must be >= 0 (or None: never), got {self.stop}.")
 
     def weight_at(self, step: int) -> float:
-        """gamma at ``step`` (0-based)."""
+        """gamma at ``step`` (0-based); 0 from ``stop`` on."""
+        if self.stop is not None and step >= self.stop:
+            return 0.0
         grown = self.growth * (step // self.every) if self.every > 0 else 0.0
         return self.weight + grown
 
@@ -78,6 +85,20 @@ class PretrainSchedule:
     def unroll_at(self, step: int) -> int | None:
         """The unroll depth at ``step``, or None once the DEQ solves for its fixed point."""
         return self.depth if step < self.steps else None
+
+
+def jittered_max_iter(max_iter: int, jitter: int, seed: int, step: int) -> int:
+    """The forward iteration limit of ``step``: uniform in [max_iter - jitter, max_iter], the same for the same
+    (seed, step), so that a resumed run draws what an uninterrupted one would.
+
+    Raises:
+        ValueError: ``jitter`` < 0 or >= ``max_iter`` (the limit must stay >= 1).
+    """
+    if not 0 <= jitter < max_iter:
+        raise ValueError(f"max_iter_jitter must be in [0, max_iter) = [0, {max_iter}), got {jitter}.")
+    if jitter == 0:
+        return max_iter
+    return random.Random(seed * 7919 + step).randint(max_iter - jitter, max_iter)
 
 
 def _coerce(text: str, kind: Any, key: str) -> Any:

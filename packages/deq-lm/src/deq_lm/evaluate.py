@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from .checkpoint import load_config, resolve_checkpoint
+from deq_core.runs import checkpoint_weights, load_config, resolve_checkpoint
+
 from .configs import Config
 from .models import SequenceModel, build_model
 from .tasks import build_task
@@ -26,10 +27,8 @@ from .train import evaluate_split
 def load_model(checkpoint: Path) -> tuple[Config, SequenceModel, Path]:
     """(config, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint folder."""
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
-    _, cfg = load_config(run_dir)
-    weights = folder / "model.safetensors"
-    if not weights.is_file():
-        raise FileNotFoundError(f"{weights} does not exist: {folder} is not a complete checkpoint.")
+    _, cfg = load_config(run_dir, Config)
+    weights = checkpoint_weights(folder)
     model = build_model(cfg, build_task(cfg).vocab_size)
     model.load_state_dict(load_file(str(weights)))
     return cfg, model.eval(), run_dir

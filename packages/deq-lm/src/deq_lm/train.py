@@ -25,24 +25,21 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from deq_core import DEQInfo
-from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides
+from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides, jittered_max_iter
+from deq_core.runs import check_resume_config, checkpoint_path, latest_checkpoint, prune_checkpoints, save_config
 
-from .checkpoint import (
-    TrainState,
-    checkpoint_path,
-    config_changes,
-    latest_checkpoint,
-    load_config,
-    prune_checkpoints,
-    save_config,
-)
+from .checkpoint import TrainState
 from .configs import PRESETS, Config, get_config
 from .models import SequenceModel, build_model, count_parameters
 from .plots import plot_training
-from .schedule import jittered_max_iter, lr_factor
+from .schedule import lr_factor
 from .tasks import CopyMemoryTask, build_task
 
 MAIN_JOB = "copy-deq-transformer-quick"
+# Settings that may change when a run is resumed (they do not change what is computed).
+RESUMABLE_CHANGES = frozenset(
+    {"stop_after", "save_grads_at", "eval_every", "log_every", "save_every", "keep_checkpoints", "n_test"}
+)
 
 
 @dataclass
@@ -154,12 +151,8 @@ def setup_run(cfg: Config, output_dir: Path, name: str, resume: bool) -> Run:
         raise ValueError(
             f"batch_size ({cfg.batch_size}) must be divisible by processes x grad_accum ({world} x {cfg.grad_accum})."
         )
-    if resume and (output_dir / "config.json").is_file():
-        _, saved = load_config(output_dir)
-        changes = config_changes(saved, cfg)
-        if changes:
-            listed = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())
-            raise ValueError(f"--resume with a different config than the run in {output_dir}: {listed}.")
+    if resume:
+        check_resume_config(output_dir, cfg, RESUMABLE_CHANGES)
     if accelerator.is_main_process:
         save_config(cfg, output_dir, name)
 
@@ -278,7 +271,9 @@ def train(
         f"{name}: {cfg.model}, {summary['parameters']} parameters, task {cfg.task} (T={cfg.T}), "
         f"{acc.num_processes} process(es), {cfg.steps} steps of {cfg.batch_size} sequences"
     )
-    jacobian = JacobianSchedule(cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed)
+    jacobian = JacobianSchedule(
+        cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed, stop=cfg.jac_stop or None
+    )
     pretrain = PretrainSchedule(cfg.pretrain_steps, cfg.pretrain_depth)
     bar = tqdm(total=cfg.steps, initial=state.step, disable=not run.main, desc=name, dynamic_ncols=True)
     last_time, last_step = time.perf_counter(), state.step

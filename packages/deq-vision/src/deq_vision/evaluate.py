@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader
 
-from .checkpoint import load_config, resolve_checkpoint
+from deq_core.runs import checkpoint_weights, load_config, resolve_checkpoint
+
 from .configs import Config
 from .data import DatasetError, build_datasets
 from .train import build_model, evaluate_loader, finish_eval
@@ -33,9 +34,7 @@ def load_model(checkpoint: Path) -> tuple[Config, nn.Module, Path]:
     """
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
     _, cfg = load_config(run_dir, Config)
-    weights = folder / "model.safetensors"
-    if not weights.is_file():
-        raise FileNotFoundError(f"{weights} does not exist: {folder} is not a complete checkpoint.")
+    weights = checkpoint_weights(folder)
     model = build_model(cfg)
     model.load_state_dict(load_file(str(weights)))
     return cfg, model.eval(), run_dir

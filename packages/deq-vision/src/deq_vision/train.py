@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import json
 import math
-import random
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -35,17 +34,16 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides
-
-from .checkpoint import (
+from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides, jittered_max_iter
+from deq_core.runs import (
     TrainState,
+    check_resume_config,
     checkpoint_path,
-    config_changes,
     latest_checkpoint,
-    load_config,
     prune_checkpoints,
     save_config,
 )
+
 from .configs import PRESETS, Config, get_config
 from .data import DatasetError, build_datasets
 from .models import count_parameters, create_model
@@ -89,13 +87,6 @@ def build_model(cfg: Config) -> nn.Module:
     """The config's model (an MDEQ with the config's DEQ settings, or a timm network)."""
     settings: dict[str, Any] = cfg.deq_settings() if cfg.is_deq else {}
     return create_model(cfg.model, cfg.num_classes, cfg.in_chans, drop_rate=cfg.drop_rate, **settings)
-
-
-def jittered_max_iter(max_iter: int, jitter: int, seed: int, step: int) -> int:
-    """The forward iteration limit of ``step``: uniform in [max_iter - jitter, max_iter], the same after a resume."""
-    if jitter == 0:
-        return max_iter
-    return random.Random(seed * 7919 + step).randint(max_iter - jitter, max_iter)
 
 
 def micro_batches(x: Tensor, y: Tensor, n: int) -> list[tuple[Tensor, Tensor]]:
@@ -185,12 +176,8 @@ def train(
             f"batch_size ({cfg.batch_size}) must be divisible by processes x grad_accum ({world} x {cfg.grad_accum})."
         )
     output_dir = Path(output_dir)
-    if resume and (output_dir / "config.json").is_file():
-        _, saved = load_config(output_dir, Config)
-        changes = config_changes(saved, cfg, RESUMABLE_CHANGES)
-        if changes:
-            listed = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())
-            raise ValueError(f"--resume with a different config than the run in {output_dir}: {listed}.")
+    if resume:
+        check_resume_config(output_dir, cfg, RESUMABLE_CHANGES)
     if main:
         save_config(cfg, output_dir, name)
 
@@ -251,7 +238,9 @@ def train(
     criterion: nn.Module = (
         SoftTargetCrossEntropy() if mixup is not None else nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     )
-    jacobian = JacobianSchedule(cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed)
+    jacobian = JacobianSchedule(
+        cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed, stop=cfg.jac_stop or None
+    )
     pretrain = PretrainSchedule(cfg.pretrain_steps, cfg.pretrain_depth)
     bar = tqdm(total=cfg.steps, initial=state.step, disable=not main, desc=name, dynamic_ncols=True)
     last_time, last_step = time.perf_counter(), state.step
@@ -265,7 +254,7 @@ def train(
         started = time.perf_counter()
         unroll = pretrain.unroll_at(step) if cfg.is_deq else None
         max_iter = jittered_max_iter(cfg.max_iter, cfg.max_iter_jitter, cfg.seed, step) if cfg.is_deq else None
-        use_jac = cfg.is_deq and jacobian.active(step) and (cfg.jac_stop == 0 or step < cfg.jac_stop)
+        use_jac = cfg.is_deq and jacobian.active(step)
         gamma = jacobian.weight_at(step)
         stats = StepStats()
         x_all, y_all = next(batches)

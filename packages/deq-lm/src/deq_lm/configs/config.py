@@ -42,7 +42,8 @@ class Config:
         max_iter_jitter: each training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
         jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
-        probability p, gamma += growth every K steps).
+        probability p, gamma += growth every K steps). jac_stop: no regularization from this step on (0: never
+        stops).
     Training:
         steps: optimizer steps. batch_size: global batch (over processes and accumulation). grad_accum: micro-batches
         per step. lr, warmup_steps, min_lr_ratio: Adam with linear warmup, then cosine decay to lr * min_lr_ratio.
@@ -88,6 +89,7 @@ class Config:
     jac_prob: float = 1.0
     jac_growth: float = 0.0
     jac_every: int = 0
+    jac_stop: int = 0
 
     steps: int = 1000
     batch_size: int = 32
@@ -145,7 +147,7 @@ def check_config(cfg: Config) -> None:
     _at_least(cfg, 1, "steps", "batch_size", "grad_accum", "eval_every", "log_every", "keep_checkpoints")
     _at_least(cfg, 0, "mem_len", "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every")
     _at_least(cfg, 0, "warmup_steps", "weight_decay", "grad_clip", "save_every", "stop_after", "save_grads_at")
-    _at_least(cfg, 0, "seed")
+    _at_least(cfg, 0, "seed", "jac_stop")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}.")
     if not 0.0 <= cfg.jac_prob <= 1.0:
