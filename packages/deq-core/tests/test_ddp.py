@@ -1,10 +1,8 @@
-"""The implicit backward under DistributedDataParallel: two CPU processes (gloo, 127.0.0.1), each with half of the
+"""The implicit backward under DistributedDataParallel: two CPU processes (gloo), each with half of the
 batch, produce the same averaged gradients as one process on the whole batch."""
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
 import torch
@@ -41,10 +39,10 @@ def _grads(model: nn.Module) -> list[torch.Tensor]:
     return [p.grad.detach().clone() for p in model.parameters()]
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _worker(rank: int, world: int, out_dir: str) -> None:
+    # A file rendezvous: no TCP port to pick, so no race with other processes on a busy machine.
+    store = Path(out_dir) / "rendezvous"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         model = nn.parallel.DistributedDataParallel(TinyDEQ())
         x, y = _data()
@@ -57,14 +55,8 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ddp_gradients_match_single_process(tmp_path: Path) -> None:
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
     ddp = torch.load(tmp_path / "ddp_grads.pt")
 
     model = TinyDEQ()

@@ -398,3 +398,18 @@ def test_tuple_state_with_constant_component(backward):
         assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
     (jac_grad,) = torch.autograd.grad(info.jacobian_loss, [cell.w])
     assert torch.isfinite(jac_grad).all() and jac_grad.abs().sum() > 0
+
+
+def test_unrolled_mode_backpropagates_into_a_learned_initial_state():
+    """deq(f, z0, unroll=N) is the weight-tied network from z0: the gradient reaches z0 when it requires grad."""
+    torch.manual_seed(0)
+    w = 0.4 * torch.randn(4, 4, dtype=torch.float64)
+    z0 = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    f = lambda z: torch.tanh(z @ w.T + 0.3)
+    out, info = deq_core.DEQ()(f, z0, unroll=3, jacobian_loss=True)
+    (grad,) = torch.autograd.grad(out.sum(), z0)
+    z0_ref = z0.detach().clone().requires_grad_()
+    (expected,) = torch.autograd.grad(f(f(f(z0_ref))).sum(), z0_ref)
+    torch.testing.assert_close(grad, expected)
+    assert info.jacobian_loss is not None and float(info.jacobian_loss) > 0
+    assert info.iterations_per_sample.tolist() == [3, 3]

@@ -466,3 +466,24 @@ def test_unflat_helper_round_trip():
     z = make_state("tuple", 2, torch.float64)
     back = unflat(flat(z), z)
     assert all(torch.equal(a, b) for a, b in zip(back, z))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_iterations_per_sample_do_not_depend_on_the_batch(method):
+    """A sample's own convergence iteration is reported, whatever else is in the batch."""
+    torch.manual_seed(0)
+    slopes = torch.tensor([[0.1], [0.5], [0.9]], dtype=torch.float64)
+    f = lambda z: slopes * z + 1.0  # per-sample contraction factors 0.1, 0.5, 0.9
+    res = deq_core.solve(f, torch.zeros(3, 1, dtype=torch.float64), method=method, max_iter=300, tol=1e-8)
+    assert res.all_converged
+    per = res.iterations_per_sample
+    assert per.dtype == torch.int64 and per.shape == (3,)
+    assert int(per.max()) == res.iterations
+    for b in range(3):
+        assert bool(res.trace[per[b] - 1, b] <= 1e-8)
+        assert per[b] == 1 or bool(res.trace[per[b] - 2, b] > 1e-8)
+        alone = deq_core.solve(lambda z, b=b: slopes[b : b + 1] * z + 1.0, torch.zeros(1, 1, dtype=torch.float64),
+                               method=method, max_iter=300, tol=1e-8)  # fmt: skip
+        assert int(alone.iterations_per_sample[0]) == int(per[b])
+    if method == "fixed_point":
+        assert int(per[0]) < int(per[1]) < int(per[2])

@@ -22,7 +22,8 @@ class DEQInfo:
     """Statistics of one DEQ call. Per-sample tensors have shape (B,).
 
     Forward (set by the call): ``nfe`` (calls of f by the solver, or the unrolled steps), ``iterations``,
-    ``residual``, ``converged``, ``nonfinite``, ``trace`` (iterations, B), ``mode`` ("solve" or "unrolled"),
+    ``residual``, ``converged``, ``nonfinite``, ``trace`` (iterations, B), ``iterations_per_sample`` (B,),
+    ``mode`` ("solve" or "unrolled"),
     ``jacobian_loss`` (scalar batch mean of ||J_f(z*)||_F^2 / D when asked for, else None).
 
     Backward (set when the implicit backward has run; None before): ``nfe_backward``, ``residual_backward``,
@@ -36,6 +37,7 @@ class DEQInfo:
     nonfinite: Tensor
     trace: Tensor
     mode: str
+    iterations_per_sample: Tensor | None = None
     jacobian_loss: Tensor | None = None
     nfe_backward: int | None = None
     residual_backward: Tensor | None = None
@@ -50,6 +52,7 @@ class DEQInfo:
             converged=res.converged,
             nonfinite=res.nonfinite,
             trace=res.trace,
+            iterations_per_sample=res.iterations_per_sample,
             mode="solve",
         )
 
@@ -214,10 +217,12 @@ class DEQ(nn.Module):
 
         Args:
             f: state -> state of the same structure.
-            z0: initial state, Tensor (B, ...) or tuple/list of Tensors (detached: no gradient flows into z0).
+            z0: initial state, Tensor (B, ...) or tuple/list of Tensors. When solving, no gradient flows into z0
+                (z* does not depend on it).
             max_iter, tol: override the limits for this call (e.g. a random jitter of max_iter during training).
             unroll: instead of solving, apply f ``unroll`` times from z0 with ordinary backpropagation (the
-                weight-tied pretraining phase of the papers); info.residual is that of the last-but-one iterate.
+                weight-tied pretraining phase of the papers); gradients also reach z0 when it requires grad (e.g. a
+                learned initial state); info.residual is that of the last-but-one iterate.
             jacobian_loss: also set ``info.jacobian_loss``, the Hutchinson estimate of ||J_f(z*)||_F^2 / D computed
                 from the same tracked call f(z*) (no extra call of f). Needs autograd.
         """
@@ -276,10 +281,10 @@ class DEQ(nn.Module):
         if not (isinstance(steps, int) and steps >= 1):
             raise ValueError(f"unroll must be an int >= 1, got {steps!r}.")
         spec = state_spec(z0)
-        # With jacobian_loss the start is a leaf requiring grad, so that the last step's graph reaches its input.
-        z = _rebuild(z0, tuple(t.detach().requires_grad_(jacobian_loss) for t in as_tensors(z0)))
-        prev = z
-        for _ in range(steps):
+        z, prev = z0, z0
+        for i in range(steps):
+            if jacobian_loss and i == steps - 1:  # the last step's input must be in the graph to take J there
+                z = _rebuild(z0, tuple(t if t.requires_grad else t.detach().requires_grad_() for t in as_tensors(z)))
             prev, z = z, f(z)
             check_same_structure(z, spec)
         jac = None
@@ -298,6 +303,7 @@ class DEQ(nn.Module):
             converged=residual <= tol,
             nonfinite=~torch.isfinite(residual),
             trace=residual.unsqueeze(0),
+            iterations_per_sample=torch.full_like(residual, steps, dtype=torch.long),
             mode="unrolled",
             jacobian_loss=jac,
         )

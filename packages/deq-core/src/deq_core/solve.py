@@ -30,6 +30,8 @@ class SolverResult:
         converged: residual <= tol, per sample.
         nonfinite: per sample, whether f produced a NaN or Inf (the sample was frozen at its best finite iterate).
         trace: (iterations, B) residual of the iterate of every iteration, in ``stop_mode``.
+        iterations_per_sample: (B,) int64, the iteration at which each sample converged (counting from 1), or
+            ``iterations`` for a sample that did not: the per-sample cost, independent of the rest of the batch.
         method, stop_mode, tol, max_iter: the settings of the solve.
     """
 
@@ -41,6 +43,7 @@ class SolverResult:
     converged: Tensor
     nonfinite: Tensor
     trace: Tensor
+    iterations_per_sample: Tensor
     method: str
     stop_mode: str
     tol: float
@@ -136,6 +139,9 @@ def solve(
         run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode)
         SOLVERS[method](run, x0, **options)
         trace = torch.stack(run.trace) if run.trace else x0.new_zeros(0, spec.batch_size)
+        reached = trace <= float(tol)  # (iterations, B)
+        first = reached.to(torch.int64).argmax(dim=0) + 1
+        per_sample = torch.where(reached.any(dim=0), first, torch.full_like(first, run.iterations))
         return SolverResult(
             z=unflatten(run.best_x, spec),
             fz=unflatten(run.best_fx, spec),
@@ -145,6 +151,7 @@ def solve(
             converged=run.converged,
             nonfinite=run.nonfinite,
             trace=trace,
+            iterations_per_sample=per_sample,
             method=method,
             stop_mode=stop_mode,
             tol=float(tol),

@@ -1,0 +1,10 @@
+"""deq-toy: the synthetic 1D Jacobian-regularization study and nested-arithmetic sign prediction with a GRU-cell DEQ.
+
+Entry points: ``python -m deq_toy.train``, ``python -m deq_toy.evaluate``, ``python -m deq_toy.reproduce``.
+"""
+
+from .errors import UserError
+
+__version__ = "0.1.0"
+
+__all__ = ["UserError", "__version__"]

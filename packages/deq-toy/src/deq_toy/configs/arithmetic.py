@@ -1,0 +1,115 @@
+"""Presets of the nested-arithmetic sign-prediction study (the student report's settings and tiny CPU ones)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+MODELS = ("fc", "gru", "stacked_gru", "repeated_gru", "deq")
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    """One model trained to predict the sign of 31-symbol expressions.
+
+    Data: files under DATA_DIR (generated when missing), variant ``variant`` for training and validation; the first
+    ``n_train`` / ``n_valid`` / ``n_test`` rows of each file are used. Final evaluation on the test sets of every
+    variant and on ``n_test`` expressions of ``long_length`` symbols (only for models whose readout does not depend
+    on the length).
+    Model: ``model`` with ``hidden`` units; ``readout`` "flatten" (all positions, as in the report) or "last" (the
+    last position, length-independent). ``repeats`` cell applications for repeated_gru. For deq: Anderson
+    (m = ``anderson_m``) to relative residual ``tol`` in at most ``max_iter`` iterations, implicit backward solved the
+    same way to ``backward_tol``; ``jacobian_weight`` > 0 adds the Jacobian regularizer with ``jacobian_probability``.
+    Training: Adam (``lr``), cosine schedule, ``epochs`` epochs of batch ``batch_size`` (``max_steps`` > 0 stops
+    earlier, for a budget), gradient-norm clipping at ``clip``, BCE with logits.
+    """
+
+    task: Literal["arithmetic"] = "arithmetic"
+    model: Literal["fc", "gru", "stacked_gru", "repeated_gru", "deq"] = "deq"
+    seed: int = 0
+    data_seed: int = 0
+    variant: Literal["four", "four_biased", "two", "two_biased"] = "four"
+    length: int = 31
+    long_length: int = 41
+    n_train: int = 50000
+    n_valid: int = 5000
+    n_test: int = 5000
+    hidden: int = 64
+    readout: Literal["flatten", "last"] = "flatten"
+    repeats: int = 50
+    anderson_m: int = 6
+    max_iter: int = 50
+    tol: float = 1e-3
+    backward_max_iter: int = 50
+    backward_tol: float = 1e-3
+    jacobian_weight: float = 0.0
+    jacobian_probability: float = 1.0
+    epochs: int = 40
+    max_steps: int = 0
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    log_every: int = 50
+    eval_every: int = 0
+    checkpoint_every: int = 500
+    threads: int = 1
+
+    def check(self) -> None:
+        """Raise ValueError for values no run can use."""
+        positive = (
+            "length",
+            "long_length",
+            "n_train",
+            "n_valid",
+            "n_test",
+            "hidden",
+            "repeats",
+            "anderson_m",
+            "max_iter",
+            "backward_max_iter",
+            "epochs",
+            "batch_size",
+            "log_every",
+            "checkpoint_every",
+            "threads",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
+            raise ValueError(f"length and long_length must be odd and >= 3, got {self.length}, {self.long_length}")
+        if self.jacobian_weight < 0 or not 0 <= self.jacobian_probability <= 1:
+            raise ValueError("jacobian_weight must be >= 0 and jacobian_probability in [0, 1]")
+        if self.lr <= 0 or self.tol <= 0 or self.backward_tol <= 0 or self.clip <= 0:
+            raise ValueError("lr, tol, backward_tol and clip must be > 0")
+        if self.model == "fc" and self.readout != "flatten":
+            raise ValueError("model=fc always flattens its input; readout=last applies to the GRU models only")
+        if self.max_steps < 0 or self.eval_every < 0:
+            raise ValueError("max_steps and eval_every must be >= 0 (0: off / once per epoch)")
+
+
+_REPORT = ArithmeticConfig()
+_TINY = dict(
+    n_train=128,
+    n_valid=64,
+    n_test=64,
+    hidden=16,
+    epochs=2,
+    batch_size=32,
+    repeats=5,
+    max_iter=15,
+    backward_max_iter=15,
+    log_every=2,
+    eval_every=4,
+    checkpoint_every=4,
+)
+
+ARITHMETIC_PRESETS: dict[str, ArithmeticConfig] = {}
+for _name in MODELS:
+    _key = _name.replace("_", "-")
+    ARITHMETIC_PRESETS[f"arith-{_key}"] = dataclasses.replace(_REPORT, model=_name)
+    ARITHMETIC_PRESETS[f"arith-{_key}-tiny"] = dataclasses.replace(_REPORT, model=_name, **_TINY)
+ARITHMETIC_PRESETS["arith-deq-jac"] = dataclasses.replace(_REPORT, model="deq", jacobian_weight=1.0)
+ARITHMETIC_PRESETS["arith-deq-jac-tiny"] = dataclasses.replace(_REPORT, model="deq", jacobian_weight=1.0, **_TINY)

@@ -1,0 +1,106 @@
+"""``python -m deq_toy.evaluate --checkpoint RUN_DIR [--data-dir DIR] [--split valid|test] [--max-iters 5,10,50]
+[--tols 1e-2,1e-3]``: load a run's checkpoint, report its metric, and sweep the solver's iteration limit and
+tolerance (DEQ models; the parameters do not depend on them, so one trained model serves every setting)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import load_checkpoint
+from .configs import ArithmeticConfig, Config, config_from_dict
+from .errors import UserError
+from .tasks import build_task
+from .tasks.arithmetic import ArithmeticTask, load_tensors
+
+
+def load_task(checkpoint: str | Path, data_dir: str | Path = "data", **changes: Any) -> tuple[Config, Any]:
+    """The task of a run with its trained weights (config fields in ``changes`` replaced, e.g. max_iter=10)."""
+    state = load_checkpoint(checkpoint)
+    config = dataclasses.replace(config_from_dict(state["config"]), **changes)
+    task = build_task(config, Path(data_dir))
+    task.model.load_state_dict(state["model"])
+    task.model.eval()
+    return config, task
+
+
+def evaluate_run(
+    checkpoint: str | Path, data_dir: str | Path = "data", split: str = "valid", **changes: Any
+) -> dict[str, float]:
+    """Metrics of a trained run on ``split`` ("valid", or "test" for arithmetic) with optional config changes."""
+    config, task = load_task(checkpoint, data_dir, **changes)
+    if split == "valid":
+        return task.evaluate()
+    if isinstance(config, ArithmeticConfig) and split == "test":
+        assert isinstance(task, ArithmeticTask)
+        tokens, labels = load_tensors(Path(data_dir), config, config.variant, "test", config.n_test, config.length)
+        return task.evaluate_tensors(tokens, labels)
+    raise UserError(f"unknown split {split!r} for this task; use 'valid' (both tasks) or 'test' (arithmetic).")
+
+
+def sweep(
+    checkpoint: str | Path, data_dir: str | Path, split: str, max_iters: Sequence[int], tols: Sequence[float]
+) -> list[dict[str, Any]]:
+    """One row per (max_iter, tol): the settings and the metrics."""
+    rows = []
+    for max_iter in max_iters:
+        for tol in tols:
+            metrics = evaluate_run(checkpoint, data_dir, split, max_iter=max_iter, tol=tol)
+            rows.append({"max_iter": max_iter, "tol": tol, **metrics})
+    return rows
+
+
+def _numbers(text: str, kind: type) -> list[Any]:
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"expected comma-separated {kind.__name__} values, got {text!r}.") from None
+
+
+def markdown(rows: list[dict[str, Any]], keys: Sequence[str]) -> str:
+    """A Markdown table of ``keys`` (missing entries shown as '-')."""
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for row in rows:
+        cells = [f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, "-")) for k in keys]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deq_toy.evaluate", description=__doc__)
+    parser.add_argument("--checkpoint", required=True, help="a run's output directory or its checkpoint.pt")
+    parser.add_argument("--data-dir", default="data")
+    parser.add_argument("--split", default="valid", help="valid, or test (arithmetic)")
+    parser.add_argument("--max-iters", default="", help="comma-separated solver iteration limits to sweep")
+    parser.add_argument("--tols", default="", help="comma-separated solver tolerances to sweep")
+    parser.add_argument("--output", default=None, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        torch.set_num_threads(1)
+        result: dict[str, Any] = {"metrics": evaluate_run(args.checkpoint, args.data_dir, args.split)}
+        print(json.dumps(result["metrics"], indent=2))
+        if args.max_iters or args.tols:
+            config = config_from_dict(load_checkpoint(args.checkpoint)["config"])
+            max_iters = _numbers(args.max_iters, int) or [config.max_iter]
+            tols = _numbers(args.tols, float) or [config.tol]
+            rows = sweep(args.checkpoint, args.data_dir, args.split, max_iters, tols)
+            result["sweep"] = rows
+            keys = ["max_iter", "tol"] + [k for k in rows[0] if k not in ("max_iter", "tol")]
+            print(markdown(rows, keys))
+        if args.output:
+            Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

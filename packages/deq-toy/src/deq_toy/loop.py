@@ -1,0 +1,141 @@
+"""The training loop shared by both tasks: Adam + cosine schedule, logging, evaluation, checkpoint and resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from deq_core.experiment import MetricsLog
+
+from .checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint, set_rng_state
+from .configs import Config, config_from_dict
+from .errors import UserError
+from .tasks import Task, build_task
+
+
+def cosine_lambda(total_steps: int):  # noqa: ANN201 - a plain function for LambdaLR
+    """Learning-rate factor 0.5 (1 + cos(pi step / total)) for LambdaLR."""
+    return lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / max(total_steps, 1)))
+
+
+def _check_resume_config(stored: dict[str, Any], config: Config, path: Path) -> None:
+    current = dataclasses.asdict(config)
+    stored_config = dataclasses.asdict(config_from_dict(stored))
+    differ = sorted(k for k in current if current[k] != stored_config.get(k))
+    if differ:
+        changes = ", ".join(f"{k}: {stored_config.get(k)!r} -> {current[k]!r}" for k in differ)
+        raise UserError(
+            f"--resume: the config differs from the one of the checkpoint {path} ({changes}); "
+            "resume with the same config and overrides, or start a new run in another --output-dir."
+        )
+
+
+def run_training(
+    config: Config,
+    output_dir: str | Path,
+    data_dir: str | Path = "data",
+    resume: bool = False,
+    stop_after: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train ``config`` and write OUTPUT_DIR/{metrics.jsonl, checkpoint.pt, config.json, results.json, *.png}.
+
+    Args:
+        config: a preset with overrides applied.
+        output_dir: the run's folder.
+        data_dir: where arithmetic data files are read from (and generated into when missing).
+        resume: continue from OUTPUT_DIR/checkpoint.pt (same config required).
+        stop_after: stop (with a checkpoint) once this many steps are done in all, without the final evaluation;
+            a later call with ``resume=True`` continues. None: run to the end.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        the final results (empty when stopped early by ``stop_after``).
+    """
+    output_dir = Path(output_dir)
+    ckpt_path = output_dir / CHECKPOINT_NAME
+    if ckpt_path.exists() and not resume:
+        raise UserError(
+            f"{output_dir} already holds a checkpoint; pass --resume to continue that run, "
+            "or choose another --output-dir."
+        )
+    if resume and not ckpt_path.exists():
+        raise UserError(f"--resume: no checkpoint at {ckpt_path}; run without --resume to start training.")
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    task: Task = build_task(config, Path(data_dir))
+    model = task.model
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_lambda(task.total_steps))
+    log = MetricsLog(output_dir / "metrics.jsonl")
+    start = 0
+    if resume:
+        state = load_checkpoint(ckpt_path)
+        _check_resume_config(state["config"], config, ckpt_path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        start = int(state["step"])
+        log.truncate_after(start)
+    else:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        log.path.write_text("")
+        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(
+            ckpt_path,
+            step=step,
+            config=dataclasses.asdict(config),
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+        )
+
+    end = task.total_steps if stop_after is None else min(task.total_steps, stop_after)
+    eval_every = getattr(task, "eval_every", config.eval_every)
+    sums: dict[str, float] = defaultdict(float)
+    count = 0
+    bar = tqdm(range(start, end), initial=start, total=task.total_steps, disable=not progress, desc="train")
+    model.train()
+    for step in bar:
+        loss, stats, info = task.train_step(task.batch(step), step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if info is not None and info.nfe_backward is not None:
+            stats["nfe_backward"] = float(info.nfe_backward)
+        if not math.isfinite(stats["loss"]):
+            raise FloatingPointError(
+                f"training loss is {stats['loss']} at step {step}; lower lr or add Jacobian regularization."
+            )
+        if task.clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), task.clip)
+        optimizer.step()
+        scheduler.step()
+        for key, value in stats.items():
+            sums[key] += value
+        count += 1
+        done = step + 1
+        if done % config.log_every == 0 or done == task.total_steps:
+            record = {k: v / count for k, v in sums.items()}
+            log.write({"step": done, "split": "train", **record, "lr": scheduler.get_last_lr()[0]})
+            bar.set_postfix(loss=f"{record['loss']:.4g}")
+            sums.clear()
+            count = 0
+        if done % eval_every == 0 or done == task.total_steps:
+            log.write({"step": done, "split": "valid", **task.evaluate()})
+        if done % config.checkpoint_every == 0 or done == end:
+            checkpoint(done)
+    bar.close()
+    if end < task.total_steps:
+        return {}
+    results = task.finish(output_dir, log.read())
+    return results

@@ -1,0 +1,112 @@
+"""The GRU cell f(z, x) = tanh(GRU(z + x)) of the student report, as a DEQ and applied a fixed number of times.
+
+Shapes: the input is one-hot symbols (B, T, V); the state z and the input injection x are (B, T, H): the cell runs a
+one-layer GRU over the T positions of z + x. Both models start from z0 = GRU0(one-hot input), a second GRU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from deq_core import DEQ, DEQInfo
+
+from .readout import Readout
+
+
+class GRUCell(nn.Module):
+    """f(z, x) = tanh(GRU(z + x)); z, x of shape (B, T, H)."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.gru = nn.GRU(hidden, hidden, batch_first=True)
+
+    def forward(self, z: Tensor, x: Tensor) -> Tensor:
+        return torch.tanh(self.gru(z + x)[0])
+
+
+class _GRUCellModel(nn.Module):
+    """Shared parts: input injection x = Linear(one-hot), start z0 = GRU0(one-hot), the cell, the readout."""
+
+    def __init__(self, vocab: int, hidden: int, length: int, readout: str) -> None:
+        super().__init__()
+        self.inject = nn.Linear(vocab, hidden)
+        self.start = nn.GRU(vocab, hidden, batch_first=True)
+        self.cell = GRUCell(hidden)
+        self.readout = Readout(hidden, length, readout)
+
+
+class RepeatedGRU(_GRUCellModel):
+    """z_{k+1} = f(z_k, x) applied ``repeats`` times from z0 = GRU0(x), backpropagated through every application.
+
+    ``info`` reports the relative residual ||z_K - z_{K-1}|| / ||z_K|| of the last application per sample.
+    """
+
+    def __init__(self, vocab: int, hidden: int, length: int, readout: str = "flatten", repeats: int = 50) -> None:
+        super().__init__(vocab, hidden, length, readout)
+        self.repeats = repeats
+
+    def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:
+        """tokens (B, T, V) one-hot -> (logits (B,), info)."""
+        x = self.inject(tokens)
+        z = self.start(tokens)[0]
+        prev = z
+        for _ in range(self.repeats):
+            prev, z = z, self.cell(z, x)
+        with torch.no_grad():
+            diff = torch.linalg.vector_norm((z - prev).flatten(1), dim=1)
+            residual = diff / torch.linalg.vector_norm(z.flatten(1), dim=1).clamp_min(1e-12)
+        info = DEQInfo(
+            nfe=self.repeats,
+            iterations=self.repeats,
+            residual=residual,
+            converged=torch.zeros_like(residual, dtype=torch.bool),
+            nonfinite=~torch.isfinite(residual),
+            trace=residual.unsqueeze(0),
+            mode="unrolled",
+        )
+        return self.readout(z), info
+
+
+class GRUDEQ(_GRUCellModel):
+    """z* = f(z*, x) found by Anderson from z0 = GRU0(x), differentiated implicitly (deq_core.DEQ).
+
+    GRU0 only supplies the starting point: the implicit gradient does not flow into z0, so GRU0 keeps its
+    initial weights. ``forward(tokens, jacobian_loss=True)`` also returns the Hutchinson estimate of
+    ||J_f(z*)||_F^2 / (T H) in ``info.jacobian_loss``.
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        hidden: int,
+        length: int,
+        readout: str = "flatten",
+        anderson_m: int = 6,
+        max_iter: int = 50,
+        tol: float = 1e-3,
+        backward_max_iter: int = 50,
+        backward_tol: float = 1e-3,
+    ) -> None:
+        super().__init__(vocab, hidden, length, readout)
+        self.deq = DEQ(
+            solver="anderson",
+            max_iter=max_iter,
+            tol=tol,
+            stop_mode="rel",
+            solver_options={"m": anderson_m},
+            backward="implicit",
+            backward_solver="anderson",
+            backward_max_iter=backward_max_iter,
+            backward_tol=backward_tol,
+            backward_options={"m": anderson_m},
+        )
+
+    def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:
+        """tokens (B, T, V) one-hot -> (logits (B,), info with nfe, residual, jacobian_loss, ...)."""
+        x = self.inject(tokens)
+        with torch.no_grad():
+            z0 = self.start(tokens)[0]
+        z_star, info = self.deq(lambda z: self.cell(z, x), z0, jacobian_loss=jacobian_loss)
+        assert isinstance(z_star, Tensor)
+        return self.readout(z_star), info

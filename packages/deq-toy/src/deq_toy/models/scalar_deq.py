@@ -1,0 +1,70 @@
+"""The 1D DEQ of the Jacobian-regularization paper (section 5.1): f(z; x) = W2^T ReLU(W1 z + U x + b)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from deq_core import DEQ, DEQInfo
+
+
+class ScalarDEQ(nn.Module):
+    """y_hat(x) = z*, the fixed point of f(z; x) = W2^T ReLU(W1 z + U x + b) with scalar z and x.
+
+    Parameters W1, W2, U, b in R^width (4 * width parameters: 200 for width 50). W1 and W2 start at N(0, 1/width)
+    so that the initial |df/dz| is about 0.1 and the layer starts contractive; U and b start at N(0, 1).
+
+    Args:
+        width: hidden units.
+        solver, max_iter, tol: forward solve to absolute residual |f(z) - z| <= tol.
+        backward_max_iter, backward_tol: implicit backward (Broyden, absolute residual).
+        jacobian_samples: Hutchinson probes for the Jacobian loss.
+    """
+
+    def __init__(
+        self,
+        width: int = 50,
+        solver: str = "broyden",
+        max_iter: int = 100,
+        tol: float = 1e-3,
+        backward_max_iter: int = 50,
+        backward_tol: float = 1e-6,
+        jacobian_samples: int = 1,
+    ) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(width) / math.sqrt(width))
+        self.w2 = nn.Parameter(torch.randn(width) / math.sqrt(width))
+        self.u = nn.Parameter(torch.randn(width))
+        self.b = nn.Parameter(torch.randn(width))
+        self.deq = DEQ(
+            solver=solver,
+            max_iter=max_iter,
+            tol=tol,
+            stop_mode="abs",
+            backward="implicit",
+            backward_solver="broyden",
+            backward_max_iter=backward_max_iter,
+            backward_tol=backward_tol,
+            backward_stop_mode="abs",
+            jacobian_samples=jacobian_samples,
+            on_nonfinite="warn",
+        )
+
+    def f(self, z: Tensor, x: Tensor) -> Tensor:
+        """f(z; x) for z, x of shape (B, 1) (or broadcastable (..., 1)); returns (..., 1)."""
+        hidden = torch.relu(z * self.w1 + x * self.u + self.b)
+        return (hidden * self.w2).sum(-1, keepdim=True)
+
+    def df_dz(self, z: Tensor, x: Tensor) -> Tensor:
+        """Exact df/dz at (z, x), shape (..., 1): sum_i W2_i W1_i [W1_i z + U_i x + b_i > 0]."""
+        active = (z * self.w1 + x * self.u + self.b > 0).to(z.dtype)
+        return (active * self.w1 * self.w2).sum(-1, keepdim=True)
+
+    def forward(self, x: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:
+        """x (B, 1) -> (z* (B, 1), info); ``info.jacobian_loss`` is the batch mean of (df/dz)^2 when asked for."""
+        z0 = torch.zeros_like(x)
+        z_star, info = self.deq(lambda z: self.f(z, x), z0, jacobian_loss=jacobian_loss)
+        assert isinstance(z_star, Tensor)
+        return z_star, info

@@ -1,0 +1,145 @@
+"""Nested-arithmetic sign prediction: data files, model, BCE loss, accuracy / precision / recall."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from deq_core import DEQInfo
+from deq_core.experiment import JacobianSchedule
+
+from ..configs.arithmetic import ArithmeticConfig
+from ..data.arithmetic import VARIANTS, ensure_split, one_hot, to_indices
+from ..models import any_length, build_arithmetic_model
+from .base import epoch_batch_indices
+
+EVAL_BATCH = 500
+
+
+def data_file(data_dir: Path, seed: int, variant: str, split: str, length: int) -> Path:
+    """Where the file of one (variant, split, length) lives: DATA_DIR/arith-seed{seed}/{variant}-{split}-len{L}.tsv."""
+    return Path(data_dir) / f"arith-seed{seed}" / f"{variant}-{split}-len{length}.tsv"
+
+
+def load_tensors(
+    data_dir: Path, config: ArithmeticConfig, variant: str, split: str, n: int, length: int
+) -> tuple[Tensor, Tensor]:
+    """Symbol indices (N, L) and float labels (N,) of the first n rows of a file (generated when missing)."""
+    path = data_file(data_dir, config.data_seed, variant, split, length)
+    data = ensure_split(path, n, length, variant, config.data_seed, split)
+    return to_indices(data.expressions), torch.tensor(data.labels, dtype=torch.float32)
+
+
+def classification_metrics(logits: Tensor, labels: Tensor) -> dict[str, float]:
+    """Accuracy, precision and recall (positive class: value > 0) in percent; precision/recall are 0 when undefined."""
+    pred = logits > 0
+    truth = labels > 0.5
+    tp = float((pred & truth).sum())
+    fp = float((pred & ~truth).sum())
+    fn = float((~pred & truth).sum())
+    return {
+        "acc": 100.0 * float((pred == truth).float().mean()),
+        "precision": 100.0 * tp / (tp + fp) if tp + fp else 0.0,
+        "recall": 100.0 * tp / (tp + fn) if tp + fn else 0.0,
+    }
+
+
+class ArithmeticTask:
+    """Data, model and loss of one arithmetic run (see :class:`ArithmeticConfig`)."""
+
+    def __init__(self, config: ArithmeticConfig, data_dir: Path) -> None:
+        self.config = config
+        self.data_dir = Path(data_dir)
+        self.train_x, self.train_y = load_tensors(
+            self.data_dir, config, config.variant, "train", config.n_train, config.length
+        )
+        self.valid_x, self.valid_y = load_tensors(
+            self.data_dir, config, config.variant, "valid", config.n_valid, config.length
+        )
+        self.model = build_arithmetic_model(config)
+        self.schedule = JacobianSchedule(
+            weight=config.jacobian_weight, probability=config.jacobian_probability, seed=config.seed
+        )
+        self.steps_per_epoch = max(config.n_train // config.batch_size, 1)
+        epochs_steps = config.epochs * self.steps_per_epoch
+        self.total_steps = min(epochs_steps, config.max_steps) if config.max_steps > 0 else epochs_steps
+        self.clip: float | None = config.clip
+        self.eval_every = config.eval_every or self.steps_per_epoch
+
+    def batch(self, step: int) -> tuple[Tensor, Tensor]:
+        idx = epoch_batch_indices(len(self.train_y), self.config.batch_size, step, self.config.seed)
+        return one_hot(self.train_x[idx]), self.train_y[idx]
+
+    def train_step(self, batch: tuple[Tensor, Tensor], step: int) -> tuple[Tensor, dict[str, float], DEQInfo | None]:
+        x, y = batch
+        regularize = self.config.model == "deq" and self.schedule.active(step)
+        logits, info = self.model(x, jacobian_loss=regularize)
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
+        loss = bce
+        stats = {"bce": float(bce.detach()), **classification_metrics(logits.detach(), y)}
+        if info is not None:
+            stats["nfe_forward"] = float(info.nfe)
+            stats["residual"] = float(info.residual.mean())
+            stats["converged"] = float(info.converged.float().mean())
+        if regularize:
+            assert info is not None and info.jacobian_loss is not None
+            loss = bce + self.schedule.weight_at(step) * info.jacobian_loss
+            stats["jacobian"] = float(info.jacobian_loss.detach())
+        stats["loss"] = float(loss.detach())
+        return loss, stats, info
+
+    def evaluate_tensors(self, tokens: Tensor, labels: Tensor) -> dict[str, float]:
+        """Loss, accuracy, precision, recall and (for DEQ / repeated models) mean NFE, residual, converged fraction."""
+        self.model.eval()
+        logits, nfe, residual, converged = [], [], [], []
+        with torch.no_grad():
+            for start in range(0, len(labels), EVAL_BATCH):
+                out, info = self.model(one_hot(tokens[start : start + EVAL_BATCH]))
+                logits.append(out)
+                if info is not None:
+                    nfe.append(float(info.nfe))
+                    residual.append(info.residual)
+                    converged.append(info.converged.float())
+        self.model.train()
+        all_logits = torch.cat(logits)
+        stats = {
+            "loss": float(torch.nn.functional.binary_cross_entropy_with_logits(all_logits, labels)),
+            **classification_metrics(all_logits, labels),
+        }
+        if nfe:
+            stats["nfe_forward"] = sum(nfe) / len(nfe)
+            stats["residual"] = float(torch.cat(residual).mean())
+            stats["converged"] = float(torch.cat(converged).mean())
+        return stats
+
+    def evaluate(self) -> dict[str, float]:
+        return self.evaluate_tensors(self.valid_x, self.valid_y)
+
+    def evaluation_sets(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """The final evaluation sets: the test set of every variant, and the longer set when the model allows it."""
+        cfg = self.config
+        sets = {f"test_{v}": load_tensors(self.data_dir, cfg, v, "test", cfg.n_test, cfg.length) for v in VARIANTS}
+        if any_length(self.model):
+            sets["test_longer"] = load_tensors(self.data_dir, cfg, "four", "test", cfg.n_test, cfg.long_length)
+        return sets
+
+    def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+        from ..plots import plot_residuals, plot_training_curves
+
+        results: dict[str, Any] = {
+            "config": "arithmetic",
+            "model": self.config.model,
+            "jacobian_weight": self.config.jacobian_weight,
+            "valid": self.evaluate(),
+        }
+        for name, (tokens, labels) in self.evaluation_sets().items():
+            results[name] = self.evaluate_tensors(tokens, labels)
+        (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        plot_training_curves(records, output_dir / "training.png", ["loss", "acc", "residual"])
+        if self.config.model in ("deq", "repeated_gru"):
+            plot_residuals({self.config.model: records}, output_dir / "residual.png")
+        return results

@@ -1,0 +1,137 @@
+"""The command-line tools on tiny data: outputs, resume, evaluation sweep, and clear errors."""
+
+import json
+
+import pytest
+import torch
+
+from deq_toy import evaluate, reproduce, train
+from deq_toy.checkpoint import load_checkpoint
+from deq_toy.configs import load_config
+from deq_toy.errors import UserError
+
+
+def test_train_synthetic_writes_metrics_checkpoint_and_figure(tmp_path):
+    out = tmp_path / "run"
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", str(out), "--no-progress"]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_rec = [r for r in records if r["split"] == "train"]
+    assert {"step", "split", "loss", "mse", "nfe_forward", "nfe_backward", "residual"} <= set(train_rec[-1])
+    assert any(r["split"] == "valid" and "mse" in r for r in records)
+    assert (out / "figure5.png").stat().st_size > 10_000
+    assert (out / "training.png").exists()
+    state = load_checkpoint(out)
+    assert state["step"] == 20 and set(state) >= {"model", "optimizer", "scheduler", "rng"}
+    assert all(isinstance(v, torch.Tensor) for v in state["model"].values())
+
+
+def test_train_arithmetic_deq_writes_metrics_and_residual_plot(tmp_path):
+    out, data = tmp_path / "run", tmp_path / "data"
+    code = train.main(
+        [
+            "--config",
+            "arith-deq-jac-tiny",
+            "--data-dir",
+            str(data),
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            "epochs=1",
+        ]
+    )
+    assert code == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if r["split"] == "train"][-1]
+    assert {"loss", "acc", "nfe_forward", "nfe_backward", "residual", "jacobian"} <= set(last)
+    results = json.loads((out / "results.json").read_text())
+    assert {"test_four", "test_four_biased", "test_two", "test_two_biased"} <= set(results)
+    assert (out / "residual.png").exists() and (out / "training.png").exists()
+    assert sorted(p.name for p in (data / "arith-seed0").iterdir())[0] == "four-test-len31.tsv"
+
+
+def test_resume_continues_to_the_same_result(tmp_path):
+    args = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2"]  # RNG used by the Hutchinson probes
+    assert train.main(args + ["--output-dir", str(tmp_path / "full")]) == 0
+    assert train.main(args + ["--output-dir", str(tmp_path / "split"), "--stop-after", "7"]) == 0
+    assert load_checkpoint(tmp_path / "split")["step"] == 7
+    assert train.main(args + ["--output-dir", str(tmp_path / "split"), "--resume"]) == 0
+    full, split = load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "split")
+    for key in full["model"]:
+        assert torch.allclose(full["model"][key], split["model"][key], atol=1e-6), key
+    steps = [json.loads(line)["step"] for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    full_steps = [json.loads(line)["step"] for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == full_steps  # no step logged twice
+
+
+def test_evaluate_sweeps_solver_limits(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert (
+        evaluate.main(
+            ["--checkpoint", str(out), "--max-iters", "1,50", "--tols", "1e-3", "--output", str(tmp_path / "e.json")]
+        )
+        == 0
+    )
+    rows = json.loads((tmp_path / "e.json").read_text())["sweep"]
+    assert [r["max_iter"] for r in rows] == [1, 50]
+    assert rows[0]["nfe_forward"] == 1 and rows[1]["residual"] < rows[0]["residual"]
+
+
+def test_reproduce_synthetic_table(tmp_path):
+    code = reproduce.main(
+        [
+            "synthetic",
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "n_train=256",
+            "n_valid=64",
+            "epochs=2",
+            "batch_size=128",
+            "eval_every=4",
+        ]
+    )
+    assert code == 0
+    table = (tmp_path / "table.md").read_text()
+    assert table.count("\n| ") >= 4 and "| 4 |" in table
+    assert (tmp_path / "figure5.png").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--config", "nope"], "unknown config 'nope'; known configs:"),
+        (["--config", "synthetic-tiny", "lr"], "not of the form key=value"),
+        (["--config", "synthetic-tiny", "learning_rate=1"], "unknown config key 'learning_rate'; valid keys:"),
+        (["--config", "synthetic-tiny", "epochs=two"], "epochs must be an integer"),
+        (["--config", "synthetic-tiny", "epochs=0"], "epochs must be >= 1"),
+        (["--config", "arith-fc-tiny", "readout=last"], "readout=last applies to the GRU models only"),
+    ],
+)
+def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):
+    assert train.main(argv + ["--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_malformed_data_file_gives_clear_error(tmp_path, capsys):
+    data = tmp_path / "data"
+    bad = data / "arith-seed0" / "four-train-len31.tsv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("expression\tvalue\tlabel\n1+2\n")
+    code = train.main(["--config", "arith-fc-tiny", "--data-dir", str(data), "--output-dir", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "malformed arithmetic data file" in err and "line 2" in err and "delete it" in err
+
+
+def test_existing_run_needs_resume_and_resume_needs_same_config(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", out, "--no-progress", "--stop-after", "3"]) == 0
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", out]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", out, "--resume", "lr=0.1"]) == 2
+    assert "config differs" in capsys.readouterr().err
+    with pytest.raises(UserError, match="unknown config"):
+        load_config("arith-unknown")

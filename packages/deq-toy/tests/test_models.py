@@ -1,0 +1,68 @@
+"""Forward shapes of every arithmetic model, and that a few training steps lower the loss."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from deq_toy.configs import get_config
+from deq_toy.configs.arithmetic import MODELS
+from deq_toy.models import any_length, build_arithmetic_model
+from deq_toy.tasks.arithmetic import ArithmeticTask
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_forward_shapes(model_name):
+    config = dataclasses.replace(get_config("arith-deq-tiny"), model=model_name)
+    torch.manual_seed(0)
+    model = build_arithmetic_model(config)
+    tokens = torch.nn.functional.one_hot(torch.randint(0, 15, (5, 31)), 15).float()
+    logits, info = model(tokens)
+    assert logits.shape == (5,)
+    if model_name in ("deq", "repeated_gru"):
+        assert info is not None and info.residual.shape == (5,) and info.nfe >= 1
+    else:
+        assert info is None
+
+
+def test_deq_jacobian_loss_and_last_readout_accepts_longer_inputs():
+    config = dataclasses.replace(get_config("arith-deq-tiny"), readout="last")
+    torch.manual_seed(0)
+    model = build_arithmetic_model(config)
+    assert any_length(model)
+    tokens = torch.nn.functional.one_hot(torch.randint(0, 15, (3, 41)), 15).float()
+    logits, info = model(tokens, jacobian_loss=True)
+    assert logits.shape == (3,) and info.jacobian_loss is not None and info.jacobian_loss.ndim == 0
+    flat = build_arithmetic_model(get_config("arith-deq-tiny"))
+    assert not any_length(flat)
+    with pytest.raises(ValueError, match="readout=last"):
+        flat(tokens)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "arith-fc-tiny",
+        "arith-gru-tiny",
+        "arith-stacked-gru-tiny",
+        "arith-repeated-gru-tiny",
+        "arith-deq-tiny",
+        "arith-deq-jac-tiny",
+    ],
+)
+def test_few_steps_lower_the_loss_on_a_fixed_batch(name, tmp_path):
+    config = dataclasses.replace(get_config(name), n_train=64, n_valid=32)
+    torch.manual_seed(0)
+    task = ArithmeticTask(config, tmp_path)
+    optimizer = torch.optim.Adam(task.model.parameters(), lr=3e-3)
+    batch = task.batch(0)
+    losses = []
+    for step in range(12):
+        loss, stats, info = task.train_step(batch, step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(stats["bce"])
+        if config.model == "deq":
+            assert info.nfe_backward is not None  # the implicit backward ran
+    assert losses[-1] < losses[0] - 0.02

@@ -1,0 +1,66 @@
+"""The 1D data, the scalar DEQ, and the effect of the Jacobian regularizer."""
+
+import dataclasses
+
+import torch
+
+from deq_toy.configs import get_config
+from deq_toy.data.synthetic import make_synthetic, target_function
+from deq_toy.models import ScalarDEQ
+from deq_toy.tasks.synthetic import SyntheticTask, equilibrium_statistics
+
+
+def test_data_is_deterministic_and_noisy_around_h():
+    a, b = make_synthetic(4096, 1000, 0.05, seed=0), make_synthetic(4096, 1000, 0.05, seed=0)
+    assert torch.equal(a.x_train, b.x_train) and a.x_valid.shape == (1000, 1)
+    assert a.x_train.min() >= -2 and a.x_train.max() <= 2
+    noise = a.y_train - target_function(a.x_train)
+    assert abs(float(noise.std()) - 0.05) < 0.005
+
+
+def test_scalar_deq_has_200_parameters_and_exact_slope():
+    torch.manual_seed(0)
+    model = ScalarDEQ(width=50).double()
+    assert sum(p.numel() for p in model.parameters()) == 200
+    z, x = torch.randn(7, 1, dtype=torch.float64), torch.randn(7, 1, dtype=torch.float64)
+    eps = 1e-6
+    numeric = (model.f(z + eps, x) - model.f(z - eps, x)) / (2 * eps)
+    assert torch.allclose(model.df_dz(z, x), numeric, atol=1e-6)
+    z_star, info = model(x)
+    assert z_star.shape == (7, 1) and bool(info.converged.all())
+    assert torch.allclose(model.f(z_star, x), z_star, atol=1e-3)
+
+
+def _train(gamma: float) -> SyntheticTask:
+    config = dataclasses.replace(get_config("synthetic-tiny"), jacobian_weight=gamma, epochs=6)
+    torch.manual_seed(config.seed)
+    task = SyntheticTask(config)
+    opt = torch.optim.Adam(task.model.parameters(), lr=config.lr)
+    for step in range(task.total_steps):
+        loss, _, _ = task.train_step(task.batch(step), step)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return task
+
+
+def test_jacobian_regularization_flattens_f_at_equilibrium():
+    plain, regularized = _train(0.0), _train(4.0)
+    x = plain.data.x_valid
+    slope_plain = equilibrium_statistics(plain.model, x, "broyden", 100, 1e-4)["dfdz"].mean()
+    slope_reg = equilibrium_statistics(regularized.model, x, "broyden", 100, 1e-4)["dfdz"].mean()
+    assert slope_reg < 0.7 * slope_plain
+
+
+def test_training_steps_lower_the_loss():
+    config = get_config("synthetic-tiny")
+    torch.manual_seed(0)
+    task = SyntheticTask(config)
+    before = task.evaluate()["mse"]
+    opt = torch.optim.Adam(task.model.parameters(), lr=config.lr)
+    for step in range(20):
+        loss, _, _ = task.train_step(task.batch(step), step)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert task.evaluate()["mse"] < 0.7 * before
