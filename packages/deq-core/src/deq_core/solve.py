@@ -112,7 +112,8 @@ def solve(
     """Find a fixed point z* = f(z*) starting from ``z0``, without building an autograd graph.
 
     Args:
-        f: maps a state to a state of the same structure and shapes; called on the whole batch.
+        f: maps a state to a state of the same structure and shapes; called on the whole batch. f must not modify
+            its input in place, nor return a tensor it modifies later (the solver keeps references to iterates).
         z0: Tensor (B, ...) or tuple/list of such Tensors (e.g. one per MDEQ resolution), batch first.
         method: "fixed_point" (option ``damping``), "anderson" (``m``, ``beta``, ``reg``) or "broyden"
             (``memory``, ``line_search``, ``ls_steps``, ``armijo``).

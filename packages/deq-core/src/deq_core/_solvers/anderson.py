@@ -63,17 +63,18 @@ def anderson(run: SolveRun, x0: Tensor, *, m: int = 8, beta: float = 1.0, reg: f
     x, _, gx = run.evaluate(x0)
     k = 0  # differences stored so far
     while not run.finished:
-        step = x + beta * gx
+        step = torch.add(x, gx, alpha=beta)
         n = min(k, slots)
         if n > 0:
             rhs = torch.bmm(gx.unsqueeze(1), dg_hist[:, :n].transpose(1, 2)).squeeze(1)  # (B, n)
             gamma = _mixing_weights(gram[:, :n, :n], rhs, reg).to(x.dtype).unsqueeze(1)  # (B, 1, n)
-            step = step - torch.bmm(gamma, step_hist[:, :n]).squeeze(1)
+            step = step.sub_(torch.bmm(gamma, step_hist[:, :n]).squeeze(1))
         x_new, _, g_new = run.evaluate(run.freeze(step, x))
         if slots > 0:
             slot = k % slots
-            dg_hist[:, slot] = g_new - gx
-            step_hist[:, slot] = x_new - x + beta * dg_hist[:, slot]
+            torch.sub(g_new, gx, out=dg_hist[:, slot])
+            torch.sub(x_new, x, out=step_hist[:, slot])
+            step_hist[:, slot].add_(dg_hist[:, slot], alpha=beta)
             k += 1
             n = min(k, slots)
             row = torch.bmm(dg_hist[:, slot].unsqueeze(1), dg_hist[:, :n].transpose(1, 2)).squeeze(1)  # (B, n)

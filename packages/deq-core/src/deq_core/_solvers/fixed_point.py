@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ._run import SolveRun
 
 
@@ -18,6 +20,7 @@ def fixed_point(run: SolveRun, x0, *, damping: float = 1.0) -> None:
         damping: step size in (0, 1]; 1 is plain iteration, smaller values damp oscillations.
     """
     check_options(damping=damping)
-    x, _, gx = run.evaluate(x0)
+    x, fx, gx = run.evaluate(x0)
     while not run.finished:
-        x, _, gx = run.evaluate(run.freeze(x + damping * gx, x))
+        step = fx if damping == 1.0 else torch.add(x, gx, alpha=damping)
+        x, fx, gx = run.evaluate(run.freeze(step, x))
