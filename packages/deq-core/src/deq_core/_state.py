@@ -107,6 +107,18 @@ def as_tensors(state: State) -> tuple[Tensor, ...]:
     return (state,) if isinstance(state, Tensor) else tuple(state)
 
 
+def rebuild(like: State, tensors: Sequence[Tensor]) -> State:
+    """``tensors`` in the structure of ``like`` (a Tensor, tuple or list)."""
+    if isinstance(like, Tensor):
+        return tensors[0]
+    return type(like)(tensors)
+
+
+def detached_leaves(state: State) -> tuple[Tensor, ...]:
+    """Detached copies of the state's tensors that require grad: the point at which a Jacobian of f is taken."""
+    return tuple(t.detach().requires_grad_() for t in as_tensors(state))
+
+
 def flatten(state: State, dtype: torch.dtype) -> Tensor:
     """State -> Tensor (B, D) of ``dtype`` (a copy when the dtype or layout requires one)."""
     tensors = as_tensors(state)

@@ -13,20 +13,19 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ._state import State, as_tensors, check_same_structure, flatten, solver_dtype, state_spec, unflatten
+from ._state import (
+    State,
+    as_tensors,
+    check_same_structure,
+    detached_leaves,
+    flatten,
+    rebuild,
+    solver_dtype,
+    state_spec,
+    unflatten,
+)
 
 REDUCTIONS = ("mean", "none")
-
-
-def _leaves(z: State) -> tuple[Tensor, ...]:
-    """Detached copies of z's tensors that require grad (the point at which J_f is taken)."""
-    return tuple(t.detach().requires_grad_() for t in as_tensors(z))
-
-
-def _rebuild(z: State, tensors: Sequence[Tensor]) -> State:
-    if isinstance(z, Tensor):
-        return tensors[0]
-    return type(z)(tensors)
 
 
 def vector_jacobian(
@@ -97,8 +96,8 @@ def jacobian_frobenius(f: Callable[[State], State], z: State, n_samples: int = 1
     spec = state_spec(z, "z")
     if not torch.is_grad_enabled():
         raise RuntimeError("jacobian_frobenius needs autograd; call it outside torch.no_grad().")
-    leaves = _leaves(z)
-    fz = f(_rebuild(z, leaves))
+    leaves = detached_leaves(z)
+    fz = f(rebuild(z, leaves))
     check_same_structure(fz, spec)
     per_sample = frobenius_from_graph(as_tensors(fz), leaves, n_samples=n_samples, create_graph=True)
     return per_sample.mean() if reduction == "mean" else per_sample
@@ -124,9 +123,9 @@ def spectral_radius(f: Callable[[State], State], z: State, n_iters: int = 20, se
         raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}.")
     spec = state_spec(z, "z")
     dtype = solver_dtype(spec.dtypes)
-    leaves = _leaves(z)
+    leaves = detached_leaves(z)
     with torch.enable_grad():
-        fz = f(_rebuild(z, leaves))
+        fz = f(rebuild(z, leaves))
     check_same_structure(fz, spec)
     fz_t = as_tensors(fz)
 

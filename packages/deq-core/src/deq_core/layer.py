@@ -10,7 +10,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._state import State, as_tensors, check_same_structure, flatten, solver_dtype, state_spec, unflatten
+from ._state import (
+    State,
+    as_tensors,
+    check_same_structure,
+    detached_leaves,
+    flatten,
+    rebuild,
+    solver_dtype,
+    state_spec,
+    unflatten,
+)
 from .jacobian import frobenius_from_graph, vector_jacobian
 from .solve import SolverResult, check_settings, solve
 
@@ -115,12 +125,6 @@ class _ImplicitGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Any, ...]:
         return (None, *ctx.adjoint.solve(grads))
-
-
-def _rebuild(like: State, tensors: tuple[Tensor, ...]) -> State:
-    if isinstance(like, Tensor):
-        return tensors[0]
-    return type(like)(tensors)
 
 
 class DEQ(nn.Module):
@@ -247,8 +251,8 @@ class DEQ(nn.Module):
         self._report_nonfinite(res)
         if not torch.is_grad_enabled():
             return res.fz, info
-        z_star = tuple(t.detach().requires_grad_() for t in as_tensors(res.z))
-        fz = f(_rebuild(z0, z_star))
+        z_star = detached_leaves(res.z)
+        fz = f(rebuild(z0, z_star))
         check_same_structure(fz, state_spec(z0))
         fz_t = as_tensors(fz)
         if jacobian_loss:
@@ -271,9 +275,9 @@ class DEQ(nn.Module):
             tau = self.phantom_damping
             out = tuple((1 - tau) * z + tau * y for z, y in zip(z_star, fz_t))
             for _ in range(self.phantom_steps - 1):
-                step = as_tensors(f(_rebuild(z0, out)))
+                step = as_tensors(f(rebuild(z0, out)))
                 out = tuple((1 - tau) * z + tau * y for z, y in zip(out, step))
-        return _rebuild(z0, out), info
+        return rebuild(z0, out), info
 
     def _unrolled(
         self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool
@@ -284,7 +288,7 @@ class DEQ(nn.Module):
         z, prev = z0, z0
         for i in range(steps):
             if jacobian_loss and i == steps - 1:  # the last step's input must be in the graph to take J there
-                z = _rebuild(z0, tuple(t if t.requires_grad else t.detach().requires_grad_() for t in as_tensors(z)))
+                z = rebuild(z0, tuple(t if t.requires_grad else t.detach().requires_grad_() for t in as_tensors(z)))
             prev, z = z, f(z)
             check_same_structure(z, spec)
         jac = None

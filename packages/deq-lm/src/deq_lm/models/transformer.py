@@ -58,6 +58,12 @@ class TransformerBlock(nn.Module):
         return self.ln2(h + self.drop_ff(self.ff2(torch.relu(self.ff1(h)))))
 
 
+def extend_memory(memory: Tensor | None, z: Tensor, mem_len: int) -> Tensor:
+    """The last ``mem_len`` states of [memory; z] along the sequence, detached: (B, <= mem_len, d_model)."""
+    cat = z if memory is None else torch.cat([memory, z], dim=1)
+    return cat[:, -mem_len:].detach()
+
+
 def distance_encodings(k_len: int, d_model: int, like: Tensor) -> Tensor:
     """(k_len, d_model) encodings of distances k_len - 1, ..., 0, in the dtype and device of ``like``."""
     distances = torch.arange(k_len - 1, -1, -1, device=like.device)
@@ -130,8 +136,7 @@ class DEQTransformerCell(nn.Module):
     def next_state(self, z: Tensor, ctx: TransformerContext) -> Tensor | None:
         if self.mem_len == 0:
             return None
-        cat = z if ctx.memory is None else torch.cat([ctx.memory, z], dim=1)
-        return cat[:, -self.mem_len :].detach()
+        return extend_memory(ctx.memory, z, self.mem_len)
 
 
 class TransformerXLBody(nn.Module):
@@ -175,7 +180,6 @@ class TransformerXLBody(nn.Module):
             mem_slots = 0 if memory is None else memory.shape[1]
             pos = distance_encodings(mem_slots + z.shape[1], self.d_model, z)
             if self.mem_len > 0:
-                cat = z if memory is None else torch.cat([memory, z], dim=1)
-                new_memories.append(cat[:, -self.mem_len :].detach())
+                new_memories.append(extend_memory(memory, z, self.mem_len))
             z = block(z, memory, pos)
         return BodyOutput(self.final_norm(z), new_memories if self.mem_len > 0 else None, None)

@@ -41,13 +41,3 @@ def epoch_batch_indices(n: int, batch_size: int, step: int, seed: int) -> Tensor
     gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     perm = torch.randperm(n, generator=gen)
     return perm[index * batch_size : (index + 1) * batch_size]
-
-
-def per_sample_nfe(trace: Tensor, tol: float) -> Tensor:
-    """Calls of f each sample needed to reach residual <= tol, from a solver trace (iterations, B).
-
-    Trace entry i is the residual of iterate i, evaluated with the (i + 1)-th call of f; a converged sample is frozen,
-    so its later entries stay <= tol. Samples that never converge count every iteration.
-    """
-    iterations = trace.shape[0]
-    return ((trace > tol).sum(0) + 1).clamp(max=iterations)

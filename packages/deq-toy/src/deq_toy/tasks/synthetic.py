@@ -16,7 +16,7 @@ from ..configs.synthetic import SyntheticConfig
 from ..data.synthetic import make_synthetic
 from ..models import build_scalar_model
 from ..models.scalar_deq import ScalarDEQ
-from .base import epoch_batch_indices, per_sample_nfe
+from .base import epoch_batch_indices
 
 
 def equilibrium_statistics(model: ScalarDEQ, x: Tensor, method: str, max_iter: int, tol: float) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def equilibrium_statistics(model: ScalarDEQ, x: Tensor, method: str, max_iter: i
         z = res.z
         assert isinstance(z, Tensor)
         slope = model.df_dz(z, x).abs().squeeze(-1)
-    return {"z": z, "nfe": per_sample_nfe(res.trace, tol), "dfdz": slope, "converged": res.converged, "result": res}
+    return {"z": z, "nfe": res.iterations_per_sample, "dfdz": slope, "converged": res.converged, "result": res}
 
 
 class SyntheticTask:
@@ -73,7 +73,7 @@ class SyntheticTask:
             z, info = model(self.data.x_valid)
             mse = float(torch.nn.functional.mse_loss(z, self.data.y_valid))
         stats = equilibrium_statistics(model, self.data.x_valid, cfg.eval_solver, cfg.max_iter, cfg.tol)
-        train_solver = per_sample_nfe(info.trace, cfg.tol)
+        train_solver = info.iterations_per_sample
         model.train()
         return {
             "loss": mse,
