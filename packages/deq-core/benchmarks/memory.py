@@ -13,15 +13,16 @@ Problems (``problems.py``): the transformer layer (d_model 64, seq 32, batch 8) 
 
 One training step = forward, loss = mean(z^2), backward. Measured:
 
-- saved for backward: the tensors autograd saves during the forward, seen through
+- saved for backward (``deq_core.saved_tensor_bytes``): the tensors autograd saves during the forward, seen through
   ``torch.autograd.graph.saved_tensors_hooks``; the sum of the nbytes of their unique storages, excluding the
   parameters and the input injection x (which exist anyway). Tensors a custom autograd Function keeps as plain
   attributes of ``ctx`` are invisible to these hooks (deq-core's implicit layer keeps f(z*) this way), hence also:
-- peak: the largest total size of live tensors allocated during the whole step (forward + backward), tracked by a
-  ``TorchDispatchMode`` that records every new storage an ATen op creates and its release (weakref finalizer);
-  tensors alive before the step (parameters, x) are not counted. It includes the solver buffers (Anderson/Broyden
-  histories), f's temporaries and the backward solve. (torch.profiler's memory events cannot give this peak: frees
-  inside an op, e.g. all of a custom backward's temporaries, are only reported netted at the op level.)
+- peak (``deq_core.peak_live_bytes``): the largest total size of live tensors allocated during the whole step
+  (forward + backward), tracked by a ``TorchDispatchMode`` that records every new storage an ATen op creates and its
+  release (weakref finalizer); tensors alive before the step (parameters, x) are not counted. It includes the solver
+  buffers (Anderson/Broyden histories), f's temporaries and the backward solve. (torch.profiler's memory events
+  cannot give this peak: frees inside an op, e.g. all of a custom backward's temporaries, are only reported netted at
+  the op level.)
 - solve peak: the same peak for the forward solver alone (under no_grad): the solver's buffers plus f's
   temporaries, i.e. the extra memory the DEQ needs besides what it saves for backward.
 
@@ -31,13 +32,10 @@ Ratios are DEQ / explicit at the same depth; the DEQ's numbers should not depend
 from __future__ import annotations
 
 import sys
-import weakref
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 import deq_core
 import problems as P
@@ -46,72 +44,13 @@ MB = 1024.0**2
 B_MAX_ITER = 30
 
 
-def saved_bytes(fn: Callable[[], Tensor], exclude: set[int]) -> tuple[Tensor, int]:
-    """Run fn (a forward pass) and sum the unique storages autograd saves for backward."""
-    storages: dict[int, int] = {}
-
-    def pack(t: Tensor) -> Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in exclude:
-            storages[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    return out, sum(storages.values())
-
-
-class LiveBytes(TorchDispatchMode):
-    """Tracks the bytes of live tensor storages created by ATen ops while the mode is active, and their peak.
-
-    Every op's outputs are inspected; a storage not shared with the op's inputs and not seen before is a new
-    allocation, released when its storage object is freed (a weakref finalizer). Kernel-internal workspaces that
-    never become tensors are not seen; tensors that existed before the mode are not counted.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.current = 0
-        self.peak = 0
-
-    def _release(self, key: int) -> None:
-        n = self.live.pop(key, None)
-        if n is not None:
-            self.current -= n
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)}
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, Tensor):
-                continue
-            storage = t.untyped_storage()
-            key, nbytes = storage.data_ptr(), storage.nbytes()
-            if nbytes == 0 or key in inputs or key in self.live:
-                continue
-            self.live[key] = nbytes
-            self.current += nbytes
-            self.peak = max(self.peak, self.current)
-            weakref.finalize(storage, self._release, key)
-        return out
-
-
-def peak_bytes(fn: Callable[[], object]) -> int:
-    """Peak of live tensor bytes allocated while fn runs (its result is dropped before returning)."""
-    tracker = LiveBytes()
-    with tracker:
-        fn()
-    return tracker.peak
-
-
 class Case:
     """One problem: a cell f(z, x), the injection x and the start z0."""
 
     def __init__(self, name: str, cell: nn.Module, x: Tensor) -> None:
         self.name, self.cell, self.x = name, cell, x
         self.z0 = torch.zeros_like(x)
-        self.exclude = {p.untyped_storage().data_ptr() for p in cell.parameters()} | {x.untyped_storage().data_ptr()}
+        self.exclude = (*cell.parameters(), x)
 
     def f(self, z: Tensor) -> Tensor:
         return self.cell(z, self.x)
@@ -253,11 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             for key, fwd in forwards.items():
                 training_step(case, fwd)()  # warm-up (first-call allocations, lazy init)
                 case.cell.zero_grad(set_to_none=True)
-                z, saved[key] = saved_bytes(fwd, case.exclude)
-                del z
-                peak[key] = peak_bytes(training_step(case, fwd))
-            solve_ours = peak_bytes(ours_solve(case, depth))
-            solve_tdeq = peak_bytes(tdeq_solve(case, depth))
+                saved[key] = deq_core.saved_tensor_bytes(fwd, exclude=case.exclude)[1]  # the output is dropped at once
+                peak[key] = deq_core.peak_live_bytes(training_step(case, fwd))[1]
+            solve_ours = deq_core.peak_live_bytes(ours_solve(case, depth))[1]
+            solve_tdeq = deq_core.peak_live_bytes(tdeq_solve(case, depth))[1]
             ours_saved.append(saved["ours"])
             ours_peak.append(peak["ours"])
             saved_rows.append(

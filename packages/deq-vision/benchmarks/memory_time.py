@@ -4,10 +4,11 @@ ratios (the JR paper's Figure 6); and the NFE needed to reach the tolerance with
     python packages/deq-vision/benchmarks/memory_time.py [--quick] [--batch 8] [--repeats 3]
         [--runs RUN_WITHOUT_JR RUN_WITH_JR]     # e.g. the digits-mdeq and digits-mdeq-jr run directories
 
-Memory is the size of the activations autograd saves for the backward pass (saved tensors with the batch as first
-dim), counted with saved-tensor hooks so that it is the same on any device (the DEQ's solver iterations keep
-nothing; the adjoint solver's own buffers are not included), plus the peak CUDA memory when on a GPU. Times are
-medians over ``--repeats`` steps after one warm-up; absolute times on shared machines drift, the ratios less so.
+Memory is the size of the activations autograd saves for the backward pass (``deq_core.saved_tensor_bytes``: the
+distinct storages of saved tensors with the batch as first dim, a buffer saved through several views counted once),
+counted with saved-tensor hooks so that it is the same on any device (the DEQ's solver iterations keep nothing; the
+adjoint solver's own buffers are not included), plus the peak CUDA memory when on a GPU. Times are medians over
+``--repeats`` steps after one warm-up; absolute times on shared machines drift, the ratios less so.
 """
 
 from __future__ import annotations
@@ -37,23 +38,6 @@ MODELS = (
     ("ResNet-18", "cifar10-resnet18", False, None),
     ("ResNet-101", "cifar10-resnet101", False, None),
 )
-
-
-def saved_bytes(fn: Callable[[], Tensor], batch: int) -> tuple[Tensor, int]:
-    """Run ``fn`` and count the bytes of the distinct activations autograd saves for backward: saved tensors whose
-    first dim is the batch size (this leaves out parameters and weights computed from them, e.g. weight norm)."""
-    seen: dict[tuple[int, int], int] = {}
-
-    def pack(t: Tensor) -> Tensor:
-        if t.dim() == 0 or t.shape[0] != batch:
-            return t
-        key = (t.untyped_storage().data_ptr(), t.storage_offset())
-        seen[key] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    return out, sum(seen.values())
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
@@ -88,7 +72,7 @@ def measure(
         loss().backward()
 
     model.train()
-    _, activations = saved_bytes(loss, batch)
+    activations = deq_core.saved_tensor_bytes(loss, batch_size=batch)[1]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     train_s = median_seconds(train_step, repeats)

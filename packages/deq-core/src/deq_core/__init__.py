@@ -7,11 +7,14 @@ Public API::
     deq_core.jacobian_frobenius(f, z, n_samples=1)   # Hutchinson ||J_f(z)||_F^2 / D, differentiable
     deq_core.spectral_radius(f, z, n_iters=20)       # rho(J_f(z)) per sample
     deq_core.weight_norm, deq_core.cached_weights, deq_core.VariationalDropout
+    deq_core.saved_tensor_bytes(fn, exclude=(), batch_size=None) -> (fn(), bytes saved for backward)
+    deq_core.peak_live_bytes(fn) -> (fn(), peak bytes of the storages fn creates)
 """
 
 from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
 from .layer import DEQ, DEQInfo
 from .nn import VariationalDropout, cached_weights, weight_norm
+from .profiling import peak_live_bytes, saved_tensor_bytes
 from .solve import SolverResult, solve, solver_options
 
 __version__ = "0.1.0"
@@ -24,6 +27,8 @@ __all__ = [
     "cached_weights",
     "frobenius_from_graph",
     "jacobian_frobenius",
+    "peak_live_bytes",
+    "saved_tensor_bytes",
     "solve",
     "solver_options",
     "spectral_radius",
