@@ -1,16 +1,59 @@
 import dataclasses
 
 import pytest
+import torch
 
-from deq_lm.configs import MODELS, PRESETS, Config, get_config
+from deq_lm.configs import MODELS, PAPER_RESULTS, PRESETS, Config, get_config
 from deq_lm.models import build_model, count_parameters
+
+PTB_VOCAB, WT103_VOCAB = 10_000, 267_735
+
+
+def _paper_vocab(name: str) -> int:
+    return PTB_VOCAB if name.startswith("ptb-") else WT103_VOCAB
 
 
 def test_every_preset_builds_and_every_model_has_a_tiny_preset():
     for name, cfg in PRESETS.items():
         assert isinstance(cfg, Config), name
-        build_model(cfg, 10)
+        if name.startswith(("ptb-", "wt103-")):
+            with torch.device("meta"):  # GPU-sized: build without allocating
+                build_model(cfg, _paper_vocab(name))
+        else:
+            build_model(cfg, 16)
     assert {f"tiny-{m.replace('_', '-')}" for m in MODELS} <= set(PRESETS)
+
+
+def test_every_paper_preset_has_a_published_result_and_a_tiny_twin():
+    paper = [name for name in PRESETS if name.startswith(("ptb-", "wt103-"))]
+    assert len(paper) == 13 and set(paper) == set(PAPER_RESULTS)
+    for name in paper:
+        big, tiny = get_config(name), get_config(f"tiny-{name}")
+        assert (tiny.model, tiny.head, tiny.tie_weights, tiny.pre_ln) == (
+            big.model,
+            big.head,
+            big.tie_weights,
+            big.pre_ln,
+        )
+        assert (tiny.jac_weight > 0) == (big.jac_weight > 0) and tiny.task == big.task == "lm"
+
+
+@pytest.mark.parametrize(
+    ("name", "published"),
+    [
+        ("wt103-deq-transformer-medium-adaptive", 98e6),  # JR Table 1 (the authors' script)
+        ("wt103-transformer-xl-medium-16", 151e6),  # Transformer-XL base (its paper's "Standard")
+        ("wt103-deq-transformer-medium", 172e6),
+        ("wt103-deq-transformer-small", 138e6),
+        ("wt103-transformer-tied-16", 138e6),
+        ("wt103-deq-trellisnet", 180e6),
+        ("wt103-trellisnet-70", 180e6),
+    ],
+)
+def test_paper_presets_have_the_published_size(name, published):
+    with torch.device("meta"):
+        n = count_parameters(build_model(get_config(name), WT103_VOCAB))
+    assert abs(n - published) < 0.05 * published, n
 
 
 def test_presets_are_frozen():

@@ -7,6 +7,7 @@ Reports the loss and the task metric, and for DEQ models sweeps the inference it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -14,33 +15,36 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_model as load_safetensors
 
 from deq_core.runs import checkpoint_weights, load_config, resolve_checkpoint
 
 from .configs import Config
 from .models import SequenceModel, build_model
-from .tasks import build_task
+from .tasks import Task, build_task
 from .train import evaluate_split
 
 
-def load_model(checkpoint: Path) -> tuple[Config, SequenceModel, Path]:
-    """(config, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint folder."""
+def load_model(checkpoint: Path, data_dir: Path | None = None) -> tuple[Config, Task, SequenceModel, Path]:
+    """(config, task, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
+    folder; ``data_dir`` replaces the corpus directory saved in the config (e.g. the corpus moved)."""
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
     _, cfg = load_config(run_dir, Config)
+    if data_dir is not None:
+        cfg = dataclasses.replace(cfg, data_dir=str(data_dir))
     weights = checkpoint_weights(folder)
-    model = build_model(cfg, build_task(cfg).vocab_size)
-    model.load_state_dict(load_file(str(weights)))
-    return cfg, model.eval(), run_dir
+    task = build_task(cfg)
+    model = build_model(cfg, task.vocab_size)
+    load_safetensors(model, str(weights))  # restores tied weights, which the file stores once
+    return cfg, task, model.eval(), run_dir
 
 
 def sweep(
-    cfg: Config, model: SequenceModel, split: str, max_iters: Sequence[int], tols: Sequence[float]
+    cfg: Config, task: Task, model: SequenceModel, split: str, max_iters: Sequence[int], tols: Sequence[float]
 ) -> list[dict[str, Any]]:
     """Evaluate ``split`` at every inference limit (with tolerance ``cfg.eval_tol or cfg.tol``) and at every
     tolerance (with limit ``max(max_iters)``). Rows: {"max_iter", "tol", "loss", metric, "nfe_forward", "residual"}."""
     deq = model.body.deq  # type: ignore[union-attr]
-    task = build_task(cfg)
     saved = deq.eval_max_iter, deq.eval_tol
     base_tol = cfg.eval_tol or cfg.tol
     settings = [(m, base_tol) for m in max_iters] + [(max(max_iters), t) for t in tols]
@@ -92,17 +96,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-iters", type=lambda s: _numbers(s, int), default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--tols", type=lambda s: _numbers(s, float), default=[1e-1, 1e-2, 1e-3, 1e-4])
     parser.add_argument("--no-sweep", action="store_true", help="only the metric at the config's eval limits")
+    parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
     args = parser.parse_args(argv)
     try:
-        cfg, model, run_dir = load_model(args.checkpoint)
-    except FileNotFoundError as err:
+        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir)
+    except (FileNotFoundError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
-    task = build_task(cfg)
     result = evaluate_split(model, task, args.split, torch.device("cpu"))
     print(f"{args.split}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
     if args.no_sweep or not model.is_deq:
         return 0
-    rows = sweep(cfg, model, args.split, args.max_iters, args.tols)
+    rows = sweep(cfg, task, model, args.split, args.max_iters, args.tols)
     print(f"{'max_iter':>8} {'tol':>8} {'loss':>10} {task.metric:>8} {'nfe':>6} {'residual':>10}")
     for r in rows:
         line = f"{r['max_iter']:>8} {r['tol']:>8.0e} {r['loss']:>10.4g} {r[task.metric]:>8.4f}"

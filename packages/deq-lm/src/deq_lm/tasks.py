@@ -1,18 +1,77 @@
-"""Tasks: what the training loop needs to know about the data (batches per step, evaluation sets, loss, metric).
+"""Tasks: what the training loop needs to know about the data (batches per step, evaluation, loss, metric).
 
-Part 1 has the copy-memory task; the word-level corpora add a task with the same methods.
+- ``CopyMemoryTask``: fresh random sequences every step, fixed valid/test sets, accuracy over the last ten positions.
+- ``LanguageModelTask``: a word-level corpus read in order (the Transformer-XL / DEQ protocol): the training stream is
+  cut into ``batch_size`` columns, step s trains on segment s mod (number of segments), and the model's state (memory,
+  TrellisNet history) is carried from one segment to the next; evaluation reads a whole split the same way.
+
+Both have the same methods, so ``train.py`` and ``evaluate.py`` never look at the task's kind.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
+import torch
 from torch import Tensor
 
 from .configs.config import Config
+from .data import Corpus, OrderedLMBatches, corpus_source, load_corpus, perplexity
 from .data.copy_memory import N_SYMBOLS, copy_memory_batch, copy_memory_metrics, copy_memory_split, step_generator
+from .data.pydoc_corpus import write_pydoc_corpus
+from .models import ModelOutput, SequenceModel
 
 SPLIT_SEEDS = {"valid": 1, "test": 2}
+
+
+class Task(Protocol):
+    """What the training loop and the evaluation use."""
+
+    metric: str  # name of the task's metric in metrics.jsonl ("acc", "ppl")
+    stateful: bool  # the model's state is carried from one step's batch to the next
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> tuple[Tensor, Tensor]: ...
+
+    def starts_stream(self, step: int, batch_size: int) -> bool: ...
+
+    def loss_and_metric(self, out: ModelOutput, targets: Tensor) -> tuple[Tensor, Tensor]: ...
+
+    def evaluate(self, model: SequenceModel, split: str, device: torch.device) -> dict[str, float]: ...
+
+
+def _rows(tensors: tuple[Tensor, Tensor], batch_size: int, rank: int, world: int) -> tuple[Tensor, Tensor]:
+    """This process's contiguous slice (batch_size // world rows) of a global batch."""
+    if batch_size % world:
+        raise ValueError(f"batch_size ({batch_size}) must be divisible by the number of processes ({world}).")
+    rows = batch_size // world
+    return tensors[0][rank * rows : (rank + 1) * rows], tensors[1][rank * rows : (rank + 1) * rows]
+
+
+class _Totals:
+    """Sums of per-batch statistics over an evaluation, weighted by a count."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.count = 0.0
+
+    def add(self, weight: float, info: Any = None, **values: float) -> None:
+        if info is not None:
+            values["nfe_forward"] = float(info.nfe)
+            values["residual"] = float(info.residual.float().mean())
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value * weight
+        self.count += weight
+
+    def means(self) -> dict[str, float]:
+        return {key: value / self.count for key, value in self.sums.items()}
 
 
 @dataclass(frozen=True)
@@ -29,12 +88,15 @@ class CopyMemoryTask:
     n_test: int
 
     metric: str = "acc"  # accuracy over the last ten positions
-    vocab_size: int = N_SYMBOLS
     stateful: bool = False  # sequences are independent: no memory carried across steps
 
     @classmethod
     def from_config(cls, cfg: Config) -> CopyMemoryTask:
         return cls(T=cfg.T, seed=cfg.seed, n_valid=cfg.n_valid, n_test=cfg.n_test)
+
+    @property
+    def vocab_size(self) -> int:
+        return N_SYMBOLS
 
     @property
     def seq_len(self) -> int:
@@ -43,11 +105,10 @@ class CopyMemoryTask:
     def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> tuple[Tensor, Tensor]:
         """This process's slice (batch_size // world rows) of the global batch of ``step``: (inputs, targets),
         LongTensors (rows, T + 20)."""
-        if batch_size % world:
-            raise ValueError(f"batch_size ({batch_size}) must be divisible by the number of processes ({world}).")
-        inputs, targets = copy_memory_batch(batch_size, self.T, step_generator(self.seed, step))
-        rows = batch_size // world
-        return inputs[rank * rows : (rank + 1) * rows], targets[rank * rows : (rank + 1) * rows]
+        return _rows(copy_memory_batch(batch_size, self.T, step_generator(self.seed, step)), batch_size, rank, world)
+
+    def starts_stream(self, step: int, batch_size: int) -> bool:
+        return True
 
     def eval_set(self, split: str) -> tuple[Tensor, Tensor]:
         """The fixed ``split`` ("valid" or "test") set: (inputs, targets), (n, T + 20)."""
@@ -56,13 +117,132 @@ class CopyMemoryTask:
         n = self.n_valid if split == "valid" else self.n_test
         return copy_memory_split(n, self.T, seed=10_000 * SPLIT_SEEDS[split] + self.seed)
 
-    def loss_and_metric(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    def loss_and_metric(self, out: ModelOutput, targets: Tensor) -> tuple[Tensor, Tensor]:
         """(mean cross-entropy over all positions, accuracy over the last ten) as scalar tensors."""
-        return copy_memory_metrics(logits, targets)
+        assert out.logits is not None, "copy memory needs a linear head (logits)"
+        return copy_memory_metrics(out.logits, targets)
+
+    @torch.no_grad()
+    def evaluate(
+        self, model: SequenceModel, split: str, device: torch.device, batch_size: int = 256
+    ) -> dict[str, float]:
+        """Loss, accuracy and, for DEQs, mean forward NFE and residual on the whole ``split`` (the model's mode is
+        left to the caller)."""
+        inputs, targets = self.eval_set(split)
+        totals = _Totals()
+        for start in range(0, inputs.shape[0], batch_size):
+            x = inputs[start : start + batch_size].to(device)
+            y = targets[start : start + batch_size].to(device)
+            out = model(x)
+            loss, metric = self.loss_and_metric(out, y)
+            totals.add(x.shape[0], out.info, loss=float(loss), acc=float(metric))
+        return totals.means()
 
 
-def build_task(cfg: Config) -> CopyMemoryTask:
+@dataclass(frozen=True)
+class LanguageModelTask:
+    """Word-level language modeling on an encoded corpus, read in order.
+
+    Training: the training stream is cut into ``batch_size`` columns (``OrderedLMBatches`` with segments of
+    ``tgt_len`` and only full segments); step s trains on segment s mod n, and a new pass over the stream starts the
+    model's state afresh. Each process takes its contiguous rows of the columns, so the union over processes is the
+    single-process batch. Evaluation: the split in ``eval_batch_size`` columns, segments of ``eval_tgt_len``, state
+    carried across segments; perplexity = exp(mean NLL over every predicted token).
+    """
+
+    corpus: Corpus
+    tgt_len: int
+    eval_tgt_len: int
+    eval_batch_size: int
+
+    metric: str = "ppl"
+    stateful: bool = True
+    _train_streams: dict[int, OrderedLMBatches] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> LanguageModelTask:
+        """Find the corpus (``cfg.data_dir``, the Hugging Face cache, or for ``corpus=pydoc`` Python's documentation
+        written to the cache directory), tokenize it or read the cached encoding."""
+        data_dir = Path(cfg.data_dir).expanduser() if cfg.data_dir else None
+        if cfg.cache_dir:
+            cache_dir = Path(cfg.cache_dir).expanduser()
+        elif data_dir is not None:
+            cache_dir = data_dir / ".deq_lm_cache"
+        else:
+            cache_dir = Path("~/.cache/deq_lm").expanduser()
+        if data_dir is None and cfg.corpus == "pydoc":  # rewritten each time (~0.1 s): never a stale text
+            data_dir = write_pydoc_corpus(cache_dir / "pydoc-text")
+        source = corpus_source(cfg.corpus, data_dir)
+        vocab_size = cfg.vocab_size or None
+        corpus = load_corpus(source, cache_dir, cfg.tokenizer, vocab_size=vocab_size, min_freq=cfg.min_freq)
+        return cls(corpus, cfg.tgt_len, cfg.eval_tgt_len or cfg.tgt_len, cfg.eval_batch_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.corpus.vocab_size
+
+    @property
+    def seq_len(self) -> int:
+        return self.tgt_len
+
+    def train_stream(self, batch_size: int) -> OrderedLMBatches:
+        """The training segments for a global batch of ``batch_size`` columns."""
+        if batch_size not in self._train_streams:
+            try:
+                stream = OrderedLMBatches.from_ids(self.corpus.train, batch_size, self.tgt_len, drop_last=True)
+            except ValueError as error:
+                raise ValueError(
+                    f"the training split ({self.corpus.train.numel()} tokens) is too short for batch_size "
+                    f"{batch_size} x tgt_len {self.tgt_len}: {error} Lower batch_size or tgt_len."
+                ) from None
+            self._train_streams[batch_size] = stream
+        return self._train_streams[batch_size]
+
+    def segments_per_epoch(self, batch_size: int) -> int:
+        return len(self.train_stream(batch_size))
+
+    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> tuple[Tensor, Tensor]:
+        """This process's rows of training segment ``step mod n``: (inputs, targets), (batch_size // world, tgt_len)."""
+        stream = self.train_stream(batch_size)
+        return _rows(stream[step % len(stream)], batch_size, rank, world)
+
+    def starts_stream(self, step: int, batch_size: int) -> bool:
+        """Whether ``step`` reads the first segment of a pass over the training stream (no state to carry)."""
+        return step % self.segments_per_epoch(batch_size) == 0
+
+    def loss_and_metric(self, out: ModelOutput, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """(mean token NLL in nats, perplexity of these tokens) as scalar tensors."""
+        assert out.nll is not None, "call the model with targets= to get the NLL"
+        loss = out.nll.mean()
+        return loss, torch.exp(loss.detach().clamp(max=700.0))
+
+    @torch.no_grad()
+    def evaluate(self, model: SequenceModel, split: str, device: torch.device) -> dict[str, float]:
+        """Loss (mean token NLL), perplexity and, for DEQs, mean forward NFE / residual per segment over the whole
+        ``split`` ("valid" or "test"), carrying the model's state across segments (the model's mode is left to the
+        caller)."""
+        segments = OrderedLMBatches.from_ids(self.corpus.split(split), self.eval_batch_size, self.eval_tgt_len)
+        nll_sum, n_tokens, state = 0.0, 0, None
+        solver = _Totals()
+        for inputs, targets in segments:
+            out = model(inputs.to(device), state, targets=targets.to(device))
+            assert out.nll is not None
+            nll_sum += float(out.nll.double().sum())
+            n_tokens += targets.numel()
+            state = out.state
+            if out.info is not None:
+                solver.add(1.0, out.info)
+        loss = nll_sum / n_tokens
+        return {"loss": loss, "ppl": perplexity(nll_sum, n_tokens), **(solver.means() if solver.count else {})}
+
+
+def build_task(cfg: Config) -> CopyMemoryTask | LanguageModelTask:
     """The task named by ``cfg.task``."""
     if cfg.task == "copy_memory":
         return CopyMemoryTask.from_config(cfg)
+    if cfg.task == "lm":
+        return LanguageModelTask.from_config(cfg)
     raise ValueError(f"unknown task {cfg.task!r}")  # unreachable: Config checks the name
+
+
+__all__ = ["CopyMemoryTask", "LanguageModelTask", "Task", "build_task"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import sys
 import time
@@ -30,16 +31,18 @@ from deq_core.runs import check_resume_config, checkpoint_path, latest_checkpoin
 
 from .checkpoint import TrainState
 from .configs import PRESETS, Config, get_config
+from .data import CorpusError, CorpusNotFoundError
 from .models import SequenceModel, build_model, count_parameters
 from .plots import plot_training
 from .schedule import lr_factor
-from .tasks import CopyMemoryTask, build_task
+from .tasks import Task, build_task
 
 MAIN_JOB = "copy-deq-transformer-quick"
 # Settings that may change when a run is resumed (they do not change what is computed).
 RESUMABLE_CHANGES = frozenset(
-    {"stop_after", "save_grads_at", "eval_every", "log_every", "save_every", "keep_checkpoints", "n_test"}
-)
+    {"stop_after", "save_grads_at", "eval_every", "log_every", "save_every", "keep_checkpoints", "n_test", "data_dir",
+     "cache_dir"}
+)  # fmt: skip
 
 
 @dataclass
@@ -84,33 +87,15 @@ def micro_batches(tensors: tuple[Tensor, Tensor], n: int) -> list[tuple[Tensor, 
     return [(tensors[0][i * size : (i + 1) * size], tensors[1][i * size : (i + 1) * size]) for i in range(n)]
 
 
-@torch.no_grad()
-def evaluate_split(
-    model: SequenceModel, task: CopyMemoryTask, split: str, device: torch.device, batch_size: int = 256
-) -> dict[str, float]:
-    """Loss, metric, mean forward NFE and mean residual of ``model`` on a whole split (eval mode: the DEQ's eval
-    limits apply). Restores the model's training mode."""
+def evaluate_split(model: SequenceModel, task: Task, split: str, device: torch.device) -> dict[str, float]:
+    """The task's evaluation of ``model`` on a whole split in eval mode (the DEQ's eval limits apply): loss, metric
+    and, for DEQs, mean forward NFE and residual. Restores the model's training mode."""
     was_training = model.training
     model.eval()
-    inputs, targets = task.eval_set(split)
-    total, count = {"loss": 0.0, task.metric: 0.0, "nfe_forward": 0.0, "residual": 0.0}, 0
-    for start in range(0, inputs.shape[0], batch_size):
-        x = inputs[start : start + batch_size].to(device)
-        y = targets[start : start + batch_size].to(device)
-        out = model(x)
-        loss, metric = task.loss_and_metric(out.logits, y)
-        rows = x.shape[0]
-        total["loss"] += float(loss) * rows
-        total[task.metric] += float(metric) * rows
-        if out.info is not None:
-            total["nfe_forward"] += out.info.nfe * rows
-            total["residual"] += float(out.info.residual.float().mean()) * rows
-        count += rows
-    model.train(was_training)
-    result = {k: v / count for k, v in total.items()}
-    if not model.is_deq:
-        del result["nfe_forward"], result["residual"]
-    return result
+    try:
+        return task.evaluate(model, split, device)
+    finally:
+        model.train(was_training)
 
 
 def save_gradients(model: nn.Module, path: Path) -> None:
@@ -129,7 +114,7 @@ class Run:
     name: str
     output_dir: Path
     accelerator: Accelerator
-    task: CopyMemoryTask
+    task: Task
     model: nn.Module  # prepared (e.g. wrapped in DistributedDataParallel)
     raw: SequenceModel  # the unwrapped model
     optimizer: torch.optim.Optimizer
@@ -157,7 +142,8 @@ def setup_run(cfg: Config, output_dir: Path, name: str, resume: bool) -> Run:
         save_config(cfg, output_dir, name)
 
     set_seed(cfg.seed)
-    task = build_task(cfg)
+    with accelerator.main_process_first():  # the main process tokenizes a corpus once; the others read its cache
+        task = build_task(cfg)
     model = build_model(cfg, task.vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -196,17 +182,22 @@ def train_step(run: Run, pretrain: PretrainSchedule, jacobian: JacobianSchedule)
     use_jac = cfg.is_deq and jacobian.active(step)
     stats = StepStats(mode="unrolled" if unroll else "solve", lr=run.optimizer.param_groups[0]["lr"])
     batch = run.task.train_batch(step, cfg.batch_size, acc.process_index, acc.num_processes)
+    if not run.task.stateful or run.task.starts_stream(step, cfg.batch_size) or state.memory is None:
+        state.memory = [None] * cfg.grad_accum  # one state per micro-batch (its own rows)
     for i, (x, y) in enumerate(micro_batches(batch, cfg.grad_accum)):
         sync = contextlib.nullcontext() if i == cfg.grad_accum - 1 else acc.no_sync(run.model)
         with sync:
-            out = run.model(x.to(acc.device), state.memory, unroll=unroll, max_iter=max_iter, jacobian_loss=use_jac)
-            loss, metric = run.task.loss_and_metric(out.logits, y.to(acc.device))
+            y = y.to(acc.device)
+            out = run.model(
+                x.to(acc.device), state.memory[i], targets=y, unroll=unroll, max_iter=max_iter, jacobian_loss=use_jac
+            )
+            loss, metric = run.task.loss_and_metric(out, y)
             total = loss
             if use_jac and out.info is not None and out.info.jacobian_loss is not None:
                 total = loss + jacobian.weight_at(step) * out.info.jacobian_loss
             acc.backward(total / cfg.grad_accum)
         if run.task.stateful:
-            state.memory = out.state
+            state.memory[i] = out.state
         stats.add(loss, metric, out.info)
     if not math.isfinite(stats.means()["loss"]):
         raise FloatingPointError(f"training loss is {stats.means()['loss']} at step {step + 1}; stopping.")
@@ -257,19 +248,14 @@ def final_line(step: int, summary: dict[str, Any], test: dict[str, float], metri
     return line
 
 
-def train(
-    cfg: Config, output_dir: Path, name: str = "custom", resume: bool = False, data_dir: Path | None = None
-) -> dict[str, Any]:
-    """Run (or resume) training; return the summary (step, last train loss and NFE, valid/test loss and metric).
-
-    ``data_dir`` is reserved for corpus tasks (copy memory generates its data).
-    """
+def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = False) -> dict[str, Any]:
+    """Run (or resume) training; return the summary (step, last train loss and NFE, valid/test loss and metric)."""
     run = setup_run(cfg, Path(output_dir), name, resume)
     state, acc = run.state, run.accelerator
     summary: dict[str, Any] = {"parameters": count_parameters(run.raw)}
     acc.print(
-        f"{name}: {cfg.model}, {summary['parameters']} parameters, task {cfg.task} (T={cfg.T}), "
-        f"{acc.num_processes} process(es), {cfg.steps} steps of {cfg.batch_size} sequences"
+        f"{name}: {cfg.model}, {summary['parameters']} parameters, {describe_task(cfg, run.task)}, "
+        f"{acc.num_processes} process(es), {cfg.steps} steps of {cfg.batch_size} x {run.task.seq_len} tokens"
     )
     jacobian = JacobianSchedule(
         cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed, stop=cfg.jac_stop or None
@@ -318,6 +304,14 @@ def train(
     return summary
 
 
+def describe_task(cfg: Config, task: Task) -> str:
+    """One phrase naming the task and its data, for the first line of a run."""
+    if cfg.task == "lm":
+        where = cfg.data_dir or "the Hugging Face cache"
+        return f"language modeling on {cfg.corpus} ({where}), {cfg.tokenizer} vocabulary of {task.vocab_size}"
+    return f"copy memory (T={cfg.T})"
+
+
 def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:
     """What the progress bar shows: loss, metric, forward/backward NFE."""
     postfix = {"loss": f"{record['loss']:.4g}", metric: f"{record[metric]:.3f}"}
@@ -335,8 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", default=MAIN_JOB, help=f"preset name (default {MAIN_JOB}); one of: {', '.join(PRESETS)}"
     )
     parser.add_argument(
-        "--data-dir", type=Path, default=None, help="corpus directory (corpus tasks; copy memory generates its data)"
-    )
+        "--data-dir", type=Path, default=None,
+        help="language modeling: a directory with train.txt, valid.txt, test.txt (sets data_dir; default: the "
+        "corpus from the local Hugging Face cache). Copy memory generates its data.",
+    )  # fmt: skip
     parser.add_argument("--output-dir", type=Path, default=None, help="run directory (default runs/CONFIG)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     parser.add_argument(
@@ -355,12 +351,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = apply_overrides(get_config(args.config), args.overrides)
+        if args.data_dir is not None:
+            cfg = dataclasses.replace(cfg, data_dir=str(args.data_dir))
     except ValueError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     output_dir = args.output_dir or Path("runs") / args.config
-    train(cfg, output_dir, name=args.config, resume=args.resume, data_dir=args.data_dir)
+    try:
+        train(cfg, output_dir, name=args.config, resume=args.resume)
+    except (CorpusError, CorpusNotFoundError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0
 
 

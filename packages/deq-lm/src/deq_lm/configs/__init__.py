@@ -1,6 +1,6 @@
-"""Named configurations: ``get_config(name)``, ``PRESETS``, and the :class:`Config` dataclass."""
+"""Named configurations: ``get_config(name)``, ``PRESETS``, ``PAPER_RESULTS`` and the :class:`Config` dataclass."""
 
 from .config import MODELS, Config
-from .presets import PRESETS, get_config
+from .presets import PAPER_RESULTS, PRESETS, get_config
 
-__all__ = ["MODELS", "PRESETS", "Config", "get_config"]
+__all__ = ["MODELS", "PAPER_RESULTS", "PRESETS", "Config", "get_config"]

@@ -19,6 +19,8 @@ DEQ_MODELS = ("deq_transformer", "deq_trellisnet")
 TRANSFORMERS = ("deq_transformer", "transformer_xl", "transformer_tied")
 Solver = Literal["anderson", "broyden", "fixed_point"]
 Backward = Literal["implicit", "phantom", "jfb"]
+TaskName = Literal["copy_memory", "lm"]
+HeadName = Literal["linear", "adaptive"]
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,21 @@ class Config:
     """Settings of a run. Sizes are in units (widths), positions (lengths) or optimizer steps.
 
     Task:
-        task: "copy_memory" (word-level corpora come with the language-modeling issue).
+        task: "copy_memory" or "lm" (word-level language modeling).
         T: copy-memory horizon; sequences have T + 20 positions.
-        n_valid, n_test: sizes of the fixed evaluation sets.
+        n_valid, n_test: copy memory: sizes of the fixed evaluation sets.
+    Language modeling (task "lm"):
+        corpus: "ptb", "wikitext-103", "wikitext-103-raw" (found in the local Hugging Face cache unless data_dir is
+            set), or any name for a directory given by data_dir (PTB is lowercased).
+        data_dir: directory with train.txt, valid.txt, test.txt ("": the Hugging Face cache). cache_dir: where the
+            tokenized splits are cached ("": DATA_DIR/.deq_lm_cache, or ~/.cache/deq_lm for Hugging Face corpora).
+        tokenizer: "word" (the papers) or "sentencepiece". vocab_size: sentencepiece pieces (required), or word level
+            the most frequent words kept (0: all). min_freq: rarer training words become <unk>.
+        tgt_len: positions per training segment; eval_tgt_len: per evaluation segment (0: tgt_len);
+            eval_batch_size: columns of the evaluation stream. Memory (mem_len) and TrellisNet history are carried
+            from one segment to the next in training and in evaluation.
+        head: "linear" softmax or "adaptive" input + softmax (cutoffs, div_val); tie_weights: the softmax shares the
+            input embedding (and, adaptive, its projections).
     Model:
         model: one of MODELS. d_embed: embedding width. d_model: transformer width, or hidden width of
         TrellisNet / LSTM / GRU / TCN. n_heads, d_head, d_ff: attention heads, head width, FFN width.
@@ -53,10 +67,24 @@ class Config:
         save_grads_at: write the synchronized gradients of this step to OUTPUT_DIR (0: never; for tests).
     """
 
-    task: Literal["copy_memory"] = "copy_memory"
+    task: TaskName = "copy_memory"
     T: int = 100
     n_valid: int = 256
     n_test: int = 1000
+
+    corpus: str = "ptb"
+    data_dir: str = ""
+    cache_dir: str = ""
+    tokenizer: Literal["word", "sentencepiece"] = "word"
+    vocab_size: int = 0
+    min_freq: int = 1
+    tgt_len: int = 150
+    eval_tgt_len: int = 0
+    eval_batch_size: int = 10
+    head: HeadName = "linear"
+    tie_weights: bool = False
+    cutoffs: tuple[int, ...] = ()
+    div_val: int = 1
 
     model: ModelName = "deq_transformer"
     d_embed: int = 16
@@ -117,8 +145,8 @@ class Config:
 
     @property
     def seq_len(self) -> int:
-        """Positions per sequence."""
-        return self.T + 20
+        """Positions per training sequence (segment)."""
+        return self.tgt_len if self.task == "lm" else self.T + 20
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -140,14 +168,37 @@ def _at_least(cfg: Config, minimum: float, *keys: str) -> None:
 
 def check_config(cfg: Config) -> None:
     """Raise ValueError naming the key and the valid values for any setting out of range."""
-    for key in ("task", "model", "solver", "stop_mode", "backward", "backward_solver", "mixed_precision"):
+    for key in (
+        "task",
+        "model",
+        "solver",
+        "stop_mode",
+        "backward",
+        "backward_solver",
+        "mixed_precision",
+        "tokenizer",
+        "head",
+    ):
         _choice(cfg, key)
     _at_least(cfg, 1, "T", "n_valid", "n_test", "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers")
     _at_least(cfg, 1, "kernel", "dilation", "max_iter", "backward_max_iter", "pretrain_depth")
     _at_least(cfg, 1, "steps", "batch_size", "grad_accum", "eval_every", "log_every", "keep_checkpoints")
     _at_least(cfg, 0, "mem_len", "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every")
     _at_least(cfg, 0, "warmup_steps", "weight_decay", "grad_clip", "save_every", "stop_after", "save_grads_at")
-    _at_least(cfg, 0, "seed", "jac_stop")
+    _at_least(cfg, 0, "seed", "jac_stop", "vocab_size", "eval_tgt_len")
+    _at_least(cfg, 1, "min_freq", "tgt_len", "eval_batch_size", "div_val")
+    if not cfg.corpus:
+        raise ValueError("corpus must be a name, e.g. ptb, wikitext-103 or the name of your --data-dir corpus.")
+    if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 3:
+        raise ValueError(
+            f"the sentencepiece tokenizer needs vocab_size >= 3 (e.g. vocab_size=8000), got {cfg.vocab_size}."
+        )
+    if list(cfg.cutoffs) != sorted(set(cfg.cutoffs)) or any(c < 1 for c in cfg.cutoffs):
+        raise ValueError(f"cutoffs must be strictly increasing positive token ids, got {cfg.cutoffs}.")
+    if cfg.cutoffs and cfg.head != "adaptive":
+        raise ValueError(f"cutoffs {cfg.cutoffs} need head=adaptive (the linear head has one cluster).")
+    if cfg.task == "copy_memory" and (cfg.head != "linear" or cfg.tie_weights):
+        raise ValueError("copy memory uses head=linear without tie_weights (its 10 symbols need no adaptive softmax).")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}.")
     if not 0.0 <= cfg.jac_prob <= 1.0:

@@ -1,44 +1,50 @@
-"""The model every task trains: token embedding -> body (a DEQ or an explicit network) -> linear head."""
+"""The model every task trains: token embedding -> body (a DEQ or an explicit network) -> output head."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deq_core import DEQInfo
 
+from .heads import LinearHead
 from .interface import Control
 
 
 @dataclass
 class ModelOutput:
-    """logits: (B, L, vocab); hidden: (B, L, d_hidden); state: for the next segment (detached) or None;
-    info: DEQ statistics (None for explicit models). ``info.nfe_backward`` is filled in once backward has run."""
+    """hidden: (B, L, d_hidden); state: for the next segment (detached) or None; info: DEQ statistics (None for
+    explicit models; ``info.nfe_backward`` is filled in once backward has run). logits: (B, L, vocab) with a linear
+    head, None with the adaptive softmax. nll: (B, L) per-token negative log-likelihood in nats when the model was
+    called with targets, else None."""
 
-    logits: Tensor
+    logits: Tensor | None
     hidden: Tensor
     state: Any
     info: DEQInfo | None
+    nll: Tensor | None = None
 
 
 class SequenceModel(nn.Module):
     """Causal sequence model over a vocabulary.
 
     Args:
-        vocab_size: number of token ids.
-        d_embed: embedding width (the body's input width).
+        embedding: tokens (B, L) -> (B, L, d_in), e.g. ``nn.Embedding`` or ``AdaptiveEmbedding``.
         body: a module ``body(x, state, control) -> BodyOutput`` (see :mod:`deq_lm.models.interface`).
-        d_hidden: width of the body's output.
+        head: hidden (B, L, d_hidden) -> predictions: a ``LinearHead`` (logits) or an ``AdaptiveLogSoftmax``
+            (``nll`` only), possibly tied to ``embedding``.
         is_deq: whether the body solves for an equilibrium (for logging and the training loop's DEQ features).
     """
 
-    def __init__(self, vocab_size: int, d_embed: int, body: nn.Module, d_hidden: int, is_deq: bool) -> None:
+    def __init__(self, embedding: nn.Module, body: nn.Module, head: nn.Module, is_deq: bool) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, d_embed)
+        self.embed = embedding
         self.body = body
-        self.head = nn.Linear(d_hidden, vocab_size)
+        self.head = head
         self.is_deq = is_deq
 
     def forward(
@@ -46,15 +52,28 @@ class SequenceModel(nn.Module):
         tokens: Tensor,
         state: Any = None,
         *,
+        targets: Tensor | None = None,
         unroll: int | None = None,
         max_iter: int | None = None,
         jacobian_loss: bool = False,
     ) -> ModelOutput:
-        """tokens: (B, L) LongTensor; ``state`` from the previous segment's output (or None).
+        """tokens: (B, L) LongTensor; ``state`` from the previous segment's output (or None); ``targets`` (B, L):
+        also return the per-token NLL.
 
         ``unroll``, ``max_iter`` and ``jacobian_loss`` reach the DEQ layer (see :class:`Control`); explicit bodies
         ignore them.
         """
         control = Control(unroll=unroll, max_iter=max_iter, jacobian_loss=jacobian_loss)
         out = self.body(self.embed(tokens), state, control)
-        return ModelOutput(self.head(out.hidden), out.hidden, out.state, out.info)
+        logits, nll = None, None
+        if isinstance(self.head, LinearHead):
+            logits = self.head.logits(out.hidden)
+            if targets is not None:
+                scores = logits.flatten(0, -2)
+                if scores.dtype in (torch.float16, torch.bfloat16):
+                    scores = scores.float()  # the loss in at least float32 under mixed precision
+                flat = F.cross_entropy(scores, targets.flatten(), reduction="none")
+                nll = flat.view(targets.shape)
+        elif targets is not None:
+            nll = self.head.nll(out.hidden, targets)
+        return ModelOutput(logits, out.hidden, out.state, out.info, nll)
