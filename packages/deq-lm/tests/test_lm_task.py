@@ -2,6 +2,7 @@
 here, resume with memory, the pydoc corpus, and the errors for a missing or malformed corpus."""
 
 import dataclasses
+import json
 import math
 import random
 from pathlib import Path
@@ -161,3 +162,20 @@ def test_pydoc_corpus_splits_topics_and_tokenizes_punctuation():
     assert all(len(" ".join(splits[s]).split()) > 3_000 for s in ("valid", "test"))
     shared = set(splits["valid"]) & set(splits["test"])  # only boilerplate lines (table borders) may repeat
     assert len(shared) < 0.02 * len(splits["valid"]), shared
+
+
+def test_sentencepiece_flags_reach_the_config(tmp_path, corpus_dir):
+    out = tmp_path / "run"
+    code = main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus_dir), "--tokenizer", "sentencepiece",
+                 "--vocab-size", "20", "--output-dir", str(out), "steps=2"])  # fmt: skip
+    assert code == 0
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert (saved["tokenizer"], saved["vocab_size"], saved["data_dir"]) == ("sentencepiece", 20, str(corpus_dir))
+    assert list((corpus_dir / ".deq_lm_cache").glob("*-sentencepiece-*.model"))
+
+
+def test_sentencepiece_without_vocab_size_is_a_config_error(tmp_path, capsys, corpus_dir):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus_dir), "--tokenizer", "sentencepiece",
+              "--output-dir", str(tmp_path / "r")])  # fmt: skip
+    assert exit_info.value.code == 2 and "needs vocab_size >= 3" in capsys.readouterr().err

@@ -333,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="language modeling: a directory with train.txt, valid.txt, test.txt (sets data_dir; default: the "
         "corpus from the local Hugging Face cache). Copy memory generates its data.",
     )  # fmt: skip
+    parser.add_argument(
+        "--tokenizer", choices=["word", "sentencepiece"], default=None, help="language modeling: sets tokenizer"
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, default=None, help="language modeling: sets vocab_size (SentencePiece pieces)"
+    )
     parser.add_argument("--output-dir", type=Path, default=None, help="run directory (default runs/CONFIG)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     parser.add_argument(
@@ -351,8 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = apply_overrides(get_config(args.config), args.overrides)
-        if args.data_dir is not None:
-            cfg = dataclasses.replace(cfg, data_dir=str(args.data_dir))
+        flags = {"data_dir": args.data_dir, "tokenizer": args.tokenizer, "vocab_size": args.vocab_size}
+        changes = {key: str(value) if key == "data_dir" else value for key, value in flags.items() if value is not None}
+        cfg = dataclasses.replace(cfg, **changes)
     except ValueError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     if args.threads > 0:
