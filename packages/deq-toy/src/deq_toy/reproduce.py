@@ -1,8 +1,15 @@
-"""``python -m deq_toy.reproduce synthetic|arithmetic --output-dir DIR [--data-dir DIR] [key=value ...]``
+"""``python -m deq_toy.reproduce synthetic|arithmetic --output-dir DIR [options] [key=value ...]``
 
 Trains every run of one table (skipping runs that already have results.json, resuming interrupted ones), then writes
-DIR/table.md and the figures: synthetic -> figure5.png; arithmetic -> residual.png. ``key=value`` overrides apply to
-every run (e.g. ``max_steps=800`` for a reduced budget).
+the table and the figures: synthetic -> DIR/table.md, DIR/figure5.png; arithmetic -> DIR/NAME.md (``--name``,
+default ``table``) and DIR/NAME_residual.png (residual over training of the DEQs / repeated GRU among the runs).
+``key=value`` overrides apply to every run (e.g. ``max_steps=400`` for a reduced budget, ``readout=last`` for the
+length-independent readout).
+
+Arithmetic options: ``--runs arith-gru,arith-deq`` selects presets (default: all six); ``--variants two,two_biased``
+trains each run on each listed data variant, in DIR/VARIANT/PRESET (without it: DIR/PRESET, trained on the config's
+``variant``, "four" unless overridden); ``--prepare-data`` only generates the data files of those runs and exits
+(call it before starting runs in parallel on one data folder).
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ from typing import Any
 from deq_core.experiment import read_metrics
 
 from .checkpoint import CHECKPOINT_NAME
-from .configs import load_config
+from .configs import ArithmeticConfig, load_config
 from .errors import UserError
 from .evaluate import load_task
 from .loop import run_training
 from .plots import plot_figure5, plot_residuals
+from .tasks.arithmetic import prepare_data
 
 SYNTHETIC_RUNS = ("synthetic-gamma0", "synthetic-gamma2", "synthetic-gamma4")
 ARITHMETIC_RUNS = ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-repeated-gru", "arith-deq", "arith-deq-jac")
@@ -34,15 +42,16 @@ ARITHMETIC_LABELS = {
     "arith-deq": "GRU-DEQ",
     "arith-deq-jac": "GRU-DEQ + Jacobian reg.",
 }
-# The student report's test accuracies (%): 4 operations, 4 operations biased, 2 operations (biased).
-REPORT = {
-    "arith-fc": ("64.58", "62.13", "-"),
-    "arith-gru": ("80.73", "75.00", "96.0 (94.2)"),
-    "arith-stacked-gru": ("85.0", "82.50", "-"),
-    "arith-repeated-gru": ("87.41", "84.9", "-"),
-    "arith-deq": ("87.62", "85.9", "96.3 (94.7)"),
-    "arith-deq-jac": ("-", "-", "-"),
+# The student report's test accuracies (%) of a model trained and tested on one variant: 4 operations ("four"),
+# 4 operations biased, 2 operations, 2 operations biased. Missing: the report has no such number.
+REPORT: dict[str, dict[str, str]] = {
+    "arith-fc": {"four": "64.58", "four_biased": "62.13"},
+    "arith-gru": {"four": "80.73", "four_biased": "75.00", "two": "96.0", "two_biased": "94.2"},
+    "arith-stacked-gru": {"four": "85.0", "four_biased": "82.50"},
+    "arith-repeated-gru": {"four": "87.41", "four_biased": "84.9"},
+    "arith-deq": {"four": "87.62", "four_biased": "85.9", "two": "96.3", "two_biased": "94.7"},
 }
+VARIANT_LABELS = {"four": "4 ops", "four_biased": "4 ops biased", "two": "2 ops", "two_biased": "2 ops biased"}
 
 
 def ensure_run(name: str, overrides: Sequence[str], output_dir: Path, data_dir: Path, progress: bool) -> dict[str, Any]:
@@ -87,36 +96,95 @@ def _acc(res: dict[str, Any], key: str) -> str:
     return f"{res[key]['acc']:.2f}" if key in res else "n/a"
 
 
-ARITHMETIC_HEADER = (
-    "| model | test acc | precision | recall | biased test acc | two-op test acc | two-op biased acc | "
-    "longer (41) acc | residual (test) | NFE (test) | report: test / biased / two-op (biased) |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
-)
-
-
-def arithmetic_row(name: str, res: dict[str, Any]) -> str:
-    """One Markdown table row from a run's results.json (accuracy, precision, recall in %)."""
-    test = res["test_four"]
-    residual = f"{test['residual']:.3g}" if "residual" in test else "-"
-    nfe = f"{test['nfe_forward']:.1f}" if "nfe_forward" in test else "-"
+def arithmetic_header(long_length: int = 41) -> str:
+    """The header of the arithmetic table (see :func:`arithmetic_row`)."""
     return (
-        f"| {ARITHMETIC_LABELS[name]} | {test['acc']:.2f} | {test['precision']:.2f} | {test['recall']:.2f} | "
-        f"{_acc(res, 'test_four_biased')} | {_acc(res, 'test_two')} | {_acc(res, 'test_two_biased')} | "
-        f"{_acc(res, 'test_longer')} | {residual} | {nfe} | {' / '.join(REPORT[name])} |"
+        "| model | trained on | readout | test acc | precision | recall | test acc 4 ops | 4 ops biased | 2 ops | "
+        f"2 ops biased | longer ({long_length}) acc | residual (test) | NFE (test) | report: test acc |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
 
 
-def arithmetic(output_dir: Path, data_dir: Path, overrides: Sequence[str], progress: bool) -> str:
-    """Train the six models; write table.md and residual.png; return the table."""
-    lines = [ARITHMETIC_HEADER]
-    runs = {}
-    for name in ARITHMETIC_RUNS:
-        res = ensure_run(name, overrides, output_dir, data_dir, progress)
-        lines.append(arithmetic_row(name, res))
-        if name in ("arith-deq", "arith-deq-jac", "arith-repeated-gru"):
-            runs[ARITHMETIC_LABELS[name]] = read_metrics(output_dir / name / "metrics.jsonl")
-    plot_residuals(runs, output_dir / "residual.png")
-    return "\n".join(lines) + "\n"
+def arithmetic_row(name: str, res: dict[str, Any], config: dict[str, Any]) -> str:
+    """One Markdown table row from a run's results.json and config.json (accuracy, precision, recall in %).
+
+    "test" is the test set of the variant the run was trained on; the next four columns are the accuracies on the
+    test set of every variant; "longer" is the test set of the training variant with ``long_length`` symbols (n/a
+    for the flatten readout); the report's number is that of the same model trained on the same variant."""
+    variant = config.get("variant", "four")
+    test = res[f"test_{variant}"]
+    residual = f"{test['residual']:.3g}" if "residual" in test else "-"
+    nfe = f"{test['nfe_forward']:.1f}" if "nfe_forward" in test else "-"
+    others = " | ".join(_acc(res, f"test_{v}") for v in VARIANT_LABELS)
+    return (
+        f"| {ARITHMETIC_LABELS[name]} | {VARIANT_LABELS[variant]} | {config.get('readout', 'flatten')} | "
+        f"{test['acc']:.2f} | {test['precision']:.2f} | {test['recall']:.2f} | {others} | "
+        f"{_acc(res, f'test_longer_{variant}')} | {residual} | {nfe} | {REPORT.get(name, {}).get(variant, '-')} |"
+    )
+
+
+def _names(text: str | None, known: Sequence[str], what: str) -> list[str]:
+    """Comma-separated names, each one of ``known`` (all of them when ``text`` is None)."""
+    if text is None:
+        return list(known)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise UserError(f"unknown {what} {bad or text!r}; choose from {', '.join(known)} (comma-separated).")
+    return names
+
+
+def arithmetic_runs(
+    output_dir: Path, runs: str | None, variants: str | None, overrides: Sequence[str]
+) -> list[tuple[str, Path, list[str]]]:
+    """(preset, parent folder, overrides) of every run of the table, in table order (variant by variant); the run's
+    folder is PARENT/PRESET."""
+    names = _names(runs, ARITHMETIC_RUNS, "arithmetic runs")
+    if variants is None:
+        return [(name, output_dir, list(overrides)) for name in names]
+    if any(o.split("=", 1)[0].strip() == "variant" for o in overrides):
+        raise UserError("give the training variants either with --variants or with variant=..., not both.")
+    chosen = _names(variants, list(VARIANT_LABELS), "variants")
+    return [(n, output_dir / v, [*overrides, f"variant={v}"]) for v in chosen for n in names]
+
+
+def arithmetic(
+    output_dir: Path,
+    data_dir: Path,
+    overrides: Sequence[str],
+    progress: bool,
+    runs: str | None = None,
+    variants: str | None = None,
+    name: str = "table",
+) -> str:
+    """Train (or read) the selected runs; write NAME_residual.png; return the table (main writes it to NAME.md)."""
+    selected = arithmetic_runs(output_dir, runs, variants, overrides)
+    rows, curves, long_length = [], {}, 41
+    for preset, folder, run_overrides in selected:
+        res = ensure_run(preset, run_overrides, folder, data_dir, progress)
+        config = json.loads((folder / preset / "config.json").read_text())
+        long_length = config.get("long_length", long_length)
+        rows.append(arithmetic_row(preset, res, config))
+        if config["model"] in ("deq", "repeated_gru"):
+            label = ARITHMETIC_LABELS[preset]
+            if variants is not None:
+                label += f" ({VARIANT_LABELS[config['variant']]})"
+            curves[label] = read_metrics(folder / preset / "metrics.jsonl")
+    if curves:
+        plot_residuals(curves, output_dir / f"{name}_residual.png")
+    return "\n".join([arithmetic_header(long_length), *rows]) + "\n"
+
+
+def prepare_arithmetic_data(
+    output_dir: Path, data_dir: Path, overrides: Sequence[str], runs: str | None, variants: str | None
+) -> list[Path]:
+    """Generate (when missing) every data file the selected runs read; returns their paths."""
+    paths: list[Path] = []
+    for preset, _, run_overrides in arithmetic_runs(output_dir, runs, variants, overrides):
+        config = load_config(preset, run_overrides)
+        assert isinstance(config, ArithmeticConfig)
+        paths += [p for p in prepare_data(data_dir, config) if p not in paths]
+    return paths
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -127,21 +195,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--data-dir", default=None, help="arithmetic data (default: OUTPUT_DIR/data)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--runs", default=None, help="arithmetic: comma-separated presets (default: all six)")
+    parser.add_argument(
+        "--variants", default=None, help="arithmetic: train every run on each of these variants (DIR/VARIANT/PRESET)"
+    )
+    parser.add_argument("--name", default="table", help="arithmetic: file names NAME.md, NAME_residual.png")
+    parser.add_argument(
+        "--prepare-data", action="store_true", help="arithmetic: only generate the data files of the runs, then exit"
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     args = parser.parse_intermixed_args(argv)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    name = "table"
     try:
         if args.table == "synthetic":
+            if args.runs or args.variants or args.prepare_data or args.name != "table":
+                raise UserError("--runs, --variants, --name and --prepare-data apply to the arithmetic tables only.")
             table = synthetic(output_dir, args.overrides, not args.no_progress)
         else:
             data_dir = Path(args.data_dir) if args.data_dir else output_dir / "data"
-            table = arithmetic(output_dir, data_dir, args.overrides, not args.no_progress)
+            if args.prepare_data:
+                paths = prepare_arithmetic_data(output_dir, data_dir, args.overrides, args.runs, args.variants)
+                print(f"{len(paths)} data files ready under {data_dir}")
+                return 0
+            name = args.name
+            if not name or "/" in name or "\\" in name:
+                raise UserError(f"--name must be a plain file name without a folder, got {name!r}.")
+            table = arithmetic(
+                output_dir, data_dir, args.overrides, not args.no_progress, args.runs, args.variants, name
+            )
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     command = "python -m deq_toy.reproduce " + " ".join(argv if argv is not None else sys.argv[1:])
-    (output_dir / "table.md").write_text(f"Command: `{command}`\n\n{table}")
+    (output_dir / f"{name}.md").write_text(f"Command: `{command}`\n\n{table}")
     print(table)
     return 0
 

@@ -34,6 +34,30 @@ def load_tensors(
     return to_indices(data.expressions), torch.tensor(data.labels, dtype=torch.float32)
 
 
+def evaluation_files(config: ArithmeticConfig, longer: bool) -> list[tuple[str, str, int]]:
+    """(result key, variant, length) of every final test set: ``test_{v}`` for each variant v at ``length`` symbols,
+    and with ``longer`` also ``test_longer_{v}`` at ``long_length`` symbols."""
+    files = [(f"test_{v}", v, config.length) for v in VARIANTS]
+    if longer:
+        files += [(f"test_longer_{v}", v, config.long_length) for v in VARIANTS]
+    return files
+
+
+def prepare_data(data_dir: Path, config: ArithmeticConfig) -> list[Path]:
+    """Generate (when missing) and check every file a run of ``config`` reads: the training and validation files of
+    its variant and the test sets of :func:`evaluation_files` (the longer ones when ``readout`` is "last"). Runs
+    started in parallel on one data folder should call this first, so that no two of them write the same file."""
+    needed = [(config.variant, "train", config.n_train, config.length)]
+    needed.append((config.variant, "valid", config.n_valid, config.length))
+    needed += [(v, "test", config.n_test, n) for _, v, n in evaluation_files(config, config.readout == "last")]
+    paths = []
+    for variant, split, n, length in needed:
+        path = data_file(data_dir, config.data_seed, variant, split, length)
+        ensure_split(path, n, length, variant, config.data_seed, split)
+        paths.append(path)
+    return paths
+
+
 def classification_metrics(logits: Tensor, labels: Tensor) -> dict[str, float]:
     """Accuracy, precision and recall (positive class: value > 0) in percent; precision/recall are 0 when undefined."""
     pred = logits > 0
@@ -120,12 +144,14 @@ class ArithmeticTask:
         return self.evaluate_tensors(self.valid_x, self.valid_y)
 
     def evaluation_sets(self) -> dict[str, tuple[Tensor, Tensor]]:
-        """The final evaluation sets: the test set of every variant, and the longer set when the model allows it."""
+        """The final evaluation sets, whatever variant the model was trained on: ``test_{v}``, the test set of every
+        variant v, and, when the model accepts other lengths (readout=last), ``test_longer_{v}``, the test set of
+        every variant with ``long_length`` symbols."""
         cfg = self.config
-        sets = {f"test_{v}": load_tensors(self.data_dir, cfg, v, "test", cfg.n_test, cfg.length) for v in VARIANTS}
-        if any_length(self.model):
-            sets["test_longer"] = load_tensors(self.data_dir, cfg, "four", "test", cfg.n_test, cfg.long_length)
-        return sets
+        return {
+            name: load_tensors(self.data_dir, cfg, variant, "test", cfg.n_test, length)
+            for name, variant, length in evaluation_files(cfg, any_length(self.model))
+        }
 
     def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
         from ..plots import plot_residuals, plot_training_curves
