@@ -159,6 +159,16 @@ def check_same_structure(out: object, spec: StateSpec, what: str = "f(z)") -> No
 def flat_map(f: Callable[[State], State], spec: StateSpec, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
     """Wrap ``f`` (state -> state) as a map on flat (B, D) tensors of ``dtype``, checking f's output structure."""
 
+    if spec.kind is Tensor:  # one tensor: a view in and out (a cast only when its dtype differs)
+        shape, own_dtype, batch = spec.shapes[0], spec.dtypes[0], spec.batch_size
+
+        def g_tensor(x: Tensor) -> Tensor:
+            out = f(x.view(shape).to(own_dtype))
+            check_same_structure(out, spec)
+            return out.reshape(batch, -1).to(dtype)
+
+        return g_tensor
+
     def g(x: Tensor) -> Tensor:
         out = f(unflatten(x, spec))
         check_same_structure(out, spec)

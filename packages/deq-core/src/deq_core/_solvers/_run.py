@@ -4,14 +4,57 @@ freezing of finished samples, non-finite values, and the residual trace.
 A solver drives one :class:`SolveRun`: it evaluates its first iterate with :meth:`SolveRun.evaluate`, then loops
 ``while not run.finished`` proposing a new iterate, passing it through :meth:`SolveRun.freeze` (finished samples keep
 their iterate) and :meth:`SolveRun.evaluate`. One call of ``evaluate`` is one iteration and one entry of the trace.
+
+Cost per iteration: the residual needs one subtraction and one (two with ``stop_mode="rel"``) norm pass over the
+(B, D) iterate; every other decision is taken on (B,) tensors, and the per-sample flags reach the host in one
+transfer per iteration (one device sync), from which the loop condition and the rows to update are read. Rows are
+selected by copying (never by multiplying with a mask, so a NaN cannot leak): on the CPU by copying just the rows
+that change (torch.where on a broadcast bool mask runs a scalar loop there, ~10x slower than a copy), on other
+devices by torch.where.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+_INF = float("inf")
+# Above this many separate runs of rows, one index_copy_ replaces the row-by-row copies.
+_MAX_ROW_RUNS = 8
+
+
+def _runs(rows: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted row indices as half-open runs of consecutive rows: [0, 1, 2, 5] -> [(0, 3), (5, 6)]."""
+    out: list[tuple[int, int]] = []
+    for i in rows:
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+def copy_rows(dst: Tensor, src: Tensor, rows: Sequence[int]) -> Tensor:
+    """dst[rows] = src[rows] in place (rows: sorted host indices into dim 0); returns dst."""
+    if not rows:
+        return dst
+    runs = _runs(rows)
+    if len(runs) == 1 and runs[0] == (0, dst.shape[0]):
+        dst.copy_(src)
+    elif len(runs) <= _MAX_ROW_RUNS:
+        for a, b in runs:
+            dst[a:b].copy_(src[a:b])
+    else:
+        index = torch.tensor(list(rows), dtype=torch.long, device=dst.device)
+        dst.index_copy_(0, index, src.index_select(0, index))
+    return dst
+
+
+def rowwise_copies(t: Tensor) -> bool:
+    """Whether rows of ``t`` are selected by host-indexed copies (CPU) rather than torch.where (other devices)."""
+    return t.device.type == "cpu"
 
 
 class SolveRun:
@@ -19,7 +62,7 @@ class SolveRun:
 
     Args:
         fn: the map on flat tensors, (B, D) -> (B, D).
-        x0: first iterate, (B, D), in the solver dtype.
+        x0: first iterate, (B, D), in the solver dtype. Not modified (the solvers never write into iterates).
         max_iter: the largest number of iterations (calls of ``evaluate``).
         tol: residual at or below which a sample has converged.
         stop_mode: "rel" (||f(z) - z|| / ||f(z)||) or "abs" (||f(z) - z||), norms over each sample's D values.
@@ -33,15 +76,20 @@ class SolveRun:
         self.nfe = 0
         self.iterations = 0
         batch = x0.shape[0]
-        self.best_x = x0.clone()
-        self.best_fx = x0.clone()
-        self.best_residual = torch.full((batch,), float("inf"), dtype=x0.dtype, device=x0.device)
-        self.converged = torch.zeros(batch, dtype=torch.bool, device=x0.device)
-        self.nonfinite = torch.zeros(batch, dtype=torch.bool, device=x0.device)
+        self.batch = batch
+        # The best iterate and f there. They alias solver tensors (never modified in place) until a partial update
+        # needs buffers of their own (_best_owned), which are then updated row by row.
+        self.best_x = x0
+        self.best_fx = x0
+        self._best_owned = False
+        self.best_residual = torch.full((batch,), _INF, dtype=x0.dtype, device=x0.device)
+        self._finite = torch.ones(batch, dtype=torch.bool, device=x0.device)  # ~nonfinite
+        self._active = self._finite
         self.trace: list[Tensor] = []
+        self._rowwise = rowwise_copies(x0)
         self._all_done = False
-        self._all_active = True
-        self._any_nonfinite = False
+        self._active_rows: list[int] = list(range(batch))
+        self._frozen_rows: list[int] = []
 
     def call(self, x: Tensor) -> Tensor:
         """One counted call of f, without bookkeeping (used by line searches through :meth:`evaluate`)."""
@@ -51,17 +99,46 @@ class SolveRun:
     @property
     def active(self) -> Tensor:
         """Bool (B,): samples still iterating (neither converged nor failed with a non-finite value)."""
-        return ~(self.converged | self.nonfinite)
+        return self._active
+
+    @property
+    def converged(self) -> Tensor:
+        """Bool (B,): best residual <= tol."""
+        return self.best_residual <= self.tol
+
+    @property
+    def nonfinite(self) -> Tensor:
+        """Bool (B,): f produced a NaN or Inf for the sample (it was frozen at its best finite iterate)."""
+        return ~self._finite
+
+    @property
+    def all_active(self) -> bool:
+        return not self._frozen_rows
+
+    @property
+    def active_rows(self) -> list[int]:
+        """Host list of the active samples (as of the last :meth:`evaluate`)."""
+        return self._active_rows
 
     @property
     def finished(self) -> bool:
         return self._all_done or self.iterations >= self.max_iter
 
-    def freeze(self, x_new: Tensor, x_old: Tensor) -> Tensor:
-        """``x_new`` for active samples, ``x_old`` for finished ones (torch.where: a NaN in x_new cannot leak)."""
-        if self._all_active:
+    def freeze(self, x_new: Tensor, x_old: Tensor, *, owned: bool = False) -> Tensor:
+        """``x_new`` for active samples, ``x_old`` for finished ones (copies: a NaN in x_new cannot leak).
+
+        ``owned``: x_new is a temporary of the caller that may be overwritten (its finished rows are replaced in
+        place); otherwise a new tensor is returned.
+        """
+        if not self._frozen_rows:
             return x_new
-        return torch.where(self.active[:, None], x_new, x_old)
+        if not self._rowwise:
+            return torch.where(self._active[:, None], x_new, x_old)
+        if owned:
+            return copy_rows(x_new, x_old, self._frozen_rows)
+        if len(self._frozen_rows) * 2 >= self.batch:
+            return copy_rows(x_old.clone(), x_new, self._active_rows)
+        return copy_rows(x_new.clone(), x_old, self._frozen_rows)
 
     def evaluate(self, x: Tensor, fx: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Evaluate f at x (unless ``fx`` is given, already counted), record the iteration, return (x, f(x), g).
@@ -74,32 +151,59 @@ class SolveRun:
             fx = self.call(x)
         gx = fx - x
         res = torch.linalg.vector_norm(gx, dim=1)
-        bad = ~torch.isfinite(res)
         if self.stop_mode == "rel":
             f_norm = torch.linalg.vector_norm(fx, dim=1)
-            bad = bad | ~torch.isfinite(f_norm)
-            res = torch.where(res == 0, torch.zeros_like(res), res / f_norm)
-        if bool(bad.any()):
-            self.nonfinite |= bad
-            self._any_nonfinite = True
-            x = torch.where(bad[:, None], self.best_x, x)
-            fx = torch.where(bad[:, None], self.best_fx, fx)
-            gx = fx - x
-        if self._any_nonfinite:
-            res = torch.where(self.nonfinite, torch.full_like(res, float("inf")), res)
+            good = torch.maximum(res, f_norm) < _INF  # maximum propagates NaN: both norms are finite
+            res = (res / f_norm).nan_to_num_(nan=0.0, posinf=_INF)  # a NaN here is 0/0 (x = f(x) = 0) or not good
+        else:
+            good = res < _INF
+        finite = self._finite & good
+        res = torch.where(finite, res, _INF)
         better = res < self.best_residual
-        all_better, any_better = torch.stack([better.all(), better.any()]).tolist()
-        if all_better:  # iterates are never modified in place by the solvers: keep references, no copies
-            self.best_x, self.best_fx, self.best_residual = x, fx, res
-        elif any_better:
-            self.best_residual = torch.where(better, res, self.best_residual)
-            self.best_x = torch.where(better[:, None], x, self.best_x)
-            self.best_fx = torch.where(better[:, None], fx, self.best_fx)
-        self.converged = self.best_residual <= self.tol
+        best_residual = torch.minimum(res, self.best_residual)
+        active = (best_residual > self.tol) & finite
+        # The one host transfer of the iteration: every per-sample decision below is read from these flags.
+        good_flags, better_flags, active_flags = torch.stack([good, better, active]).tolist()
+        bad_rows = [i for i, v in enumerate(good_flags) if not v]
+        if bad_rows:
+            if self._rowwise:
+                x = copy_rows(x.clone(), self.best_x, bad_rows)
+                fx = copy_rows(fx.clone(), self.best_fx, bad_rows)
+            else:
+                x = torch.where(good[:, None], x, self.best_x)
+                fx = torch.where(good[:, None], fx, self.best_fx)
+            gx = fx - x
+        better_rows = [i for i, v in enumerate(better_flags) if v]
+        if len(better_rows) == self.batch:  # iterates are never modified in place by the solvers: keep references
+            self.best_x, self.best_fx = x, fx
+            self._best_owned = False
+        elif better_rows:
+            self._update_best(x, fx, better, better_rows)
+        self.best_residual = best_residual
+        self._finite = finite
+        self._active = active
         self.trace.append(res)
         self.iterations += 1
-        active = self.active
-        any_active, all_active = torch.stack([active.any(), active.all()]).tolist()
-        self._all_done = not any_active
-        self._all_active = all_active
+        self._active_rows = [i for i, v in enumerate(active_flags) if v]
+        self._frozen_rows = [i for i, v in enumerate(active_flags) if not v]
+        self._all_done = not self._active_rows
         return x, fx, gx
+
+    def _update_best(self, x: Tensor, fx: Tensor, better: Tensor, rows: list[int]) -> None:
+        if not self._rowwise:
+            self.best_x = torch.where(better[:, None], x, self.best_x)
+            self.best_fx = torch.where(better[:, None], fx, self.best_fx)
+            return
+        if not self._best_owned:  # own buffers: start from whichever side supplies more rows, copy the others
+            if len(rows) * 2 >= self.batch:
+                taken = set(rows)
+                others = [i for i in range(self.batch) if i not in taken]
+                self.best_x = copy_rows(x.clone(), self.best_x, others)
+                self.best_fx = copy_rows(fx.clone(), self.best_fx, others)
+            else:
+                self.best_x = copy_rows(self.best_x.clone(), x, rows)
+                self.best_fx = copy_rows(self.best_fx.clone(), fx, rows)
+            self._best_owned = True
+            return
+        copy_rows(self.best_x, x, rows)
+        copy_rows(self.best_fx, fx, rows)

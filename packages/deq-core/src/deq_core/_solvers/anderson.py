@@ -18,22 +18,23 @@ from torch import Tensor
 
 from ._run import SolveRun
 
+_TINY = torch.finfo(torch.float64).tiny
+
 
 def _mixing_weights(gram: Tensor, rhs: Tensor, reg: float) -> Tensor:
-    """gamma (B, n) solving the normal equations (gram + ridge) gamma = rhs; gram (B, n, n), rhs (B, n).
+    """gamma (B, n) solving the normal equations (gram + ridge) gamma = rhs; gram (B, n, n), rhs (B, n), float64.
 
     Columns are scaled to unit norm (Jacobi scaling) and the system is solved in float64, so that ``reg`` is
     relative to the scale of the differences and the solve stays accurate when they are nearly parallel.
     """
-    gram, rhs = gram.double(), rhs.double()
-    scale = torch.diagonal(gram, dim1=1, dim2=2).clamp_min(0).sqrt()  # column norms, (B, n)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    scaled = gram / (scale.unsqueeze(2) * scale.unsqueeze(1))
-    eye = torch.eye(gram.shape[1], dtype=gram.dtype, device=gram.device)
-    y, info = torch.linalg.solve_ex(scaled + reg * eye, (rhs / scale).unsqueeze(2))
-    gamma = y.squeeze(2) / scale
-    ok = (info == 0) & torch.isfinite(gamma).all(dim=1)
-    return torch.where(ok[:, None], gamma, torch.zeros_like(gamma))
+    # 1 / column norm; a zero column (a difference of a frozen sample) has zero entries, which any scale keeps zero
+    inv_scale = torch.diagonal(gram, dim1=1, dim2=2).clamp_min(_TINY).rsqrt()  # (B, n)
+    scaled = gram * (inv_scale.unsqueeze(2) * inv_scale.unsqueeze(1))
+    scaled.diagonal(dim1=1, dim2=2).add_(reg)
+    y, info = torch.linalg.solve_ex(scaled, (rhs * inv_scale).unsqueeze(2))
+    gamma = y.squeeze(2) * inv_scale
+    ok = (info == 0) & (gamma.sum(dim=1).abs() < float("inf"))  # the sum is NaN or Inf if any weight is
+    return torch.where(ok[:, None], gamma, 0.0)
 
 
 def check_options(*, m: int, beta: float, reg: float) -> None:
@@ -57,27 +58,37 @@ def anderson(run: SolveRun, x0: Tensor, *, m: int = 8, beta: float = 1.0, reg: f
     check_options(m=m, beta=beta, reg=reg)
     batch, dim = x0.shape
     slots = m - 1
-    step_hist = x0.new_zeros(batch, max(slots, 1), dim)  # dZ_i + beta dG_i, the columns the step subtracts
-    dg_hist = x0.new_zeros(batch, max(slots, 1), dim)
-    gram = x0.new_zeros(batch, max(slots, 1), max(slots, 1))  # dg_i . dg_j, updated one row per iteration
-    x, _, gx = run.evaluate(x0)
+    width = max(slots, 1)
+    # Rows 0..slots-1: the differences dG_i; row ``width``: the current g, so that one batched product over the rows
+    # gives both the new row of the Gram matrix (dG_new . dG_j) and the next right-hand side (g . dG_j).
+    dg_hist = x0.new_zeros(batch, width + 1, dim)
+    # dZ_i + beta dG_i = differences of z + beta g (of f(z) when beta = 1), the columns the step subtracts
+    step_hist = x0.new_zeros(batch, width, dim)
+    gram = torch.zeros(batch, width, width, dtype=torch.float64, device=x0.device)  # dG_i . dG_j, one row per step
+    rhs = gram.new_zeros(batch, 0)  # dG_j . g for the current g
+    x, fx, gx = run.evaluate(x0)
+    base = fx if beta == 1.0 else torch.add(x, gx, alpha=beta)  # z + beta g: the step before mixing
     k = 0  # differences stored so far
     while not run.finished:
-        step = torch.add(x, gx, alpha=beta)
         n = min(k, slots)
         if n > 0:
-            rhs = torch.bmm(gx.unsqueeze(1), dg_hist[:, :n].transpose(1, 2)).squeeze(1)  # (B, n)
             gamma = _mixing_weights(gram[:, :n, :n], rhs, reg).to(x.dtype).unsqueeze(1)  # (B, 1, n)
-            step = step.sub_(torch.bmm(gamma, step_hist[:, :n]).squeeze(1))
-        x_new, _, g_new = run.evaluate(run.freeze(step, x))
+            step = torch.baddbmm(base.unsqueeze(1), gamma, step_hist[:, :n], alpha=-1).squeeze(1)
+            step = run.freeze(step, x, owned=True)
+        else:
+            step = run.freeze(base, x)
+        x_new, fx_new, g_new = run.evaluate(step)
+        base_new = fx_new if beta == 1.0 else torch.add(x_new, g_new, alpha=beta)
         if slots > 0:
             slot = k % slots
             torch.sub(g_new, gx, out=dg_hist[:, slot])
-            torch.sub(x_new, x, out=step_hist[:, slot])
-            step_hist[:, slot].add_(dg_hist[:, slot], alpha=beta)
+            torch.sub(base_new, base, out=step_hist[:, slot])
+            dg_hist[:, width].copy_(g_new)
             k += 1
             n = min(k, slots)
-            row = torch.bmm(dg_hist[:, slot].unsqueeze(1), dg_hist[:, :n].transpose(1, 2)).squeeze(1)  # (B, n)
-            gram[:, slot, :n] = row
-            gram[:, :n, slot] = row
-        x, gx = x_new, g_new
+            pair = dg_hist[:, slot :: width - slot]  # rows slot and width: (B, 2, D), no copy
+            prod = torch.bmm(pair, dg_hist[:, :n].transpose(1, 2)).double()  # (B, 2, n)
+            gram[:, slot, :n] = prod[:, 0]
+            gram[:, :n, slot] = prod[:, 0]
+            rhs = prod[:, 1]
+        x, gx, base = x_new, g_new, base_new

@@ -9,7 +9,8 @@ Each iteration takes the quasi-Newton step z <- z - s H g(z) and applies the She
 
     u = (dz - H dg) / (dz^T H dg),    v = H^T dz.
 
-The product p = H g(z_k) is carried from one iteration to the next, so a step costs two passes over the buffers.
+The product p = H g(z_k) is carried from one iteration to the next, so a step costs two passes over the buffers
+(H g(z_{k+1}) and H^T dz); the three dot products of the update come from one small batched Gram product.
 With ``line_search`` the step length s is halved (at most ``ls_steps`` times) for the samples whose residual norm
 did not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._run import SolveRun
+from ._run import SolveRun, _runs, rowwise_copies
 
 
 def _apply(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
@@ -78,7 +79,14 @@ def _reduce_rank(us: Tensor, vs: Tensor, keep: int) -> int:
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
-    return (a * b).sum(dim=1)
+    return torch.linalg.vecdot(a, b)
+
+
+def _apply_into(us: Tensor, vs: Tensor, x: Tensor, out: Tensor) -> Tensor:
+    """out = H x = -x + U (V^T x) (as :func:`_apply`), written into ``out`` (B, D); us, vs (B, M, D) with M >= 1."""
+    coef = torch.bmm(x.unsqueeze(1), vs.transpose(1, 2))  # (B, 1, M)
+    torch.baddbmm(x.unsqueeze(1), coef, us, beta=-1, out=out.unsqueeze(1))
+    return out
 
 
 def check_options(*, memory: int, line_search: bool, ls_steps: int, armijo: float) -> None:
@@ -114,6 +122,10 @@ def broyden(
     batch, dim = x0.shape
     us = x0.new_zeros(batch, memory, dim)
     vs = x0.new_zeros(batch, memory, dim)
+    # work rows: dg = g_{k+1} - g_k, v = H_k^T dz, g_{k+1}; their Gram matrix gives v.dg, |v|, |dg| and v.g_{k+1}.
+    work = x0.new_empty(batch, 3, dim)
+    dg, v_new, g_copy = work.unbind(1)
+    eps = torch.finfo(x0.dtype).eps
     x, _, gx = run.evaluate(x0)
     p = -gx  # H g with H = -I
     k = 0
@@ -121,31 +133,50 @@ def broyden(
         x_new, fx_new = _step(run, x, gx, p, line_search, ls_steps, armijo)
         x_new, _, g_new = run.evaluate(x_new, fx_new)
         dx = x_new - x
-        dg = g_new - gx
+        torch.sub(g_new, gx, out=dg)
+        g_copy.copy_(g_new)
         if k == memory:  # buffer full: keep the dominant half of the low-rank part (Broyden rank reduction)
             k = _reduce_rank(us, vs, keep=memory // 2)
             p = _apply(us[:, :k], vs[:, :k], gx)
-        q = _apply(us[:, :k], vs[:, :k], g_new)  # H_k g_{k+1}
-        h_dg = q - p  # H_k dg
-        v = _apply_transposed(us[:, :k], vs[:, :k], dx)
-        denom = _dot(v, dg)
-        tiny = torch.finfo(x.dtype).eps * torch.linalg.vector_norm(v, dim=1) * torch.linalg.vector_norm(dg, dim=1)
+        if k == 0:
+            q = -g_new
+            torch.neg(dx, out=v_new)
+        else:
+            q = _apply_into(us[:, :k], vs[:, :k], g_new, torch.empty_like(g_new))  # H_k g_{k+1}
+            _apply_into(vs[:, :k], us[:, :k], dx, v_new)  # H_k^T dx
+        gram = torch.bmm(work[:, :2], work.transpose(1, 2))  # (B, 2, 3): rows dg, v against dg, v, g_{k+1}
+        denom, v_g = gram[:, 1, 0], gram[:, 1, 2]
+        tiny = eps * gram[:, 0, 0].clamp_min(0).sqrt() * gram[:, 1, 1].clamp_min(0).sqrt()  # eps |dg| |v|
         ok = run.active & (denom.abs() > tiny) & torch.isfinite(denom)
         safe = torch.where(ok, denom, torch.ones_like(denom))
-        u = torch.where(ok[:, None], (dx - h_dg) / safe[:, None], torch.zeros_like(dx))
-        v = torch.where(ok[:, None], v, torch.zeros_like(v))
-        us[:, k] = u
-        vs[:, k] = v
+        u = us[:, k]
+        torch.sub(dx, q.sub(p), out=u)  # dx - H_k dg
+        u.div_(safe[:, None])
+        vs[:, k].copy_(v_new)
+        _zero_rows(~ok, us[:, k], vs[:, k])
         k += 1
-        p = q + u * _dot(v, g_new)[:, None]  # H_{k+1} g_{k+1}
+        p = torch.addcmul(q, u, v_g.masked_fill(~ok, 0)[:, None])  # H_{k+1} g_{k+1}
         x, gx = x_new, g_new
+
+
+def _zero_rows(mask: Tensor, *bufs: Tensor) -> None:
+    """Set the rows of ``bufs`` (B, D) where ``mask`` (B,) holds to zero by assignment, not arithmetic (a NaN or Inf
+    there is overwritten, not multiplied)."""
+    if rowwise_copies(mask):
+        rows = [i for i, bad in enumerate(mask.tolist()) if bad]
+        for a, b in _runs(rows):
+            for buf in bufs:
+                buf[a:b].zero_()
+        return
+    for buf in bufs:
+        buf.masked_fill_(mask[:, None], 0.0)
 
 
 def _step(
     run: SolveRun, x: Tensor, gx: Tensor, p: Tensor, line_search: bool, ls_steps: int, armijo: float
 ) -> tuple[Tensor, Tensor | None]:
     """The next iterate x - s p, with f evaluated there when the line search already did so."""
-    x_new = run.freeze(x - p, x)
+    x_new = run.freeze(x - p, x, owned=True)
     if not line_search or ls_steps == 0:
         return x_new, None
     phi0 = _dot(gx, gx)

@@ -22,5 +22,8 @@ def fixed_point(run: SolveRun, x0, *, damping: float = 1.0) -> None:
     check_options(damping=damping)
     x, fx, gx = run.evaluate(x0)
     while not run.finished:
-        step = fx if damping == 1.0 else torch.add(x, gx, alpha=damping)
-        x, fx, gx = run.evaluate(run.freeze(step, x))
+        if damping == 1.0:
+            step = run.freeze(fx, x)  # fx may be referenced as the best f(z): not overwritten
+        else:
+            step = run.freeze(torch.add(x, gx, alpha=damping), x, owned=True)
+        x, fx, gx = run.evaluate(step)
