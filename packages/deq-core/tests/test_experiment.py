@@ -3,7 +3,9 @@ the metrics log."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from deq_core.experiment import (
     MetricsLog,
     PretrainSchedule,
     apply_overrides,
+    check_deq_training,
     jittered_max_iter,
     read_metrics,
     select,
@@ -122,3 +125,39 @@ def test_metrics_log_round_trip_and_truncate(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text(json.dumps({"step": 0}) + "\n{not json\n")
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_metrics(tmp_path / "bad.jsonl")
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainingConfig:
+    solver: typing.Literal["anderson", "broyden"] = "anderson"
+    max_iter: int = 10
+    max_iter_jitter: int = 0
+    tol: float = 1e-3
+    eval_tol: float | None = None
+    eval_max_iter: int | None = None
+    jac_prob: float = 1.0
+    batch_size: int = 8
+    grad_accum: int = 1
+    lr: float = 1e-3
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"solver": "newton"}, "solver must be one of ['anderson', 'broyden'], got 'newton'"),
+        ({"max_iter": 0}, "max_iter must be a number >= 1, got 0"),
+        ({"max_iter": True}, "max_iter must be a number >= 1, got True"),
+        ({"max_iter_jitter": 10}, "max_iter_jitter must be < max_iter (10), got 10"),
+        ({"tol": 0.0}, "tol must be > 0, got 0.0"),
+        ({"eval_tol": -1.0}, "eval_tol must be > 0 or None, got -1.0"),
+        ({"eval_max_iter": 0}, "eval_max_iter must be >= 1 or None, got 0"),
+        ({"jac_prob": 1.5}, "jac_prob must be in [0, 1], got 1.5"),
+        ({"batch_size": 9, "grad_accum": 2}, "batch_size (9) must be divisible by grad_accum (2)"),
+        ({"lr": -1e-3}, "lr must be > 0, got -0.001"),
+    ],
+)
+def test_check_deq_training_names_the_bad_setting(changes, message):
+    check_deq_training(_TrainingConfig())  # the defaults pass; fields the config lacks are skipped
+    with pytest.raises(ValueError) as info:
+        check_deq_training(dataclasses.replace(_TrainingConfig(), **changes))
+    assert message in str(info.value)

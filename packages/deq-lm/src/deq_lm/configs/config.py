@@ -11,6 +11,8 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
+from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction
+
 ModelName = Literal[
     "deq_transformer", "deq_trellisnet", "transformer_xl", "transformer_tied", "trellisnet", "lstm", "gru", "tcn"
 ]
@@ -152,41 +154,15 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def _choice(cfg: Config, key: str) -> None:
-    kind = typing.get_type_hints(Config)[key]
-    choices = typing.get_args(kind)
-    if getattr(cfg, key) not in choices:
-        raise ValueError(f"{key} must be one of {list(choices)}, got {getattr(cfg, key)!r}.")
-
-
-def _at_least(cfg: Config, minimum: float, *keys: str) -> None:
-    for key in keys:
-        value = getattr(cfg, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-            raise ValueError(f"{key} must be a number >= {minimum}, got {value!r}.")
-
-
 def check_config(cfg: Config) -> None:
     """Raise ValueError naming the key and the valid values for any setting out of range."""
-    for key in (
-        "task",
-        "model",
-        "solver",
-        "stop_mode",
-        "backward",
-        "backward_solver",
-        "mixed_precision",
-        "tokenizer",
-        "head",
-    ):
-        _choice(cfg, key)
-    _at_least(cfg, 1, "T", "n_valid", "n_test", "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers")
-    _at_least(cfg, 1, "kernel", "dilation", "max_iter", "backward_max_iter", "pretrain_depth")
-    _at_least(cfg, 1, "steps", "batch_size", "grad_accum", "eval_every", "log_every", "keep_checkpoints")
-    _at_least(cfg, 0, "mem_len", "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every")
-    _at_least(cfg, 0, "warmup_steps", "weight_decay", "grad_clip", "save_every", "stop_after", "save_grads_at")
-    _at_least(cfg, 0, "seed", "jac_stop", "vocab_size", "eval_tgt_len")
-    _at_least(cfg, 1, "min_freq", "tgt_len", "eval_batch_size", "div_val")
+    check_deq_training(cfg)  # solvers, limits, tolerances, pretraining, Jacobian schedule, optimizer steps
+    check_choice(cfg, "task", "model", "tokenizer", "head")
+    check_at_least(cfg, 1, "T", "n_valid", "n_test", "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers")
+    check_at_least(cfg, 1, "kernel", "dilation", "min_freq", "tgt_len", "eval_batch_size", "div_val")
+    check_at_least(cfg, 0, "mem_len", "save_grads_at", "vocab_size", "eval_tgt_len")
+    check_fraction(cfg, "dropout", closed=False)
+    check_fraction(cfg, "min_lr_ratio")
     if not cfg.corpus:
         raise ValueError("corpus must be a name, e.g. ptb, wikitext-103 or the name of your --data-dir corpus.")
     if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 3:
@@ -199,23 +175,5 @@ def check_config(cfg: Config) -> None:
         raise ValueError(f"cutoffs {cfg.cutoffs} need head=adaptive (the linear head has one cluster).")
     if cfg.task == "copy_memory" and (cfg.head != "linear" or cfg.tie_weights):
         raise ValueError("copy memory uses head=linear without tie_weights (its 10 symbols need no adaptive softmax).")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}.")
-    if not 0.0 <= cfg.jac_prob <= 1.0:
-        raise ValueError(f"jac_prob must be in [0, 1], got {cfg.jac_prob}.")
-    if not 0.0 <= cfg.min_lr_ratio <= 1.0:
-        raise ValueError(f"min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}.")
-    if not cfg.lr > 0:
-        raise ValueError(f"lr must be > 0, got {cfg.lr}.")
-    for key in ("tol", "backward_tol", "eval_tol"):
-        value = getattr(cfg, key)
-        if value is not None and not value > 0:
-            raise ValueError(f"{key} must be > 0, got {value}.")
-    if cfg.eval_max_iter is not None and cfg.eval_max_iter < 1:
-        raise ValueError(f"eval_max_iter must be >= 1 or None, got {cfg.eval_max_iter}.")
-    if cfg.max_iter_jitter >= cfg.max_iter:
-        raise ValueError(f"max_iter_jitter must be < max_iter ({cfg.max_iter}), got {cfg.max_iter_jitter}.")
-    if cfg.batch_size % cfg.grad_accum:
-        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by grad_accum ({cfg.grad_accum}).")
     if cfg.model in TRANSFORMERS and cfg.d_model % 2:
         raise ValueError(f"d_model must be even for transformer models (sinusoidal positions), got {cfg.d_model}.")

@@ -7,9 +7,10 @@ checked here, in ``__post_init__``, with a message that names the key and the va
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass
 from typing import Literal
+
+from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction
 
 DatasetName = Literal["cifar10", "imagenet", "digits"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
@@ -138,49 +139,16 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def _choice(cfg: Config, key: str) -> None:
-    choices = typing.get_args(typing.get_type_hints(Config)[key])
-    if getattr(cfg, key) not in choices:
-        raise ValueError(f"{key} must be one of {list(choices)}, got {getattr(cfg, key)!r}.")
-
-
-def _at_least(cfg: Config, minimum: float, *keys: str) -> None:
-    for key in keys:
-        value = getattr(cfg, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-            raise ValueError(f"{key} must be a number >= {minimum}, got {value!r}.")
-
-
-def _fraction(cfg: Config, *keys: str, closed: bool = True) -> None:
-    for key in keys:
-        value = getattr(cfg, key)
-        if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0):
-            raise ValueError(f"{key} must be in [0, 1{']' if closed else ')'}, got {value}.")
-
-
 def check_config(cfg: Config) -> None:
     """Raise ValueError naming the key and the valid values for any setting out of range."""
-    for key in ("dataset", "solver", "stop_mode", "backward_solver", "mixed_precision"):
-        _choice(cfg, key)
-    _at_least(cfg, 1, "image_size", "max_iter", "backward_max_iter", "pretrain_depth", "steps", "batch_size")
-    _at_least(cfg, 1, "grad_accum", "eval_every", "log_every", "keep_checkpoints")
-    _at_least(cfg, 0, "train_limit", "eval_limit", "num_workers", "mixup", "cutmix", "drop_rate", "max_iter_jitter")
-    _at_least(cfg, 0, "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop", "weight_decay", "momentum")
-    _at_least(cfg, 0, "warmup_steps", "warmup_lr", "min_lr", "grad_clip", "save_every", "seed", "stop_after")
-    _fraction(cfg, "scale_min", "hflip", "jac_prob", "label_smoothing", "ema_decay")
-    _fraction(cfg, "drop_rate", closed=False)
+    check_deq_training(cfg)  # solvers, limits, tolerances, pretraining, Jacobian schedule, optimizer steps
+    check_choice(cfg, "dataset")
+    check_at_least(cfg, 1, "image_size")
+    check_at_least(cfg, 0, "train_limit", "eval_limit", "num_workers", "mixup", "cutmix", "drop_rate", "momentum")
+    check_at_least(cfg, 0, "warmup_lr", "min_lr")
+    check_fraction(cfg, "scale_min", "hflip", "label_smoothing", "ema_decay")
+    check_fraction(cfg, "drop_rate", closed=False)
     if cfg.dropout is not None and not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1) or None, got {cfg.dropout}.")
-    for key in ("lr", "tol", "backward_tol"):
-        if not getattr(cfg, key) > 0:
-            raise ValueError(f"{key} must be > 0, got {getattr(cfg, key)}.")
-    if cfg.eval_tol is not None and not cfg.eval_tol > 0:
-        raise ValueError(f"eval_tol must be > 0 or None, got {cfg.eval_tol}.")
-    if cfg.eval_max_iter is not None and cfg.eval_max_iter < 1:
-        raise ValueError(f"eval_max_iter must be >= 1 or None, got {cfg.eval_max_iter}.")
-    if cfg.max_iter_jitter >= cfg.max_iter:
-        raise ValueError(f"max_iter_jitter must be < max_iter ({cfg.max_iter}), got {cfg.max_iter_jitter}.")
-    if cfg.batch_size % cfg.grad_accum:
-        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by grad_accum ({cfg.grad_accum}).")
     if not cfg.model.strip():
         raise ValueError("model must be a timm model name, e.g. mdeq_tiny_cifar10 or resnet18.")
