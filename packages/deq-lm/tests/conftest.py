@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -55,3 +56,19 @@ def strengthen_injection(cell: nn.Module, factor: float = 10.0) -> None:
     """
     with torch.no_grad():
         cell.inject.parametrizations.weight.original0.mul_(factor)
+
+
+def write_tiny_corpus(folder: Path, n_train: int = 300, seed: int = 0) -> Path:
+    """A corpus with structure a small model can learn: sentences from a tiny grammar."""
+    rng = random.Random(seed)
+
+    def sentence() -> str:
+        subject = rng.choice(["the cat", "a dog", "the dog", "a cat"])
+        verb = rng.choice(["sat", "ran", "slept"])
+        place = rng.choice(["on the mat", "under the log", "on a log"])
+        return f"{subject} {verb} {place} and then it slept"
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("valid", 40), ("test", 40)):
+        (folder / f"{split}.txt").write_text("\n".join(sentence() for _ in range(n)) + "\n")
+    return folder

@@ -4,13 +4,12 @@ here, resume with memory, the pydoc corpus, and the errors for a missing or malf
 import dataclasses
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import run_module
+from conftest import run_module, write_tiny_corpus
 from deq_core.experiment import read_metrics
 from deq_lm.configs import get_config
 from deq_lm.data import OrderedLMBatches
@@ -18,24 +17,6 @@ from deq_lm.data.pydoc_corpus import paragraphs, pydoc_splits, tokenize_line
 from deq_lm.models import build_model
 from deq_lm.tasks import LanguageModelTask, build_task
 from deq_lm.train import main, train
-
-WORDS = "the a cat dog sat ran on under mat log and then it slept".split()
-
-
-def write_tiny_corpus(folder: Path, n_train: int = 300, seed: int = 0) -> Path:
-    """A corpus with structure a small model can learn: sentences from a tiny grammar."""
-    rng = random.Random(seed)
-
-    def sentence() -> str:
-        subject = rng.choice(["the cat", "a dog", "the dog", "a cat"])
-        verb = rng.choice(["sat", "ran", "slept"])
-        place = rng.choice(["on the mat", "under the log", "on a log"])
-        return f"{subject} {verb} {place} and then it slept"
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", n_train), ("valid", 40), ("test", 40)):
-        (folder / f"{split}.txt").write_text("\n".join(sentence() for _ in range(n)) + "\n")
-    return folder
 
 
 @pytest.fixture
