@@ -160,3 +160,20 @@ def test_sentencepiece_without_vocab_size_is_a_config_error(tmp_path, capsys, co
         main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus_dir), "--tokenizer", "sentencepiece",
               "--output-dir", str(tmp_path / "r")])  # fmt: skip
     assert exit_info.value.code == 2 and "needs vocab_size >= 3" in capsys.readouterr().err
+
+
+def test_pydoc_corpus_written_by_concurrent_processes(tmp_path):
+    """Two processes starting at once (accelerate launch) both write the corpus: neither fails, the text is whole."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from deq_lm.data.pydoc_corpus import write_pydoc_corpus
+
+    with ProcessPoolExecutor(2) as pool:
+        list(pool.map(write_pydoc_corpus, [tmp_path / "pydoc"] * 4))
+    expected = pydoc_splits()
+    for split in ("train", "valid", "test"):
+        assert (tmp_path / "pydoc" / f"{split}.txt").read_text(encoding="utf-8").splitlines() == expected[split]
+    assert sorted(p.name for p in (tmp_path / "pydoc").iterdir()) == ["test.txt", "train.txt", "valid.txt"]
+    before = (tmp_path / "pydoc" / "train.txt").stat().st_mtime_ns
+    write_pydoc_corpus(tmp_path / "pydoc")  # same text: left alone
+    assert (tmp_path / "pydoc" / "train.txt").stat().st_mtime_ns == before

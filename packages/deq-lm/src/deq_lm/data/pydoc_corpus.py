@@ -14,6 +14,7 @@ so no topic is in two splits (about 81K / 7.4K / 7.7K tokens with Python 3.11).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -55,13 +56,21 @@ def pydoc_splits() -> dict[str, list[str]]:
 
 
 def write_pydoc_corpus(out_dir: Path) -> Path:
-    """Write train.txt, valid.txt and test.txt of the pydoc corpus to ``out_dir`` (created); return ``out_dir``."""
+    """Write train.txt, valid.txt and test.txt of the pydoc corpus to ``out_dir`` (created); return ``out_dir``.
+
+    A file that already holds the same text is left alone; others are written to a temporary file of this process
+    and moved into place, so processes that start at the same time (``accelerate launch``) never see a partial file.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for split, lines in pydoc_splits().items():
-        partial = out_dir / f"{split}.txt.tmp"
-        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        partial.replace(out_dir / f"{split}.txt")
+        target = out_dir / f"{split}.txt"
+        text = "\n".join(lines) + "\n"
+        if target.is_file() and target.read_text(encoding="utf-8") == text:
+            continue
+        partial = out_dir / f"{split}.txt.{os.getpid()}.tmp"
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
     return out_dir
 
 
