@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from deq_core.experiment import MarkdownReport
+
 # Fixed thread count for every benchmark. One thread, not two: on the 2-core CI-like machine, shared with other jobs,
 # torch with 2 threads was measured 100x to 800x slower on small elementwise ops (an add of 65k floats: 6.6 ms with
 # 2 threads vs 8 us with 1, while other processes kept the load at ~6), and batched LU of 512 x 512 matrices failed
@@ -67,30 +69,7 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
     return parser.parse_args(argv)
 
 
-class Report:
-    """Collects Markdown text; prints it as it goes and writes it to ``--out`` at the end."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def add(self, text: str = "") -> None:
-        self.parts.append(text)
-        print(text, flush=True)
-
-    def table(self, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-        self.add(markdown_table(header, rows))
-
-    def write(self, path: str | None) -> None:
-        if path:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write("\n".join(self.parts) + "\n")
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(str(c) for c in row) + " |")
-    return "\n".join(lines) + "\n"
+Report = MarkdownReport  # the benchmarks' reports: printed as they go, written to --out at the end
 
 
 def note(text: str) -> None:

@@ -14,11 +14,13 @@ import torch
 from conftest import ExampleConfig as Config
 from deq_core.experiment import (
     JacobianSchedule,
+    MarkdownReport,
     MetricsLog,
     PretrainSchedule,
     apply_overrides,
     check_deq_training,
     jittered_max_iter,
+    markdown_table,
     read_metrics,
     select,
 )
@@ -161,3 +163,16 @@ def test_check_deq_training_names_the_bad_setting(changes, message):
     with pytest.raises(ValueError) as info:
         check_deq_training(dataclasses.replace(_TrainingConfig(), **changes))
     assert message in str(info.value)
+
+
+def test_markdown_table_and_report(tmp_path, capsys) -> None:
+    assert markdown_table(["a", "b"], [[1, 2.5], ["x", None]]) == "| a | b |\n|---|---|\n| 1 | 2.5 |\n| x | None |\n"
+    with pytest.raises(ValueError, match="a table row has 1 cells for 2 columns"):
+        markdown_table(["a", "b"], [[1]])
+    report = MarkdownReport()
+    report.add("# title")
+    report.table(["k"], [[3]])
+    assert "# title" in capsys.readouterr().out  # printed as it goes
+    report.write(tmp_path / "r.md", first_line="Command: `x`")
+    assert (tmp_path / "r.md").read_text() == "Command: `x`\n\n# title\n| k |\n|---|\n| 3 |\n\n"
+    report.write(None)  # no file asked for: nothing written

@@ -10,7 +10,8 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+
+from deq_core.experiment import MarkdownReport
 
 MIB = 2.0**20
 GIB = 2.0**30
@@ -36,34 +37,7 @@ def percent(fraction: float) -> str:
     return f"{100 * fraction:.1f}%"
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub-flavoured Markdown table (one header row, one line per row)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-class Report:
-    """Markdown text printed as it is added, and written to a file at the end when asked."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def add(self, text: str = "") -> None:
-        self.parts.append(text)
-        print(text, flush=True)
-
-    def table(self, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-        self.add(markdown_table(header, rows))
-
-    def text(self) -> str:
-        return "\n".join(self.parts) + "\n"
-
-    def write(self, path: str | Path | None, first_line: str = "") -> None:
-        """Write the report to ``path`` (nothing when None), after ``first_line`` (e.g. the command) if given."""
-        if path:
-            head = f"{first_line}\n\n" if first_line else ""
-            Path(path).write_text(head + self.text(), encoding="utf-8")
+Report = MarkdownReport  # printed as it goes, written to --out at the end
 
 
 def command_line(script: str, argv: Sequence[str]) -> str:

@@ -7,6 +7,7 @@
 - :func:`apply_overrides`: ``key=value`` command-line overrides of a config dataclass, type-checked, with errors
   that list the valid keys.
 - :class:`MetricsLog`: the ``metrics.jsonl`` file (one JSON object per line), appended and flushed line by line.
+- :func:`markdown_table` and :class:`MarkdownReport`: the Markdown tables and reports of benchmarks and results.
 - :func:`check_choice`, :func:`check_at_least`, :func:`check_fraction` and :func:`check_deq_training`: validation of a
   config dataclass with messages that name the key and the valid values; ``check_deq_training`` checks the settings
   every DEQ training config shares (solvers, limits, tolerances, pretraining, Jacobian schedule, optimizer steps).
@@ -302,3 +303,41 @@ def check_deq_training(config: Any) -> None:
         raise ValueError(f"max_iter_jitter must be < max_iter ({config.max_iter}), got {config.max_iter_jitter}.")
     if {"batch_size", "grad_accum"} <= has and config.batch_size % config.grad_accum:
         raise ValueError(f"batch_size ({config.batch_size}) must be divisible by grad_accum ({config.grad_accum}).")
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table: one header row, then one line per row (cells as ``str(cell)``), ending in a
+    newline.
+
+    Raises:
+        ValueError: a row whose number of cells differs from the header's.
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"a table row has {len(row)} cells for {len(header)} columns: {list(row)!r}.")
+        lines.append("| " + " | ".join(str(cell) for cell in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+class MarkdownReport:
+    """Markdown text printed as it is added (so a long benchmark shows progress) and written to a file at the end."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def add(self, text: str = "") -> None:
+        self.parts.append(text)
+        print(text, flush=True)
+
+    def table(self, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+        self.add(markdown_table(header, rows))
+
+    def text(self) -> str:
+        return "\n".join(self.parts) + "\n"
+
+    def write(self, path: str | Path | None, first_line: str = "") -> None:
+        """Write the report to ``path`` (nothing when None), after ``first_line`` (e.g. the command) if given."""
+        if path:
+            head = f"{first_line}\n\n" if first_line else ""
+            Path(path).write_text(head + self.text(), encoding="utf-8")

@@ -17,7 +17,7 @@ from statistics import mean
 
 import torch
 
-from deq_core.experiment import read_metrics
+from deq_core.experiment import markdown_table, read_metrics
 from deq_core.profiling import saved_tensor_bytes
 from deq_lm.evaluate import load_model
 from deq_lm.models import count_parameters
@@ -71,9 +71,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
         return f"{value:,}" if isinstance(value, int) else str(value)
 
     keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(cell(row[k]) for k in keys) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    return markdown_table(keys, [[cell(row[k]) for k in keys] for row in rows])
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from deq_core.experiment import markdown_table
+
 from .checkpoint import load_checkpoint
 from .configs import ArithmeticConfig, Config, config_from_dict
 from .errors import UserError
@@ -66,11 +68,8 @@ def _numbers(text: str, kind: type) -> list[Any]:
 
 def markdown(rows: list[dict[str, Any]], keys: Sequence[str]) -> str:
     """A Markdown table of ``keys`` (missing entries shown as '-')."""
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    for row in rows:
-        cells = [f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, "-")) for k in keys]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    cells = [[f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, "-")) for k in keys] for row in rows]
+    return markdown_table(keys, cells).rstrip("\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
