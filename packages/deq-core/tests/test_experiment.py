@@ -21,6 +21,7 @@ from deq_core.experiment import (
     check_deq_training,
     jittered_max_iter,
     markdown_table,
+    parse_options,
     read_metrics,
     select,
 )
@@ -176,3 +177,26 @@ def test_markdown_table_and_report(tmp_path, capsys) -> None:
     report.write(tmp_path / "r.md", first_line="Command: `x`")
     assert (tmp_path / "r.md").read_text() == "Command: `x`\n\n# title\n| k |\n|---|\n| 3 |\n\n"
     report.write(None)  # no file asked for: nothing written
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConfigWithOptions:
+    solver: typing.Literal["anderson", "broyden"] = "anderson"
+    backward_solver: typing.Literal["anderson", "broyden"] = "broyden"
+    solver_options: tuple[str, ...] = ()
+    backward_options: tuple[str, ...] = ()
+
+
+def test_solver_options_are_parsed_and_checked_by_the_solvers() -> None:
+    assert parse_options(["memory=10", "beta=0.5", "line_search=true", "name=x"]) == {
+        "memory": 10, "beta": 0.5, "line_search": True, "name": "x",
+    }  # fmt: skip
+    cfg = apply_overrides(_ConfigWithOptions(), ["solver_options=m=6,beta=0.8", "backward_options=memory=10"])
+    assert cfg.solver_options == ("m=6", "beta=0.8") and cfg.backward_options == ("memory=10",)
+    check_deq_training(cfg)
+    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for method 'broyden'"):
+        check_deq_training(dataclasses.replace(cfg, backward_options=("m=6",)))
+    with pytest.raises(ValueError, match="solver_options: 'm6' is not of the form key=value"):
+        check_deq_training(dataclasses.replace(cfg, solver_options=("m6",)))
+    with pytest.raises(ValueError, match="solver_options: "):
+        check_deq_training(dataclasses.replace(cfg, solver_options=("m=0",)))  # the solver's own range check

@@ -10,7 +10,8 @@
 - :func:`markdown_table` and :class:`MarkdownReport`: the Markdown tables and reports of benchmarks and results.
 - :func:`check_choice`, :func:`check_at_least`, :func:`check_fraction` and :func:`check_deq_training`: validation of a
   config dataclass with messages that name the key and the valid values; ``check_deq_training`` checks the settings
-  every DEQ training config shares (solvers, limits, tolerances, pretraining, Jacobian schedule, optimizer steps).
+  every DEQ training config shares (solvers, limits, tolerances, solver options, pretraining, Jacobian schedule,
+  optimizer steps); :func:`parse_options` reads solver options given as ``key=value`` strings.
 """
 
 from __future__ import annotations
@@ -275,6 +276,7 @@ _AT_LEAST_ONE = ("max_iter", "backward_max_iter", "pretrain_depth", "steps", "ba
 _AT_LEAST_ZERO = ("max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop",
                   "weight_decay", "warmup_steps", "grad_clip", "save_every", "seed", "stop_after")  # fmt: skip
 _POSITIVE = ("lr", "tol", "backward_tol")
+_OPTIONS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its method)
 _POSITIVE_OR_NONE = ("eval_tol",)
 
 
@@ -303,6 +305,46 @@ def check_deq_training(config: Any) -> None:
         raise ValueError(f"max_iter_jitter must be < max_iter ({config.max_iter}), got {config.max_iter_jitter}.")
     if {"batch_size", "grad_accum"} <= has and config.batch_size % config.grad_accum:
         raise ValueError(f"batch_size ({config.batch_size}) must be divisible by grad_accum ({config.grad_accum}).")
+    for field_name, method_field in _OPTIONS:
+        if {field_name, method_field} <= has:
+            from .solve import check_settings  # the solvers' own option checks (names, ranges)
+
+            options = parse_options(getattr(config, field_name), field_name)
+            try:
+                check_settings(getattr(config, method_field), 1, 1.0, "rel", options)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{field_name}: {error}") from None
+
+
+def parse_options(items: Iterable[str], what: str = "options") -> dict[str, Any]:
+    """``("memory=10", "beta=0.5", "line_search=true")`` -> ``{"memory": 10, "beta": 0.5, "line_search": True}``:
+    solver options given as ``key=value`` strings (a config field set on the command line, e.g.
+    ``backward_options=memory=10,line_search=true``). Values become int, float or bool when they read as one.
+
+    Raises:
+        ValueError: an item without ``=`` or a key given twice (``what`` names the field in the message).
+    """
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = str(item).partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key:
+            raise ValueError(f"{what}: {item!r} is not of the form key=value (e.g. memory=10).")
+        if key in options:
+            raise ValueError(f"{what}: option {key!r} is given twice.")
+        options[key] = _option_value(text)
+    return options
+
+
+def _option_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

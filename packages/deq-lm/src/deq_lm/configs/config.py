@@ -54,7 +54,9 @@ class Config:
         dropout in the cells (ordinary dropout in the TCN).
     DEQ:
         solver, max_iter, tol, stop_mode: forward solve. backward, backward_solver, backward_max_iter, backward_tol:
-        gradient. eval_max_iter, eval_tol: limits at evaluation (None: the training ones).
+        gradient. solver_options, backward_options: the solvers' own options as key=value strings (e.g.
+        ``backward_options=memory=10`` for Broyden's stored updates, ``solver_options=m=6,beta=0.8`` for Anderson),
+        checked by the solvers. eval_max_iter, eval_tol: limits at evaluation (None: the training ones).
         max_iter_jitter: each training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
         jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
@@ -110,6 +112,8 @@ class Config:
     backward_solver: Solver = "anderson"
     backward_max_iter: int = 20
     backward_tol: float = 1e-4
+    solver_options: tuple[str, ...] = ()
+    backward_options: tuple[str, ...] = ()
     eval_max_iter: int | None = None
     eval_tol: float | None = None
     max_iter_jitter: int = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from deq_core import DEQ
+from deq_core.experiment import parse_options
 
 from ..configs.config import Config
 from .bodies import DEQBody, UnrolledBody
@@ -27,6 +28,8 @@ def build_deq(cfg: Config) -> DEQ:
         backward_solver=cfg.backward_solver,
         backward_max_iter=cfg.backward_max_iter,
         backward_tol=cfg.backward_tol,
+        solver_options=parse_options(cfg.solver_options, "solver_options"),
+        backward_options=parse_options(cfg.backward_options, "backward_options"),
         eval_max_iter=cfg.eval_max_iter,
         eval_tol=cfg.eval_tol,
     )
