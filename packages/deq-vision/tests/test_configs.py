@@ -40,3 +40,19 @@ def test_config_survives_the_run_directory(tmp_path: Path) -> None:
     check_resume_config(tmp_path, apply_overrides(cfg, ["eval_every=9", "num_workers=2"]), RESUMABLE_CHANGES)
     with pytest.raises(ValueError, match=r"lr: 0.003 -> 1.0"):
         check_resume_config(tmp_path, apply_overrides(cfg, ["lr=1", "eval_every=9"]), RESUMABLE_CHANGES)
+
+
+def test_solver_options_reach_the_mdeq_and_are_checked():
+    import dataclasses
+
+    import pytest
+
+    from deq_core.experiment import apply_overrides
+    from deq_vision.configs import get_config
+    from deq_vision.train import build_model
+
+    cfg = apply_overrides(get_config("tiny-mdeq"), ["backward_options=memory=4", "solver_options=memory=6"])
+    deq = build_model(cfg).deq
+    assert deq.backward_options == {"memory": 4} and deq.solver_options == {"memory": 6}
+    with pytest.raises(ValueError, match=r"solver_options: unknown option\(s\) \['m'\] for method 'broyden'"):
+        dataclasses.replace(cfg, solver_options=("m=3",))

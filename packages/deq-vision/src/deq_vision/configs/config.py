@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction
+from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction, parse_options
 
 DatasetName = Literal["cifar10", "imagenet", "digits"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
@@ -36,7 +36,9 @@ class Config:
         of the MDEQ blocks (None: the architecture's default). drop_rate: dropout before the classifier.
     DEQ (MDEQs only):
         solver, max_iter, tol, stop_mode: forward solve. backward_solver, backward_max_iter, backward_tol: implicit
-        backward. eval_max_iter, eval_tol: inference limits (None: the training ones). max_iter_jitter: each
+        backward. solver_options, backward_options: the solvers' own options as key=value strings (e.g.
+        ``backward_options=memory=10``), checked by deq-core. eval_max_iter, eval_tol: inference limits (None: the
+        training ones). max_iter_jitter: each
         training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
         jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
@@ -77,6 +79,8 @@ class Config:
     backward_solver: Solver = "broyden"
     backward_max_iter: int = 20
     backward_tol: float = 1e-3
+    solver_options: tuple[str, ...] = ()
+    backward_options: tuple[str, ...] = ()
     eval_max_iter: int | None = None
     eval_tol: float | None = None
     max_iter_jitter: int = 0
@@ -130,6 +134,8 @@ class Config:
             solver=self.solver, max_iter=self.max_iter, tol=self.tol, stop_mode=self.stop_mode,
             backward_solver=self.backward_solver, backward_max_iter=self.backward_max_iter,
             backward_tol=self.backward_tol, eval_max_iter=self.eval_max_iter, eval_tol=self.eval_tol,
+            solver_options=parse_options(self.solver_options, "solver_options"),
+            backward_options=parse_options(self.backward_options, "backward_options"),
         )  # fmt: skip
         if self.dropout is not None:
             settings["dropout"] = self.dropout

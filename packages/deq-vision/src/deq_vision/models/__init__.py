@@ -15,7 +15,7 @@ from .registry import ARCHITECTURES, MODEL_NAMES
 
 DEQ_SETTINGS = (
     "solver", "max_iter", "tol", "stop_mode", "backward_solver", "backward_max_iter", "backward_tol",
-    "eval_max_iter", "eval_tol", "dropout",
+    "eval_max_iter", "eval_tol", "dropout", "solver_options", "backward_options",
 )  # fmt: skip
 
 

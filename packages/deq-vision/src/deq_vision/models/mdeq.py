@@ -10,7 +10,8 @@ The solve and its implicit backward come from :class:`deq_core.DEQ` with a tuple
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -32,8 +33,9 @@ class MDEQ(nn.Module):
         stem_strides: strides of the stem's two 3x3 convs, e.g. (1, 1) for 32x32 CIFAR, (2, 2) for 224x224 ImageNet.
         expansion: inner width factor of each branch block. num_groups: GroupNorm groups.
         dropout: variational dropout in the branch blocks. post_gn_affine: affine last GroupNorms.
-        solver, max_iter, tol, stop_mode, backward_solver, backward_max_iter, backward_tol, eval_max_iter, eval_tol:
-            settings of the :class:`deq_core.DEQ` layer (forward solve, implicit backward, inference limits).
+        solver, max_iter, tol, stop_mode, backward_solver, backward_max_iter, backward_tol, eval_max_iter, eval_tol,
+        solver_options, backward_options: settings of the :class:`deq_core.DEQ` layer (forward solve, implicit
+            backward, inference limits, the solvers' own options such as Broyden's ``memory``).
         drop_rate: accepted for timm compatibility (dropout before the classifier).
     """
 
@@ -59,6 +61,8 @@ class MDEQ(nn.Module):
         eval_max_iter: int | None = None,
         eval_tol: float | None = None,
         drop_rate: float = 0.0,
+        solver_options: Mapping[str, Any] | None = None,
+        backward_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if len(channels) != len(head_channels) or not channels:
@@ -83,10 +87,12 @@ class MDEQ(nn.Module):
             max_iter=max_iter,
             tol=tol,
             stop_mode=stop_mode,
+            solver_options=solver_options,
             backward="implicit",
             backward_solver=backward_solver,
             backward_max_iter=backward_max_iter,
             backward_tol=backward_tol,
+            backward_options=backward_options,
             eval_max_iter=eval_max_iter,
             eval_tol=eval_tol,
         )
