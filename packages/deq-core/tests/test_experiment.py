@@ -19,6 +19,8 @@ from deq_core.experiment import (
     PretrainSchedule,
     apply_overrides,
     check_deq_training,
+    deq_layer_settings,
+    draw_solver_curves,
     jittered_max_iter,
     markdown_table,
     parse_options,
@@ -200,3 +202,43 @@ def test_solver_options_are_parsed_and_checked_by_the_solvers() -> None:
         check_deq_training(dataclasses.replace(cfg, solver_options=("m6",)))
     with pytest.raises(ValueError, match="solver_options: "):
         check_deq_training(dataclasses.replace(cfg, solver_options=("m=0",)))  # the solver's own range check
+
+
+def test_deq_layer_settings_builds_the_layer_from_a_config() -> None:
+    import deq_core
+
+    cfg = apply_overrides(_ConfigWithOptions(), ["backward_options=memory=4"])
+    settings = deq_layer_settings(cfg)
+    assert settings == {"solver": "anderson", "backward_solver": "broyden", "solver_options": {},
+                        "backward_options": {"memory": 4}}  # fmt: skip
+    layer = deq_core.DEQ(**settings)
+    assert layer.backward_solver == "broyden" and layer.backward_options == {"memory": 4}
+
+
+class _Axes:
+    """Records what a plotting function draws (stands in for a matplotlib Axes)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[list[int], list[float], str | None]] = []
+        self.settings: dict[str, object] = {}
+
+    def plot(self, x: list[int], y: list[float], label: str | None = None) -> None:
+        self.lines.append((list(x), list(y), label))
+
+    def set(self, **settings: object) -> None:
+        self.settings.update(settings)
+
+
+def test_draw_solver_curves_plots_nfe_and_residual_of_the_split() -> None:
+    records = [
+        {"step": 1, "split": "train", "nfe_forward": 10, "nfe_backward": 12, "residual": 1e-3},
+        {"step": 2, "split": "train", "nfe_forward": 8, "nfe_backward": 9, "residual": 5e-4},
+        {"step": 2, "split": "valid", "nfe_forward": 30, "residual": 1e-4},
+    ]
+    nfe, residual = _Axes(), _Axes()
+    draw_solver_curves(nfe, residual, records)
+    assert nfe.lines == [([1, 2], [10, 8], "forward"), ([1, 2], [12, 9], "backward")]
+    assert residual.lines == [([1, 2], [1e-3, 5e-4], None)] and residual.settings["yscale"] == "log"
+    empty = _Axes()
+    draw_solver_curves(empty, _Axes(), [{"step": 1, "split": "train", "loss": 1.0}])  # explicit model: no curves
+    assert empty.lines == []

@@ -413,3 +413,18 @@ def test_unrolled_mode_backpropagates_into_a_learned_initial_state():
     torch.testing.assert_close(grad, expected)
     assert info.jacobian_loss is not None and float(info.jacobian_loss) > 0
     assert info.iterations_per_sample.tolist() == [3, 3]
+
+
+def test_info_statistics_name_the_forward_backward_and_jacobian_numbers() -> None:
+    torch.manual_seed(0)
+    W = 0.4 * torch.randn(6, 6) / 6**0.5
+    x = torch.randn(3, 6, requires_grad=True)
+    deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-6, backward_solver="broyden", backward_tol=1e-8)
+    z, info = deq(lambda z: torch.tanh(z @ W.T + x), torch.zeros(3, 6), jacobian_loss=True)
+    stats = info.statistics()
+    assert set(stats) == {"nfe_forward", "residual", "jacobian_loss"}
+    assert stats["nfe_forward"] == info.nfe and stats["residual"] == float(info.residual.mean()) < 1e-6
+    assert stats["jacobian_loss"] == pytest.approx(float(info.jacobian_loss))
+    z.sum().backward()
+    after = info.statistics()
+    assert after["nfe_backward"] == info.nfe_backward > 0 and after["residual_backward"] < 1e-7

@@ -7,11 +7,13 @@
 - :func:`apply_overrides`: ``key=value`` command-line overrides of a config dataclass, type-checked, with errors
   that list the valid keys.
 - :class:`MetricsLog`: the ``metrics.jsonl`` file (one JSON object per line), appended and flushed line by line.
-- :func:`markdown_table` and :class:`MarkdownReport`: the Markdown tables and reports of benchmarks and results.
+- :func:`markdown_table` and :class:`MarkdownReport`: the Markdown tables and reports of benchmarks and results;
+  :func:`draw_solver_curves`: the NFE and residual panels of a training plot.
 - :func:`check_choice`, :func:`check_at_least`, :func:`check_fraction` and :func:`check_deq_training`: validation of a
   config dataclass with messages that name the key and the valid values; ``check_deq_training`` checks the settings
   every DEQ training config shares (solvers, limits, tolerances, solver options, pretraining, Jacobian schedule,
-  optimizer steps); :func:`parse_options` reads solver options given as ``key=value`` strings.
+  optimizer steps); :func:`parse_options` reads solver options given as ``key=value`` strings and
+  :func:`deq_layer_settings` turns a config into the arguments of :class:`deq_core.DEQ`.
 """
 
 from __future__ import annotations
@@ -316,6 +318,24 @@ def check_deq_training(config: Any) -> None:
                 raise ValueError(f"{field_name}: {error}") from None
 
 
+# Fields of a training config that are, under the same names, arguments of deq_core.DEQ.
+_LAYER_FIELDS = ("solver", "max_iter", "tol", "stop_mode", "backward", "backward_solver", "backward_max_iter",
+                 "backward_tol", "backward_stop_mode", "phantom_steps", "phantom_damping", "eval_max_iter", "eval_tol",
+                 "jacobian_samples", "on_nonfinite")  # fmt: skip
+
+
+def deq_layer_settings(config: Any) -> dict[str, Any]:
+    """Keyword arguments of :class:`deq_core.DEQ` from the fields of ``config`` that have its argument names
+    (``solver``, ``max_iter``, ..., ``eval_tol``; those it lacks keep the layer's defaults), with ``solver_options``
+    and ``backward_options`` read from ``key=value`` strings by :func:`parse_options`."""
+    has = {f.name for f in dataclasses.fields(config)}
+    settings = {name: getattr(config, name) for name in _LAYER_FIELDS if name in has}
+    for field_name, _ in _OPTIONS:
+        if field_name in has:
+            settings[field_name] = parse_options(getattr(config, field_name), field_name)
+    return settings
+
+
 def parse_options(items: Iterable[str], what: str = "options") -> dict[str, Any]:
     """``("memory=10", "beta=0.5", "line_search=true")`` -> ``{"memory": 10, "beta": 0.5, "line_search": True}``:
     solver options given as ``key=value`` strings (a config field set on the command line, e.g.
@@ -345,6 +365,22 @@ def _option_value(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+def draw_solver_curves(nfe_ax: Any, residual_ax: Any, records: Iterable[dict[str, Any]], split: str = "train") -> None:
+    """Draw the DEQ panels of a training plot from metrics records: forward / backward NFE per step on ``nfe_ax`` and
+    the mean forward residual (log scale) on ``residual_ax``. The axes are matplotlib ``Axes`` (this module does not
+    import matplotlib: the caller creates the figure); records without DEQ statistics leave the panels empty."""
+    records = list(records)
+    for key, label in (("nfe_forward", "forward"), ("nfe_backward", "backward")):
+        steps, values = select(records, split, key)
+        if steps:
+            nfe_ax.plot(steps, values, label=label)
+    nfe_ax.set(title="NFE per step", xlabel="step")
+    steps, values = select(records, split, "residual")
+    if steps:
+        residual_ax.plot(steps, values)
+    residual_ax.set(title="forward residual (mean)", xlabel="step", yscale="log")
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -53,6 +53,18 @@ class DEQInfo:
     residual_backward: Tensor | None = None
     converged_backward: Tensor | None = None
 
+    def statistics(self) -> dict[str, float]:
+        """This call's statistics under their metrics.jsonl names, as floats: ``nfe_forward``, ``residual`` (batch
+        mean), and once set, ``nfe_backward``, ``residual_backward`` (batch mean) and ``jacobian_loss``."""
+        stats = {"nfe_forward": float(self.nfe), "residual": float(self.residual.float().mean())}
+        if self.nfe_backward is not None:
+            stats["nfe_backward"] = float(self.nfe_backward)
+        if self.residual_backward is not None:
+            stats["residual_backward"] = float(self.residual_backward.float().mean())
+        if self.jacobian_loss is not None:
+            stats["jacobian_loss"] = float(self.jacobian_loss.detach())
+        return stats
+
     @classmethod
     def from_result(cls, res: SolverResult) -> DEQInfo:
         return cls(

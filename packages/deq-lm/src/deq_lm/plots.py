@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deq_core.experiment import read_metrics, select
+from deq_core.experiment import draw_solver_curves, read_metrics, select
 
 
 def plot_training(metrics_path: Path, out_path: Path) -> Path:
@@ -23,15 +23,7 @@ def plot_training(metrics_path: Path, out_path: Path) -> Path:
         if steps:
             axes[0].plot(steps, values, style, label=split, markersize=3)
     axes[0].set(title="loss (nats / position)", xlabel="step", yscale="log")
-    for key, label in (("nfe_forward", "forward"), ("nfe_backward", "backward")):
-        steps, values = select(records, "train", key)
-        if steps:
-            axes[1].plot(steps, values, label=label)
-    axes[1].set(title="NFE per step", xlabel="step")
-    steps, values = select(records, "train", "residual")
-    if steps:
-        axes[2].plot(steps, values)
-    axes[2].set(title="forward residual (mean)", xlabel="step", yscale="log")
+    draw_solver_curves(axes[1], axes[2], records)
     switch = _end_of_pretraining(records)
     for ax in axes:
         if switch is not None:

@@ -64,8 +64,7 @@ class _Totals:
 
     def add(self, weight: float, info: Any = None, **values: float) -> None:
         if info is not None:
-            values["nfe_forward"] = float(info.nfe)
-            values["residual"] = float(info.residual.float().mean())
+            values.update(info.statistics())
         for key, value in values.items():
             self.sums[key] = self.sums.get(key, 0.0) + value * weight
         self.count += weight

@@ -27,7 +27,13 @@ from tqdm.auto import tqdm
 
 from deq_core import DEQInfo
 from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides, jittered_max_iter
-from deq_core.runs import check_resume_config, checkpoint_path, latest_checkpoint, prune_checkpoints, save_config
+from deq_core.runs import (
+    check_resume_config,
+    checkpoint_path,
+    latest_checkpoint,
+    prune_checkpoints,
+    save_config,
+)
 
 from .checkpoint import TrainState
 from .configs import PRESETS, Config, get_config
@@ -57,14 +63,7 @@ class StepStats:
         """Record one micro-batch: its loss and metric, and the DEQ statistics when the model has some."""
         found: dict[str, float] = {"loss": float(loss.detach()), "metric": float(metric)}
         if info is not None:
-            found["nfe_forward"] = float(info.nfe)
-            found["residual"] = float(info.residual.float().mean())
-            if info.nfe_backward is not None:
-                found["nfe_backward"] = float(info.nfe_backward)
-            if info.residual_backward is not None:
-                found["residual_backward"] = float(info.residual_backward.float().mean())
-            if info.jacobian_loss is not None:
-                found["jacobian_loss"] = float(info.jacobian_loss.detach())
+            found.update(info.statistics())
         for key, value in found.items():
             self.values.setdefault(key, []).append(value)
 

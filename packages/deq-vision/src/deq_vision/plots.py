@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deq_core.experiment import read_metrics, select
+from deq_core.experiment import draw_solver_curves, read_metrics, select
 
 
 def plot_training(metrics_path: Path, out_path: Path) -> Path:
@@ -23,15 +23,7 @@ def plot_training(metrics_path: Path, out_path: Path) -> Path:
                 ax.plot(steps, values, style, label=split, markersize=3)
     axes[0].set(title="cross-entropy loss", xlabel="step", yscale="log")
     axes[1].set(title="top-1 accuracy (%)", xlabel="step")
-    for key, label in (("nfe_forward", "forward"), ("nfe_backward", "backward")):
-        steps, values = select(records, "train", key)
-        if steps:
-            axes[2].plot(steps, values, label=label)
-    axes[2].set(title="NFE per step", xlabel="step")
-    steps, values = select(records, "train", "residual")
-    if steps:
-        axes[3].plot(steps, values)
-    axes[3].set(title="forward residual (mean)", xlabel="step", yscale="log")
+    draw_solver_curves(axes[2], axes[3], records)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()

@@ -276,17 +276,12 @@ def train(
                 total = loss
                 if use_jac and info is not None and info.jacobian_loss is not None:
                     total = loss + gamma * info.jacobian_loss
-                    stats.jacobian_loss.append(float(info.jacobian_loss.detach()))
                 accelerator.backward(total / cfg.grad_accum)
             stats.loss.append(float(loss.detach()))
             stats.acc.append(float(accuracy(logits.detach(), y, topk=(1,))[0]))
             if info is not None:
-                stats.nfe_forward.append(float(info.nfe))
-                stats.residual.append(float(info.residual.float().mean()))
-                if info.nfe_backward is not None:
-                    stats.nfe_backward.append(float(info.nfe_backward))
-                if info.residual_backward is not None:
-                    stats.residual_backward.append(float(info.residual_backward.float().mean()))
+                for key, value in info.statistics().items():
+                    getattr(stats, key).append(value)
         if not math.isfinite(stats.means()["loss"]):
             raise FloatingPointError(f"training loss is {stats.means()['loss']} at step {step + 1}; stopping.")
         if cfg.grad_clip > 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from deq_core import DEQ
-from deq_core.experiment import parse_options
+from deq_core.experiment import deq_layer_settings
 
 from ..configs.config import Config
 from .bodies import DEQBody, UnrolledBody
@@ -18,21 +18,8 @@ from .trellisnet import TrellisNetCell
 
 
 def build_deq(cfg: Config) -> DEQ:
-    """The DEQ layer with the config's forward/backward solvers, limits and tolerances."""
-    return DEQ(
-        solver=cfg.solver,
-        max_iter=cfg.max_iter,
-        tol=cfg.tol,
-        stop_mode=cfg.stop_mode,
-        backward=cfg.backward,
-        backward_solver=cfg.backward_solver,
-        backward_max_iter=cfg.backward_max_iter,
-        backward_tol=cfg.backward_tol,
-        solver_options=parse_options(cfg.solver_options, "solver_options"),
-        backward_options=parse_options(cfg.backward_options, "backward_options"),
-        eval_max_iter=cfg.eval_max_iter,
-        eval_tol=cfg.eval_tol,
-    )
+    """The DEQ layer with the config's forward/backward solvers, limits, tolerances and options."""
+    return DEQ(**deq_layer_settings(cfg))
 
 
 def _transformer_cell(cfg: Config, d_in: int) -> DEQTransformerCell:

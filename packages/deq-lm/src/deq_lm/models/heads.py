@@ -54,6 +54,11 @@ class OutputHead(Protocol):
         """
         ...
 
+    def predict(self, hidden: Tensor, targets: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """What a model returns for hidden (..., d_hidden): (logits (..., V) when the head forms them cheaply, else
+        None; the per-token NLL (...) when ``targets`` (...) are given, else None)."""
+        ...
+
 
 # --------------------------------------------------------------------------------------------------------------------
 # Clusters
@@ -375,6 +380,10 @@ class AdaptiveLogSoftmax(nn.Module):
         """Same as :meth:`nll`."""
         return self.nll(hidden, targets)
 
+    def predict(self, hidden: Tensor, targets: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """(None, NLL or None): the adaptive softmax never forms the (N, V) logits."""
+        return None, None if targets is None else self.nll(hidden, targets)
+
     def extra_repr(self) -> str:
         return (
             f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}, widths={self.layout.widths}, d_proj={self.d_proj}, "
@@ -447,10 +456,27 @@ class LinearHead(nn.Module):
         Raises:
             ValueError: a target outside [0, V), or hidden.shape[:-1] != targets.shape.
         """
+        _, nll = self.predict(hidden, targets)
+        assert nll is not None
+        return nll
+
+    def predict(self, hidden: Tensor, targets: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """(logits (..., V), NLL (...) from those same logits when ``targets`` are given, else None). The
+        cross-entropy is taken in at least float32 (the logits may be half precision under mixed precision).
+
+        Raises:
+            ValueError: a target outside [0, V), or hidden.shape[:-1] != targets.shape.
+        """
+        logits = self.logits(hidden)
+        if targets is None:
+            return logits, None
         _check_hidden(hidden, self.d_hidden, targets)
         _check_ids(targets, self.vocab_size, "targets")
-        logits = self.logits(hidden).reshape(-1, self.vocab_size)
-        return F.cross_entropy(logits, targets.reshape(-1).long(), reduction="none").view(targets.shape)
+        scores = logits.reshape(-1, self.vocab_size)
+        if scores.dtype in (torch.float16, torch.bfloat16):
+            scores = scores.float()
+        nll = F.cross_entropy(scores, targets.reshape(-1).long(), reduction="none").view(targets.shape)
+        return logits, nll
 
     def extra_repr(self) -> str:
         return f"d_hidden={self.d_hidden}, vocab_size={self.vocab_size}, tied={self.tied}"

@@ -5,13 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deq_core import DEQInfo
 
-from .heads import LinearHead
 from .interface import Control
 
 
@@ -35,8 +32,8 @@ class SequenceModel(nn.Module):
     Args:
         embedding: tokens (B, L) -> (B, L, d_in), e.g. ``nn.Embedding`` or ``AdaptiveEmbedding``.
         body: a module ``body(x, state, control) -> BodyOutput`` (see :mod:`deq_lm.models.interface`).
-        head: hidden (B, L, d_hidden) -> predictions: a ``LinearHead`` (logits) or an ``AdaptiveLogSoftmax``
-            (``nll`` only), possibly tied to ``embedding``.
+        head: an ``OutputHead`` (``head.predict(hidden, targets) -> (logits or None, nll or None)``): a ``LinearHead``
+            (logits) or an ``AdaptiveLogSoftmax`` (NLL only), possibly tied to ``embedding``.
         is_deq: whether the body solves for an equilibrium (for logging and the training loop's DEQ features).
     """
 
@@ -65,15 +62,5 @@ class SequenceModel(nn.Module):
         """
         control = Control(unroll=unroll, max_iter=max_iter, jacobian_loss=jacobian_loss)
         out = self.body(self.embed(tokens), state, control)
-        logits, nll = None, None
-        if isinstance(self.head, LinearHead):
-            logits = self.head.logits(out.hidden)
-            if targets is not None:
-                scores = logits.flatten(0, -2)
-                if scores.dtype in (torch.float16, torch.bfloat16):
-                    scores = scores.float()  # the loss in at least float32 under mixed precision
-                flat = F.cross_entropy(scores, targets.flatten(), reduction="none")
-                nll = flat.view(targets.shape)
-        elif targets is not None:
-            nll = self.head.nll(out.hidden, targets)
+        logits, nll = self.head.predict(out.hidden, targets)
         return ModelOutput(logits, out.hidden, out.state, out.info, nll)

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from .checks import check_at_least_one
+
 MODELS = ("fc", "gru", "stacked_gru", "repeated_gru", "deq")
 
 
@@ -75,9 +77,7 @@ class ArithmeticConfig:
             "checkpoint_every",
             "threads",
         )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, positive)
         if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
             raise ValueError(f"length and long_length must be odd and >= 3, got {self.length}, {self.long_length}")
         if self.jacobian_weight < 0 or not 0 <= self.jacobian_probability <= 1:

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from .checks import check_at_least_one
+
 
 @dataclass(frozen=True)
 class SyntheticConfig:
@@ -57,9 +59,7 @@ class SyntheticConfig:
             "checkpoint_every",
             "threads",
         )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, positive)
         if self.jacobian_weight < 0 or self.lr <= 0 or self.tol <= 0 or self.noise_std < 0:
             raise ValueError("jacobian_weight and noise_std must be >= 0, lr and tol > 0")
 

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction, parse_options
+from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction, deq_layer_settings
 
 DatasetName = Literal["cifar10", "imagenet", "digits"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
@@ -130,13 +130,7 @@ class Config:
 
     def deq_settings(self) -> dict[str, object]:
         """Keyword arguments of the MDEQ constructor set by this config."""
-        settings: dict[str, object] = dict(
-            solver=self.solver, max_iter=self.max_iter, tol=self.tol, stop_mode=self.stop_mode,
-            backward_solver=self.backward_solver, backward_max_iter=self.backward_max_iter,
-            backward_tol=self.backward_tol, eval_max_iter=self.eval_max_iter, eval_tol=self.eval_tol,
-            solver_options=parse_options(self.solver_options, "solver_options"),
-            backward_options=parse_options(self.backward_options, "backward_options"),
-        )  # fmt: skip
+        settings = deq_layer_settings(self)  # solvers, limits, tolerances, options: the MDEQ passes them to its DEQ
         if self.dropout is not None:
             settings["dropout"] = self.dropout
         return settings
