@@ -130,3 +130,14 @@ def test_train_state_saves_each_process_memory(tmp_path):
     assert loaded.step == 7 and torch.equal(loaded.memory[0], state.memory[0]) and loaded.memory[1] is None
     with pytest.raises(FileNotFoundError, match="different number of processes"):
         loaded.load_memory(tmp_path, rank=0)
+
+
+def test_cli_resume_with_changed_settings_is_a_clear_error(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["--config", "tiny-gru", "--output-dir", str(out), "steps=2"]) == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", "tiny-gru", "--output-dir", str(out), "steps=3", "--resume"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--resume with a different config than the run in" in err and "steps: 2 -> 3" in err
+    assert "another --output-dir" in err

@@ -146,12 +146,16 @@ def config_changes(saved: Any, current: Any, resumable: Collection[str] = ()) ->
     return {k: (a[k], b.get(k)) for k in a if a[k] != b.get(k) and k not in resumable}
 
 
+class ResumeConfigError(ValueError):
+    """Resuming a run with a config that changes what it computes (a user error: the message lists the changes)."""
+
+
 def check_resume_config(run_dir: Path, current: Any, resumable: Collection[str] = ()) -> None:
     """Before resuming in ``run_dir``: refuse a config that changes what the saved run computes (nothing to check
     when the directory has no config.json yet).
 
     Raises:
-        ValueError: listing each changed key as ``key: saved -> current``.
+        ResumeConfigError: (a ValueError) listing each changed key as ``key: saved -> current``.
     """
     if not (Path(run_dir) / CONFIG_FILE).is_file():
         return
@@ -159,4 +163,7 @@ def check_resume_config(run_dir: Path, current: Any, resumable: Collection[str] 
     changes = config_changes(saved, current, resumable)
     if changes:
         listed = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())
-        raise ValueError(f"--resume with a different config than the run in {run_dir}: {listed}.")
+        raise ResumeConfigError(
+            f"--resume with a different config than the run in {run_dir}: {listed}. Resume with the run's settings, "
+            "or train with the new ones in another --output-dir."
+        )

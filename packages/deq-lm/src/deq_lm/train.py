@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from deq_core import DEQInfo
 from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides, jittered_max_iter
 from deq_core.runs import (
+    ResumeConfigError,
     check_resume_config,
     checkpoint_path,
     latest_checkpoint,
@@ -366,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = args.output_dir or Path("runs") / args.config
     try:
         train(cfg, output_dir, name=args.config, resume=args.resume)
-    except (CorpusError, CorpusNotFoundError) as err:
+    except (CorpusError, CorpusNotFoundError, ResumeConfigError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0
 

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides, jittered_max_iter
 from deq_core.runs import (
+    ResumeConfigError,
     TrainState,
     check_resume_config,
     checkpoint_path,
@@ -400,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = args.output_dir or Path("runs") / args.config
     try:
         train(cfg, output_dir, name=args.config, resume=args.resume, data_dir=args.data_dir, download=args.download)
-    except DatasetError as err:
+    except (DatasetError, ResumeConfigError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0
 
