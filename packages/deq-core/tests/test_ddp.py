@@ -42,6 +42,7 @@ def _grads(model: nn.Module) -> list[torch.Tensor]:
 def _worker(rank: int, world: int, out_dir: str) -> None:
     # A file rendezvous: no TCP port to pick, so no race with other processes on a busy machine.
     store = Path(out_dir) / "rendezvous"
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         model = nn.parallel.DistributedDataParallel(TinyDEQ())
@@ -51,6 +52,9 @@ def _worker(rank: int, world: int, out_dir: str) -> None:
         nn.functional.mse_loss(model(xs), ys).backward()
         if rank == 0:
             torch.save(_grads(model.module), Path(out_dir) / "ddp_grads.pt")
+        # Both processes reach here before either tears gloo down: a process that destroys the group while its peer
+        # is still exchanging can abort the peer ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
