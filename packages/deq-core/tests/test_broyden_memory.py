@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 
 import deq_core
-from deq_core._solvers.broyden import _reduce_rank
+from deq_core._solvers.broyden import _InverseJacobian, _reduce_rank
 
 
 @pytest.mark.parametrize("dim, memory, keep", [(30, 8, 4), (5, 8, 4), (12, 6, 1)])
@@ -47,3 +48,105 @@ def test_small_memory_still_converges_on_a_non_contractive_map() -> None:
         lambda z: z @ a.T + b, torch.zeros(2, dim, dtype=torch.float64), method="fixed_point", max_iter=400, tol=1e-10
     )
     assert not plain.all_converged
+
+
+def _dense_good_broyden_residuals(f, x0: Tensor, iters: int, line_search: bool = False) -> Tensor:
+    """Textbook good Broyden with a dense inverse Jacobian (float64, one sample): H_0 = I, x <- x + lam H g with
+    g = f(x) - x, and H <- H + (s - H y) s^T H / (s^T H y), y = g_old - g_new. With ``line_search``, lam is halved up to
+    3 times while ||g||^2 does not decrease by the Armijo factor (1 - 2e-4 lam). Returns ||g|| per iteration."""
+    (dim,) = x0.shape[1:]
+    inv = torch.eye(dim, dtype=x0.dtype)
+    x = x0[0]
+    g = f(x[None])[0] - x
+    out = [g.norm()]
+    for _ in range(iters - 1):
+        d = inv @ g
+        lam = 1.0
+        x_new = x + d
+        g_new = f(x_new[None])[0] - x_new
+        for _ in range(3 if line_search else 0):
+            if g_new.dot(g_new) <= (1 - 2e-4 * lam) * g.dot(g):
+                break
+            lam /= 2
+            x_new = x + lam * d
+            g_new = f(x_new[None])[0] - x_new
+        s, y = x_new - x, g - g_new
+        h_y = inv @ y
+        inv = inv + torch.outer(s - h_y, s @ inv) / s.dot(h_y)
+        x, g = x_new, g_new
+        out.append(g.norm())
+    return torch.stack(out)[:, None]
+
+
+def _tanh_map(dim: int, batch: int, radius: float, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(dim, dim, generator=gen, dtype=torch.float64)
+    w = radius * w / torch.linalg.eigvals(w).abs().max()
+    x = torch.randn(batch, dim, generator=gen, dtype=torch.float64)
+    return lambda z: torch.tanh(z @ w.T + x[: z.shape[0]])
+
+
+@pytest.mark.parametrize("memory", [30, 7])
+def test_product_form_follows_the_dense_good_broyden_update(memory: int) -> None:
+    """With the memory never full (30), every iterate is the textbook dense method's (residual norms equal to 1e-9
+    relative, or 1e-13 once converged to round-off, over 25 iterations of a non-contractive map); with memory 7 the
+    iterations up to the first rank reduction are, and later ones differ: the reduction is what changes them."""
+    f = _tanh_map(dim=20, batch=1, radius=1.4)
+    x0 = torch.zeros(1, 20, dtype=torch.float64)
+    iters = 25
+    res = deq_core.solve(f, x0, method="broyden", max_iter=iters, tol=1e-300, stop_mode="abs", memory=memory)
+    assert res.iterations == iters
+    dense = _dense_good_broyden_residuals(f, x0, iters)
+    exact = min(memory + 1, iters)  # evaluations before the first reduction changes H
+    torch.testing.assert_close(res.trace[:exact], dense[:exact], rtol=1e-9, atol=1e-13)
+    if memory + 1 < iters:
+        assert not torch.allclose(res.trace[exact:], dense[exact:], rtol=1e-6, atol=0)
+
+
+def test_product_form_with_line_search_follows_the_dense_update() -> None:
+    """Shortened steps (lam < 1) enter the update through b0 = lam - 1: the iterates equal the dense method's with
+    the same Armijo backtracking, on a map where the full step often fails the test."""
+    f = _tanh_map(dim=12, batch=1, radius=2.5, seed=3)
+    x0 = torch.zeros(1, 12, dtype=torch.float64)
+    iters = 20
+    res = deq_core.solve(
+        f, x0, method="broyden", max_iter=iters, tol=1e-300, stop_mode="abs", line_search=True, memory=40
+    )
+    assert res.nfe > res.iterations  # some steps were shortened
+    torch.testing.assert_close(res.trace, _dense_good_broyden_residuals(f, x0, iters, True), rtol=1e-8, atol=0)
+
+
+def _truncated(mat: Tensor, rank: int) -> Tensor:
+    u, s, vh = torch.linalg.svd(mat)
+    return (u[:, :rank] * s[:rank]) @ vh[:rank]
+
+
+def test_reduction_keeps_the_best_low_rank_part_of_the_dense_inverse_jacobian() -> None:
+    """Two reductions (the second on top of a base of rank 3, where the cross terms with the base matter): each time
+    the new base I + U^T V equals I + the best rank-3 approximation of H - I, H the dense inverse Jacobian that
+    the same steps give from the previous base; the Gram matrices kept for u and v equal the rows' own."""
+    dim = 16
+    f = _tanh_map(dim=dim, batch=1, radius=1.2, seed=5)
+    x = torch.zeros(1, dim, dtype=torch.float64)
+    g = f(x) - x
+    inverse = _InverseJacobian(x, memory=7)
+    inverse.set_direction(g)
+    dense = torch.eye(dim, dtype=torch.float64)
+    active = torch.ones(1, dtype=torch.bool)
+    for _ in range(2):
+        while not inverse.full:
+            x_new = x + inverse.direction
+            g_new = f(x_new) - x_new
+            s, y = (x_new - x)[0], (g - g_new)[0]
+            h_y = dense @ y
+            dense = dense + torch.outer(s - h_y, s @ dense) / s.dot(h_y)
+            inverse.update(g_new, None, active)
+            x, g = x_new, g_new
+        inverse.reduce(g)
+        u, v = inverse.base_u[0], inverse.base_v[0]
+        eye = torch.eye(dim, dtype=torch.float64)
+        torch.testing.assert_close(u.T @ v, _truncated(dense - eye, 3), rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(inverse.gram_u[0], u @ u.T, rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(inverse.gram_v[0], v @ v.T, rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(inverse.direction[0], (eye + u.T @ v) @ g[0], rtol=1e-10, atol=1e-12)
+        dense = eye + u.T @ v  # the next updates build on the reduced base

@@ -9,7 +9,7 @@ import torch
 
 import deq_core
 from conftest import METHODS, Counter
-from deq_core._solvers import _run, broyden
+from deq_core._solvers import _run
 
 
 def _mixed_batch_map(batch: int, dim: int, seed: int = 0):
@@ -38,7 +38,6 @@ def _solve_both(monkeypatch, method, batch, options=None):
     out = []
     for rowwise in (True, False):
         monkeypatch.setattr(_run, "rowwise_copies", lambda t, rowwise=rowwise: rowwise)
-        monkeypatch.setattr(broyden, "rowwise_copies", lambda t, rowwise=rowwise: rowwise)
         counter = Counter(f)
         res = deq_core.solve(counter, z0, method=method, max_iter=60, tol=1e-8, stop_mode="abs", **(options or {}))
         assert res.nfe == counter.calls

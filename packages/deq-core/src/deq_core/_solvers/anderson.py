@@ -5,10 +5,11 @@ With g(z) = f(z) - z and the last n <= m - 1 differences dZ_i = z_{i+1} - z_i, d
     gamma   = argmin_gamma ||g_k - dG gamma||^2           (regularized, scale-free normal equations)
     z_{k+1} = z_k + beta g_k - (dZ + beta dG) gamma
 
-The least-squares problem is solved through its normal equations after scaling every column of dG to unit norm, with
-a ridge term ``reg`` relative to that unit scale (not an absolute constant), so the regularization neither dominates
-at small residuals nor depends on the units of z. The small n x n systems are solved in float64. A sample whose
-system is singular or gives non-finite weights takes a plain damped step instead (gamma = 0).
+The least-squares problem is solved through its normal equations with a ridge term ``reg`` relative to each
+column's scale (reg diag(dG^T dG), the ridge reg I of the system with columns scaled to unit norm; not an absolute
+constant), so the regularization neither dominates at small residuals nor depends on the units of z. The small
+n x n systems are solved in float64. A sample whose system is singular or gives non-finite weights takes a plain
+damped step instead (gamma = 0).
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ _TINY = torch.finfo(torch.float64).tiny
 
 
 def _mixing_weights(gram: Tensor, rhs: Tensor, reg: float) -> Tensor:
-    """gamma (B, n) solving the normal equations (gram + ridge) gamma = rhs; gram (B, n, n), rhs (B, n), float64.
+    """gamma (B, n) solving the normal equations (gram + reg diag(gram)) gamma = rhs; gram (B, n, n), rhs (B, n),
+    float64.
 
-    Columns are scaled to unit norm (Jacobi scaling) and the system is solved in float64, so that ``reg`` is
-    relative to the scale of the differences and the solve stays accurate when they are nearly parallel.
+    The ridge reg diag(gram) is the ridge reg I of the system whose columns are scaled to unit norm (Jacobi scaling:
+    S (A + reg diag(A)) S = S A S + reg I with S = diag(A)^(-1/2)), so ``reg`` is relative to the scale of each
+    difference, without forming the scaled system. A zero column (a difference of a frozen sample) gets a tiny
+    diagonal and a zero weight.
     """
-    # 1 / column norm; a zero column (a difference of a frozen sample) has zero entries, which any scale keeps zero
-    inv_scale = torch.diagonal(gram, dim1=1, dim2=2).clamp_min(_TINY).rsqrt()  # (B, n)
-    scaled = gram * (inv_scale.unsqueeze(2) * inv_scale.unsqueeze(1))
-    scaled.diagonal(dim1=1, dim2=2).add_(reg)
-    y, info = torch.linalg.solve_ex(scaled, (rhs * inv_scale).unsqueeze(2))
-    gamma = y.squeeze(2) * inv_scale
+    system = gram.clone()
+    system.diagonal(dim1=1, dim2=2).mul_(1 + reg).add_(_TINY)
+    gamma, info = torch.linalg.solve_ex(system, rhs.unsqueeze(2))
+    gamma = gamma.squeeze(2)
     ok = (info == 0) & (gamma.sum(dim=1).abs() < float("inf"))  # the sum is NaN or Inf if any weight is
     return torch.where(ok[:, None], gamma, 0.0)
 

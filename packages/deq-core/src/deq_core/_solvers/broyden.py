@@ -1,18 +1,33 @@
-"""Limited-memory "good" Broyden method for the root of g(z) = f(z) - z, batched per sample.
+"""Limited-memory "good" Broyden method for the root of g(z) = f(z) - z, batched per sample, in product form.
 
-The inverse Jacobian of g is approximated as H = -I + sum_i u_i v_i^T with at most ``memory`` rank-one terms, so
-memory and time per step do not grow with max_iter. When all slots are used, the low-rank part is replaced by its
-best approximation of rank memory // 2 (Broyden rank reduction, van de Rotten & Verduyn Lunel 2003): dropping single
-old terms instead makes the iteration diverge, and restarting from -I loses the curvature learned so far (on the
-non-contractive benchmark problem: 138 calls of f to converge with restarts, 68 with rank reduction).
-Each iteration takes the quasi-Newton step z <- z - s H g(z) and applies the Sherman-Morrison update
+Here H approximates the inverse of I - J_f, so that the Newton step is z <- z + H g; H_0 = I gives the plain
+fixed-point step. Each iteration steps along d = H g (z <- z + lam d, lam = 1 unless the line search shortens the
+step), evaluates g there and applies the good-Broyden update (s = lam d, y = g_old - g_new, q = H g_new):
 
-    u = (dz - H dg) / (dz^T H dg),    v = H^T dz.
+    H <- (I + a s^T) H,    a = (s - H y) / (s^T H y).
 
-The product p = H g(z_k) is carried from one iteration to the next, so a step costs two passes over the buffers
-(H g(z_{k+1}) and H^T dz); the three dot products of the update come from one small batched Gram product.
-With ``line_search`` the step length s is halved (at most ``ls_steps`` times) for the samples whose residual norm
-did not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
+Since H y = d - q, the update only needs q, which the next direction needs anyway. Writing the directions d_0, d_1, ...
+as rows, the factor of update j is I + (b1_j d_{j+1} + b0_j d_j) d_j^T / |d_j|^2 with b1_j = 1 and b0_j = lam_j - 1
+(both 0 when the update is skipped), and the next direction is
+
+    d_{j+1} = (1 + rho) q + rho (lam_j - 1) d_j,    rho = d_j.q / (|d_j|^2 - d_j.q)
+
+(the implementation of Broyden's method that stores only the steps, Kelley, "Iterative Methods for Linear and
+Nonlinear Equations", SIAM 1995; here extended to step lengths lam != 1).
+So only the directions are stored, one row per update, instead of the two rows u, v of the additive form
+H = I + sum u v^T, whose v = H^T s costs an extra pass over the history. Applying the F stored factors to a vector w
+is one batched pass to get t = D w, a small lower-triangular solve for the coefficients e_j = d_j.w_j / |d_j|^2 of
+the factors applied one after another (float64; the Gram matrix D D^T is kept up to date with the same pass), and
+one batched pass to add D^T h: two passes over the history per iteration.
+
+Limited memory: once the stored updates reach ``memory``, the whole low-rank part of H is replaced by its best
+approximation of rank memory // 2 (Broyden rank reduction, van de Rotten & Verduyn Lunel 2003), kept in the additive
+form H_base = I + sum u_i v_i^T under the factors that follow: dropping single old terms instead makes the iteration
+diverge, and restarting from H = I loses the curvature learned so far. The reduction works on small Gram matrices
+kept up to date (float64) and two passes over the rows. Storage: memory + 1 direction rows and 2 (memory // 2) rows
+for the base, each of the state's size (the additive form needs 2 memory).
+With ``line_search`` the step length is halved (at most ``ls_steps`` times) for the samples whose residual norm did
+not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
 """
 
 from __future__ import annotations
@@ -20,55 +35,51 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._run import SolveRun, _runs, rowwise_copies
+from ._run import SolveRun
 
 
-def _apply(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
-    """H x = -x + U (V^T x) per sample; us, vs (B, M, D) (the M stored terms), x (B, D)."""
-    if us.shape[1] == 0:
-        return -x
-    coef = torch.bmm(x.unsqueeze(1), vs.transpose(1, 2))  # (B, 1, M)
-    return torch.bmm(coef, us).squeeze(1) - x
+def _orthonormal_factor(gram: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """For M rows (of one sample, batched) with Gram matrix ``gram`` (B, M, M, float64): (R, C) with rows^T = Q R,
+    Q = rows^T C orthonormal (D x M).
 
-
-def _apply_transposed(us: Tensor, vs: Tensor, x: Tensor) -> Tensor:
-    """H^T x = -x + V (U^T x) per sample."""
-    return _apply(vs, us, x)
-
-
-def _orthonormal_factor(rows: Tensor) -> tuple[Tensor, Tensor]:
-    """For rows (B, M, D) spanning a subspace, (R, C) with rows^T = Q R, Q = rows^T C orthonormal (D x M).
-
-    From the Gram matrix rows rows^T = E L E^T (float64, M x M): R = L^(1/2) E^T and C = E L^(-1/2); directions with
-    eigenvalues below a relative cutoff are dropped (their columns of C are zero), so rank deficiency is harmless.
+    From gram = E L E^T: R = L^(1/2) E^T and C = E L^(-1/2); directions with eigenvalues below a relative cutoff
+    (set by the precision ``dtype`` of the rows) are dropped (their columns of C are zero), so rank deficiency is
+    harmless.
     """
-    gram = torch.bmm(rows, rows.transpose(1, 2)).double()
     evals, evecs = torch.linalg.eigh(gram)
-    cutoff = evals.amax(dim=1, keepdim=True).clamp_min(0) * (64 * torch.finfo(rows.dtype).eps)
+    cutoff = evals.amax(dim=1, keepdim=True).clamp_min(0) * (64 * torch.finfo(dtype).eps)
     keep = evals > cutoff
     root = torch.where(keep, evals.clamp_min(0).sqrt(), torch.zeros_like(evals))
     inv_root = torch.where(keep, 1 / root.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(evals))
     return root.unsqueeze(2) * evecs.transpose(1, 2), evecs * inv_root.unsqueeze(1)
 
 
+def _best_low_rank(gram_u: Tensor, gram_v: Tensor, keep: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Coefficients (B, keep, M) of the best rank-``keep`` approximation of sum_i u_i v_i^T, for M rows u_i, v_i
+    (of one sample, batched) known through their Gram matrices (B, M, M, float64): the approximation is
+    sum_k (sum_i cu_ki u_i)(sum_i cv_ki v_i)^T.
+
+    With U^T = Qu Ru and V^T = Qv Rv (orthonormal Q, see :func:`_orthonormal_factor`) and the small SVD
+    Ru Rv^T = P S Y^T, the best approximation is (Qu P_k S_k)(Qv Y_k)^T: cu = S_k P_k^T Cu^T, cv = Y_k^T Cv^T.
+    """
+    r_u, c_u = _orthonormal_factor(gram_u, dtype)
+    r_v, c_v = _orthonormal_factor(gram_v, dtype)
+    left, sing, right_t = torch.linalg.svd(torch.bmm(r_u, r_v.transpose(1, 2)))  # (B, M, M)
+    coef_u = (sing[:, :keep, None] * left[:, :, :keep].transpose(1, 2)) @ c_u.transpose(1, 2)
+    coef_v = right_t[:, :keep] @ c_v.transpose(1, 2)
+    return coef_u, coef_v
+
+
 def _reduce_rank(us: Tensor, vs: Tensor, keep: int) -> int:
     """Replace sum_i u_i v_i^T (rows of us, vs: (B, M, D)) by its best rank-``keep`` approximation, in place, in the
-    first slots (the rest zeroed); returns the number of slots kept (``keep``, or D when D is smaller).
-
-    With U^T = Qu Ru and V^T = Qv Rv (orthonormal Q from the M x M Gram matrices) and the small SVD Ru Rv^T = P S Y^T,
-    the best approximation is (Qu P_k S_k)(Qv Y_k)^T: the new rows are (S_k P_k^T Cu^T) U and (Y_k^T Cv^T) V. Cost:
-    four batched (M x D) products and M x M eigen/SVD problems, once every memory - keep iterations.
-    """
+    first slots (the rest zeroed); returns the number of slots kept (``keep``, or D when D is smaller)."""
     keep = min(keep, us.shape[2])  # the rank is at most min(D, M)
     if keep == 0:
         us.zero_()
         vs.zero_()
         return 0
-    r_u, c_u = _orthonormal_factor(us)
-    r_v, c_v = _orthonormal_factor(vs)
-    left, sing, right_t = torch.linalg.svd(torch.bmm(r_u, r_v.transpose(1, 2)))  # (B, M, M)
-    coef_u = (sing[:, :keep, None] * left[:, :, :keep].transpose(1, 2)) @ c_u.transpose(1, 2)  # (B, keep, M)
-    coef_v = right_t[:, :keep] @ c_v.transpose(1, 2)  # (B, keep, M)
+    grams = [torch.bmm(rows, rows.transpose(1, 2)).double() for rows in (us, vs)]
+    coef_u, coef_v = _best_low_rank(*grams, keep, us.dtype)
     new_u = torch.bmm(coef_u.to(us.dtype), us)
     new_v = torch.bmm(coef_v.to(vs.dtype), vs)
     us.zero_()
@@ -76,17 +87,6 @@ def _reduce_rank(us: Tensor, vs: Tensor, keep: int) -> int:
     us[:, :keep] = new_u
     vs[:, :keep] = new_v
     return keep
-
-
-def _dot(a: Tensor, b: Tensor) -> Tensor:
-    return torch.linalg.vecdot(a, b)
-
-
-def _apply_into(us: Tensor, vs: Tensor, x: Tensor, out: Tensor) -> Tensor:
-    """out = H x = -x + U (V^T x) (as :func:`_apply`), written into ``out`` (B, D); us, vs (B, M, D) with M >= 1."""
-    coef = torch.bmm(x.unsqueeze(1), vs.transpose(1, 2))  # (B, 1, M)
-    torch.baddbmm(x.unsqueeze(1), coef, us, beta=-1, out=out.unsqueeze(1))
-    return out
 
 
 def check_options(*, memory: int, line_search: bool, ls_steps: int, armijo: float) -> None:
@@ -99,6 +99,166 @@ def check_options(*, memory: int, line_search: bool, ls_steps: int, armijo: floa
         raise ValueError(f"broyden: ls_steps must be an int >= 0, got {ls_steps!r}.")
     if not 0.0 < armijo < 0.5:
         raise ValueError(f"broyden: armijo must be in (0, 0.5), got {armijo}.")
+
+
+class _InverseJacobian:
+    """H = P_{F-1} ... P_0 H_base for one batch.
+
+    Stored: the directions d_0..d_F as rows of ``dirs`` (B, memory + 1, D; row F + 1 is work space for the next
+    direction); their Gram matrix G (float64, lower triangle); the bidiagonal ``bidiag`` (B, memory + 1, memory) with
+    columns (b0_j at row j, b1_j at row j + 1), so that factor j is I + (D^T bidiag_j) d_j^T / |d_j|^2; the
+    lower-triangular ``tri`` = N - L of the coefficient recursion, N = diag |d_j|^2 and L = tril(G bidiag, -1),
+    one row added per update. H_base = I + sum_i u_i v_i^T (rank r, 0 until the first reduction): rows of
+    ``base_u``, ``base_v`` (B, r, D), with their Gram matrices. ``factors + r`` never exceeds ``memory``.
+    """
+
+    def __init__(self, x0: Tensor, memory: int) -> None:
+        batch, dim = x0.shape
+        self.memory = memory
+        self.keep = min(memory // 2, dim)  # rank of H_base after a reduction
+        self.dirs = x0.new_zeros(batch, memory + 1, dim)
+        small = dict(dtype=torch.float64, device=x0.device)
+        self.gram = torch.zeros(batch, memory + 1, memory + 1, **small)
+        self.bidiag = torch.zeros(batch, memory + 1, memory, **small)
+        self.tri = torch.zeros(batch, memory + 1, memory + 1, **small)
+        self.base_u = x0.new_zeros(batch, 0, dim)
+        self.base_v = x0.new_zeros(batch, 0, dim)
+        self.gram_u = torch.zeros(batch, 0, 0, **small)
+        self.gram_v = torch.zeros(batch, 0, 0, **small)
+        self._limit = 1 / (4 * torch.finfo(x0.dtype).eps)  # |rho| above this: the update is (numerically) singular
+        self.factors = 0
+
+    @property
+    def direction(self) -> Tensor:
+        """The newest direction d_F, (B, D) (a view into the buffer)."""
+        return self.dirs[:, self.factors]
+
+    @property
+    def full(self) -> bool:
+        return self.factors + self.base_u.shape[1] >= self.memory
+
+    def set_direction(self, g: Tensor) -> None:
+        """Start over from H_base: d_0 = H_base g, no factors."""
+        self.factors = 0
+        self.bidiag.zero_()
+        self._apply_base(g, self.dirs[:, 0])
+
+    def _apply_base(self, g: Tensor, out: Tensor) -> None:
+        """out = H_base g = g + sum_i u_i (v_i . g); out (B, D), possibly a strided view."""
+        out.copy_(g)
+        if self.base_u.shape[1]:
+            coef = torch.bmm(g.unsqueeze(1), self.base_v.transpose(1, 2))  # (B, 1, r)
+            out.unsqueeze(1).baddbmm_(coef, self.base_u)
+
+    def _add_gram_row(self, n: int, row: Tensor) -> None:
+        """Record G_{n, :n+1} = ``row`` (B, n + 1) and the row of ``tri`` it completes."""
+        self.gram[:, n, : n + 1] = row
+        if n:
+            self.tri[:, n, :n] = torch.bmm(row.unsqueeze(1), self.bidiag[:, : n + 1, :n]).squeeze(1).neg_()
+        # |d_n|^2 = 0 only when update n will be skipped (its bidiag column zero): any nonzero value keeps e_n harmless
+        norm2 = row[:, n]
+        self.tri[:, n, n] = torch.where(norm2 > 0, norm2, 1.0)
+
+    def update(self, g_new: Tensor, lam: Tensor | None, active: Tensor) -> None:
+        """From q = H g_new (the current H), append the Broyden update of the step lam d_F and write the next direction
+        d_{F+1} = H_new g_new. ``lam``: (B,) step lengths (None: all 1); ``active``: (B,) bool, samples still
+        iterating (the update of the others is skipped)."""
+        n = self.factors
+        work = self.dirs[:, n + 1]
+        self._apply_base(g_new, work)  # w = H_base g_new
+        # one pass: rows d_F and w against d_0..d_F -> the Gram row of d_F and t = D w
+        prod = torch.bmm(self.dirs[:, n : n + 2], self.dirs[:, : n + 1].transpose(1, 2)).double()  # (B, 2, n + 1)
+        self._add_gram_row(n, prod[:, 0])
+        t = prod[:, 1]
+        if n:  # coefficients e of the factors applied in turn, then q = w + D^T h with h = bidiag e
+            e = torch.linalg.solve_triangular(self.tri[:, :n, :n], t[:, :n, None], upper=False)
+            h = torch.bmm(self.bidiag[:, : n + 1, :n], e).squeeze(2)  # (B, n + 1)
+            d_q = t[:, n] + torch.linalg.vecdot(prod[:, 0], h)  # d_F . q
+        else:
+            h = t.new_zeros(t.shape[0], 1)
+            d_q = t[:, 0]
+        rho = d_q / (prod[:, 0, n] - d_q)
+        ok = active & (rho.abs() < self._limit)  # False for NaN and Inf too
+        rho = torch.where(ok, rho, 0.0)
+        # d_{F+1} = (1 + rho) (w + D^T h) + rho (lam - 1) d_F
+        scale = 1 + rho
+        coef = h.mul_(scale[:, None])
+        self.bidiag[:, n + 1, n] = ok
+        if lam is not None:
+            lam_m1 = torch.where(ok, lam.double() - 1, 0.0)
+            coef[:, n] += rho * lam_m1
+            self.bidiag[:, n, n] = lam_m1
+        work.mul_(scale.to(work.dtype)[:, None])
+        work.unsqueeze(1).baddbmm_(coef.to(work.dtype).unsqueeze(1), self.dirs[:, : n + 1])
+        self.factors = n + 1
+
+    def reduce(self, g: Tensor) -> None:
+        """Replace H - I by its best rank-``keep`` approximation as the new H_base, then start over: d_0 = H_base g.
+
+        With F factors on a base of rank r, H - I = (P - I) H_base + (H_base - I) and P - I = D^T K D_{<F}
+        (K = Bidiag (N - L)^{-1}, (F + 1) x F), so H - I = sum over M = r + F rows of left^T right with
+            left = [u_i; (K^T D)_j],    right = [v_i; d_j + sum_i (d_j . u_i) v_i]    (j < F).
+        Their Gram matrices follow from the Gram matrices kept (directions, u, v) and the dots of the directions
+        with u and v (two passes over F + 1 rows), so the rows are never formed: the new base rows are combinations
+        of u, v and the directions, written in two passes.
+        """
+        n, r = self.factors, self.base_u.shape[1]
+        if self.keep == 0:  # memory 1 (or D = 1): nothing to keep, restart from H = I
+            self.set_direction(g)
+            return
+        dtype = self.dirs.dtype
+        rows = self.dirs[:, : n + 1]
+        self._add_gram_row(n, torch.bmm(self.dirs[:, n : n + 1], rows.transpose(1, 2)).double()[:, 0])
+        low = torch.tril(self.gram[:, : n + 1, : n + 1])
+        gram = low + torch.tril(low, diagonal=-1).transpose(1, 2)
+        eye = torch.eye(n, dtype=torch.float64, device=g.device).expand(g.shape[0], n, n)
+        inv_tri = torch.linalg.solve_triangular(self.tri[:, :n, :n], eye, upper=False)
+        k_mat = self.bidiag[:, : n + 1, :n] @ inv_tri  # (B, n + 1, n)
+        gram_left_new = k_mat.transpose(1, 2) @ gram @ k_mat  # (K^T D)(K^T D)^T
+        gram_right_new = gram[:, :n, :n]
+        if r:
+            d_u = torch.bmm(rows, self.base_u.transpose(1, 2)).double()  # (B, n + 1, r)
+            d_v = torch.bmm(rows[:, :n], self.base_v.transpose(1, 2)).double()  # (B, n, r)
+            c = d_u[:, :n]  # right rows d_j + sum_i c_ji v_i
+            k_du = k_mat.transpose(1, 2) @ d_u  # (K^T D) . u
+            gram_left = torch.cat(
+                [torch.cat([self.gram_u, k_du.transpose(1, 2)], 2), torch.cat([k_du, gram_left_new], 2)], 1
+            )
+            v_c = self.gram_v @ c.transpose(1, 2)  # (B, r, n): v . (c V)
+            v_right = d_v.transpose(1, 2) + v_c  # v_i . right_j
+            right_right = gram_right_new + c @ d_v.transpose(1, 2) + d_v @ c.transpose(1, 2) + c @ v_c
+            gram_right = torch.cat(
+                [torch.cat([self.gram_v, v_right], 2), torch.cat([v_right.transpose(1, 2), right_right], 2)], 1
+            )
+        else:
+            gram_left, gram_right = gram_left_new, gram_right_new
+        # a sample whose rows overflowed keeps no low-rank part (its H restarts from I); LAPACK must not see it
+        finite = (gram_left.sum((1, 2)) + gram_right.sum((1, 2))).isfinite()[:, None, None]
+        gram_left = torch.where(finite, gram_left, 0.0)
+        gram_right = torch.where(finite, gram_right, 0.0)
+        coef_u, coef_v = _best_low_rank(gram_left, gram_right, self.keep, dtype)  # (B, keep, r + n)
+        # new u = coef_u[:, :, :r] u + (coef_u[:, :, r:] K^T) D; new v = (coef_v[:, :, :r] + coef_v[:, :, r:] c) v
+        # + coef_v[:, :, r:] D_{<F}. Neither may overwrite rows it reads: the first reduction writes both to new
+        # buffers; later ones write new u to the unused direction rows, new v over the old u, then new u over the old v.
+        coef_du = (coef_u[:, :, r:] @ k_mat.transpose(1, 2)).to(dtype)
+        coef_dv = coef_v[:, :, r:].to(dtype)
+        if r == 0:
+            new_u = torch.bmm(coef_du, rows)
+            new_v = torch.bmm(coef_dv, rows[:, :n])
+        else:
+            staged = self.dirs[:, n + 1 : n + 1 + self.keep]  # n + 1 + keep = memory + 1 rows
+            torch.bmm(coef_du, rows, out=staged)
+            staged.baddbmm_(coef_u[:, :, :r].to(dtype), self.base_u)
+            new_v = self.base_u
+            torch.bmm(coef_dv, rows[:, :n], out=new_v)
+            new_v.baddbmm_((coef_v[:, :, :r] + coef_v[:, :, r:] @ c).to(dtype), self.base_v)
+            new_u = self.base_v.copy_(staged)
+        new_u.masked_fill_(~finite, 0.0)
+        new_v.masked_fill_(~finite, 0.0)
+        self.base_u, self.base_v = new_u, new_v
+        self.gram_u = coef_u @ gram_left @ coef_u.transpose(1, 2)
+        self.gram_v = coef_v @ gram_right @ coef_v.transpose(1, 2)
+        self.set_direction(g)
 
 
 def broyden(
@@ -119,66 +279,30 @@ def broyden(
         armijo: sufficient-decrease constant of the Armijo condition.
     """
     check_options(memory=memory, line_search=line_search, ls_steps=ls_steps, armijo=armijo)
-    batch, dim = x0.shape
-    us = x0.new_zeros(batch, memory, dim)
-    vs = x0.new_zeros(batch, memory, dim)
-    # work rows: dg = g_{k+1} - g_k, v = H_k^T dz, g_{k+1}; their Gram matrix gives v.dg, |v|, |dg| and v.g_{k+1}.
-    work = x0.new_empty(batch, 3, dim)
-    dg, v_new, g_copy = work.unbind(1)
-    eps = torch.finfo(x0.dtype).eps
+    inverse = _InverseJacobian(x0, memory)
     x, _, gx = run.evaluate(x0)
-    p = -gx  # H g with H = -I
-    k = 0
+    inverse.set_direction(gx)  # H_0 = I: the first step is f(z0)
     while not run.finished:
-        x_new, fx_new = _step(run, x, gx, p, line_search, ls_steps, armijo)
-        x_new, _, g_new = run.evaluate(x_new, fx_new)
-        dx = x_new - x
-        torch.sub(g_new, gx, out=dg)
-        g_copy.copy_(g_new)
-        if k == memory:  # buffer full: keep the dominant half of the low-rank part (Broyden rank reduction)
-            k = _reduce_rank(us, vs, keep=memory // 2)
-            p = _apply(us[:, :k], vs[:, :k], gx)
-        if k == 0:
-            q = -g_new
-            torch.neg(dx, out=v_new)
-        else:
-            q = _apply_into(us[:, :k], vs[:, :k], g_new, torch.empty_like(g_new))  # H_k g_{k+1}
-            _apply_into(vs[:, :k], us[:, :k], dx, v_new)  # H_k^T dx
-        gram = torch.bmm(work[:, :2], work.transpose(1, 2))  # (B, 2, 3): rows dg, v against dg, v, g_{k+1}
-        denom, v_g = gram[:, 1, 0], gram[:, 1, 2]
-        tiny = eps * gram[:, 0, 0].clamp_min(0).sqrt() * gram[:, 1, 1].clamp_min(0).sqrt()  # eps |dg| |v|
-        ok = run.active & (denom.abs() > tiny) & torch.isfinite(denom)
-        safe = torch.where(ok, denom, torch.ones_like(denom))
-        u = us[:, k]
-        torch.sub(dx, q.sub(p), out=u)  # dx - H_k dg
-        u.div_(safe[:, None])
-        vs[:, k].copy_(v_new)
-        _zero_rows(~ok, us[:, k], vs[:, k])
-        k += 1
-        p = torch.addcmul(q, u, v_g.masked_fill(~ok, 0)[:, None])  # H_{k+1} g_{k+1}
-        x, gx = x_new, g_new
+        x_new, fx_new, lam = _step(run, x, gx, inverse.direction, line_search, ls_steps, armijo)
+        x, _, gx = run.evaluate(x_new, fx_new)
+        if run.finished:
+            break
+        inverse.update(gx, lam, run.active)
+        if inverse.full:
+            inverse.reduce(gx)
 
 
-def _zero_rows(mask: Tensor, *bufs: Tensor) -> None:
-    """Set the rows of ``bufs`` (B, D) where ``mask`` (B,) holds to zero by assignment, not arithmetic (a NaN or Inf
-    there is overwritten, not multiplied)."""
-    if rowwise_copies(mask):
-        rows = [i for i, bad in enumerate(mask.tolist()) if bad]
-        for a, b in _runs(rows):
-            for buf in bufs:
-                buf[a:b].zero_()
-        return
-    for buf in bufs:
-        buf.masked_fill_(mask[:, None], 0.0)
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    return torch.linalg.vecdot(a, b)
 
 
 def _step(
-    run: SolveRun, x: Tensor, gx: Tensor, p: Tensor, line_search: bool, ls_steps: int, armijo: float
-) -> tuple[Tensor, Tensor | None]:
-    """The next iterate x - s p, with f evaluated there when the line search already did so."""
-    x_new = run.freeze(x - p, x, owned=True)
+    run: SolveRun, x: Tensor, gx: Tensor, d: Tensor, line_search: bool, ls_steps: int, armijo: float
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The next iterate x + lam d, f there when the line search already evaluated it, and lam (None: all 1)."""
+    x_new = run.freeze(x + d, x, owned=True)
     if not line_search or ls_steps == 0:
-        return x_new, None
+        return x_new, None, None
     phi0 = _dot(gx, gx)
     step = torch.ones_like(phi0)
     fx_new = run.call(x_new)
@@ -189,8 +313,8 @@ def _step(
         if not bool(retry.any()):
             break
         step = torch.where(retry, step / 2, step)
-        x_try = torch.where(retry[:, None], x - step[:, None] * p, x_new)
+        x_try = torch.where(retry[:, None], x + step[:, None] * d, x_new)
         fx_try = run.call(x_try)
         x_new = x_try
         fx_new = torch.where(retry[:, None], fx_try, fx_new)
-    return x_new, fx_new
+    return x_new, fx_new, step
