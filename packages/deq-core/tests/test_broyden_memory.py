@@ -150,3 +150,22 @@ def test_reduction_keeps_the_best_low_rank_part_of_the_dense_inverse_jacobian() 
         torch.testing.assert_close(inverse.gram_v[0], v @ v.T, rtol=1e-8, atol=1e-10)
         torch.testing.assert_close(inverse.direction[0], (eye + u.T @ v) @ g[0], rtol=1e-10, atol=1e-12)
         dense = eye + u.T @ v  # the next updates build on the reduced base
+
+
+@pytest.mark.parametrize("memory", [1, 2, 3])
+def test_tiny_memories_still_solve_a_contraction(memory: int) -> None:
+    """memory 1 keeps nothing at a reduction (each update is dropped at once: plain fixed-point steps), memory 2-3
+    keep a rank-1 base; all reach the exact fixed point of a contraction, with a sample that starts converged."""
+    gen = torch.Generator().manual_seed(7)
+    dim = 10
+    a = torch.randn(dim, dim, generator=gen, dtype=torch.float64)
+    a = 0.8 * a / torch.linalg.eigvals(a).abs().max()
+    b = torch.randn(4, dim, generator=gen, dtype=torch.float64)
+    b[0] = 0.0  # sample 0 starts at its fixed point (z0 = 0)
+    exact = torch.linalg.solve(torch.eye(dim, dtype=torch.float64) - a, b.T).T
+    res = deq_core.solve(
+        lambda z: z @ a.T + b, torch.zeros(4, dim, dtype=torch.float64), method="broyden", max_iter=300, tol=1e-11,
+        stop_mode="abs", memory=memory,
+    )  # fmt: skip
+    assert res.all_converged, res.summary()
+    torch.testing.assert_close(res.z, exact, rtol=1e-9, atol=1e-9)

@@ -273,7 +273,8 @@ def broyden(
     """Limited-memory Broyden.
 
     Args:
-        memory: number of rank-one updates kept (>= 1); when full, reduced to the dominant memory // 2.
+        memory: number of rank-one updates kept (>= 1); when full, reduced to the dominant memory // 2 (so with
+            memory 1 every update is dropped at once: plain fixed-point steps).
         line_search: backtrack on the step length when ||f(z) - z|| does not decrease enough.
         ls_steps: the most halvings per iteration when ``line_search`` is on.
         armijo: sufficient-decrease constant of the Armijo condition.
