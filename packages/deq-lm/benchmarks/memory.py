@@ -32,10 +32,11 @@ CPU feasibility: the explicit twins are built on the meta device (tensors with s
 above needs only shapes, and the tests check that meta and CPU give identical bytes). A DEQ's solve depends on values,
 so DEQs run on the CPU at the paper widths but with the forward and backward iteration limits of ``--iters`` (2 and
 4; tolerance 1e-12, so that every iteration runs) instead of the presets' 12-45. The table of the limits shows that
-the saved bytes are identical at every limit and the peaks nearly so: both solvers allocate their whole history at the
-start (Anderson 2 (m - 1) = 14 vectors of the state's size, Broyden 2 x memory = 40). Broyden's rank reduction, once it
-has done ``memory`` = 20 iterations, briefly adds 20 vectors more; so the DEQs of ``--extra-for`` are also measured at
-``--extra-limit`` 22 iterations: both DEQ-TrellisNets (Broyden forward, where it raises the peak) and the small
+the saved bytes are identical at every limit and the peaks nearly so: Anderson allocates its whole history at the start
+(2 (m - 1) = 14 vectors of the state's size), Broyden memory + 1 = 21 directions at the start and, from its first rank
+reduction on (after ``memory`` = 20 updates, iteration 22), 2 (memory // 2) = 20 more for the reduced base; so the DEQs
+of ``--extra-for`` are also measured at ``--extra-limit`` 22 iterations: both DEQ-TrellisNets (Broyden forward, where it
+raises the peak) and the small
 DEQ-Transformer, whose solvers (Anderson forward, Broyden backward) are those of the medium ones, which take 2-5 minutes
 each at 22 iterations on one CPU thread. The main table uses each DEQ's largest measured limit. On CUDA every model
 runs on the GPU with its preset's limits.
@@ -166,15 +167,18 @@ def state_width(cfg: Config) -> int:
     return 2 * cfg.d_model if cfg.model in ("deq_trellisnet", "trellisnet") else cfg.d_model
 
 
-def history_bytes(solver: str, options: dict[str, Any], vector_bytes: int) -> int:
-    """Bytes of a solver's history buffers, allocated at its start, for iterates of ``vector_bytes``: Anderson keeps
-    2 (m - 1) vectors, Broyden 2 x memory (its rank reduction past ``memory`` iterations briefly adds ``memory`` more),
+def history_bytes(solver: str, options: dict[str, Any], vector_bytes: int, iterations: int) -> int:
+    """Bytes of a solver's history buffers for iterates of ``vector_bytes``, after ``iterations`` iterations: Anderson
+    keeps 2 (m - 1) vectors from the start; Broyden memory + 1 directions from the start, plus 2 (memory // 2) vectors
+    of its rank-reduced base from its first reduction on (after memory updates, i.e. from iteration memory + 2);
     fixed-point iteration none. Options not given take deq-core's defaults (m = 8, memory = 20)."""
     settings = {**deq_core.solver_options(solver), **options}
     if solver == "anderson":
         return 2 * (int(settings["m"]) - 1) * vector_bytes
     if solver == "broyden":
-        return 2 * int(settings["memory"]) * vector_bytes
+        memory = int(settings["memory"])
+        base = 2 * (memory // 2) if iterations >= memory + 2 else 0
+        return (memory + 1 + base) * vector_bytes
     return 0
 
 
@@ -307,8 +311,8 @@ def measure_deq(cfg: Config, proto: Protocol, limit: int | None, jacobian: bool 
     deq: Any = body.deq  # type: ignore[union-attr]
     vector = x.shape[0] * x.shape[1] * state_width(cfg) * x.element_size()
     histories = (
-        history_bytes(deq.solver, deq.solver_options, vector),
-        history_bytes(deq.backward_solver, deq.backward_options, vector),
+        history_bytes(deq.solver, deq.solver_options, vector, nfe[0]),
+        history_bytes(deq.backward_solver, deq.backward_options, vector, nfe[1]),
     )
     return BodyMemory(saved, peak, param_bytes(body), solve_peak, nfe, histories)
 

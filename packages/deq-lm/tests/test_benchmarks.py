@@ -162,3 +162,43 @@ def test_expected_jr_time_mixes_with_the_probability(speed: ModuleType) -> None:
     label, train, infer = speed.expected_jr([with_term, without])
     assert train == pytest.approx(0.25 * 4.0 + 0.75 * 2.0)
     assert infer == 1.0 and "p = 0.25" in label
+
+
+def _solve_peak(solver: str, options: dict, iterations: int, batch: int, dim: int) -> int:
+    """Peak live bytes of a no-grad solve of a map with a spread of Jacobian eigenvalues (no early convergence)."""
+    import deq_core
+
+    rates = torch.linspace(0.3, 0.95, dim)
+    z0 = torch.zeros(batch, dim)
+
+    def run() -> object:
+        return deq_core.solve(
+            lambda z: torch.sin(rates * z) + 1.0, z0, method=solver, max_iter=iterations, tol=1e-30, **options
+        )
+
+    with torch.no_grad():
+        return deq_core.peak_live_bytes(run)[1]
+
+
+@pytest.mark.parametrize(
+    "solver, small, large", [("broyden", {"memory": 4}, {"memory": 8}), ("anderson", {"m": 5}, {"m": 9})]
+)
+def test_history_bytes_match_what_the_solver_allocates(
+    memory: ModuleType, solver: str, small: dict, large: dict
+) -> None:
+    """The benchmark's count of solver history buffers against the peak of live tensors of real solves (vectors of
+    2 x 20000 floats). Starting histories: the peaks of two solves that differ only in the history size differ by
+    the count's difference, exactly. Broyden's rank-reduced base (from iteration memory + 2 on): a solve past it
+    peaks higher than one before it by the base, less at most the two transient iterates that the shorter solve's
+    peak moment holds and the steady state after the reduction does not; Anderson's peak does not grow."""
+    batch, dim = 2, 20_000
+    vector = batch * dim * 4
+    count = memory.history_bytes
+    start = _solve_peak(solver, large, 5, batch, dim) - _solve_peak(solver, small, 5, batch, dim)
+    assert (
+        abs(start - (count(solver, large, vector, 5) - count(solver, small, vector, 5))) < vector / 20
+    )  # + small float64 matrices
+    grown = _solve_peak(solver, small, 12, batch, dim) - _solve_peak(solver, small, 5, batch, dim)
+    added = count(solver, small, vector, 12) - count(solver, small, vector, 5)
+    assert added - 2 * vector - vector / 20 <= grown <= added + vector / 20
+    assert (added > 0) == (solver == "broyden")
