@@ -169,3 +169,32 @@ def test_tiny_memories_still_solve_a_contraction(memory: int) -> None:
     )  # fmt: skip
     assert res.all_converged, res.summary()
     torch.testing.assert_close(res.z, exact, rtol=1e-9, atol=1e-9)
+
+
+def test_a_sample_with_overflowed_directions_restarts_alone_at_the_reduction() -> None:
+    """An Inf in one sample's stored directions (float32 overflow) must neither reach LAPACK (whose eigh raises on
+    it for the whole batch) nor the other samples: at the reduction that sample's base is zero (H restarts from I)
+    and the other sample's base is what it is without the Inf."""
+    f = _tanh_map(dim=16, batch=2, radius=1.2, seed=5)
+
+    def run(poison: bool) -> _InverseJacobian:
+        x = torch.zeros(2, 16, dtype=torch.float64)
+        g = f(x) - x
+        inverse = _InverseJacobian(x, memory=6)
+        inverse.set_direction(g)
+        while not inverse.full:
+            x = x + inverse.direction
+            g = f(x) - x
+            inverse.update(g, None, torch.ones(2, dtype=torch.bool))
+        if poison:
+            inverse.dirs[1, 2, 3] = float("inf")
+            inverse.gram[1, 2, 2] = float("inf")
+        inverse.reduce(g)
+        return inverse
+
+    clean, poisoned = run(False), run(True)
+    assert torch.isfinite(poisoned.base_u).all() and torch.isfinite(poisoned.base_v).all()
+    assert bool((poisoned.base_u[1] == 0).all()) and bool((poisoned.base_v[1] == 0).all())
+    torch.testing.assert_close(poisoned.base_u[0], clean.base_u[0])
+    torch.testing.assert_close(poisoned.base_v[0], clean.base_v[0])
+    assert torch.isfinite(poisoned.direction).all()
