@@ -3,6 +3,7 @@ batch, produce the same averaged gradients as one process on the whole batch."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -52,11 +53,23 @@ def _worker(rank: int, world: int, out_dir: str) -> None:
         nn.functional.mse_loss(model(xs), ys).backward()
         if rank == 0:
             torch.save(_grads(model.module), Path(out_dir) / "ddp_grads.pt")
-        # Both processes reach here before either tears gloo down: a process that destroys the group while its peer
-        # is still exchanging can abort the peer ("terminate called without an active exception").
+        # Neither process may tear gloo down while its peer is still exchanging: that aborts the peer ("terminate
+        # called without an active exception"), which a gloo barrier alone does not prevent (its last message can
+        # still be in flight when one side returns). A file barrier after it: both have left every gloo call.
         dist.barrier()
+        _file_barrier(Path(out_dir), rank, world)
     finally:
         dist.destroy_process_group()
+
+
+def _file_barrier(folder: Path, rank: int, world: int, timeout_s: float = 120.0) -> None:
+    """Wait until every rank has created its marker file in ``folder``."""
+    (folder / f"left_gloo_{rank}").touch()
+    deadline = time.monotonic() + timeout_s
+    while not all((folder / f"left_gloo_{r}").exists() for r in range(world)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank}: the other processes did not finish within {timeout_s} s")
+        time.sleep(0.01)
 
 
 def test_ddp_gradients_match_single_process(tmp_path: Path) -> None:
