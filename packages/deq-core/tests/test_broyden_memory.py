@@ -7,7 +7,21 @@ import torch
 from torch import Tensor
 
 import deq_core
-from deq_core._solvers.broyden import _InverseJacobian, _reduce_rank
+from deq_core._solvers.broyden import _best_low_rank, _InverseJacobian
+
+
+def _reduce_rank(us: Tensor, vs: Tensor, keep: int) -> int:
+    """sum_i u_i v_i^T (rows of us, vs: (B, M, D)) replaced in place by its rank-``keep`` approximation from
+    ``_best_low_rank`` (the solver's reduction, given the rows' Gram matrices), in the first slots, the rest zeroed;
+    returns the number of slots kept (at most D)."""
+    keep = min(keep, us.shape[2])
+    grams = [torch.bmm(rows, rows.transpose(1, 2)) for rows in (us, vs)]
+    coef_u, coef_v = _best_low_rank(*grams, keep, us.dtype)
+    new_u, new_v = torch.bmm(coef_u, us), torch.bmm(coef_v, vs)
+    us.zero_()
+    vs.zero_()
+    us[:, :keep], vs[:, :keep] = new_u, new_v
+    return keep
 
 
 @pytest.mark.parametrize("dim, memory, keep", [(30, 8, 4), (5, 8, 4), (12, 6, 1)])

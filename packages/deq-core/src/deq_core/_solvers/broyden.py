@@ -70,25 +70,6 @@ def _best_low_rank(gram_u: Tensor, gram_v: Tensor, keep: int, dtype: torch.dtype
     return coef_u, coef_v
 
 
-def _reduce_rank(us: Tensor, vs: Tensor, keep: int) -> int:
-    """Replace sum_i u_i v_i^T (rows of us, vs: (B, M, D)) by its best rank-``keep`` approximation, in place, in the
-    first slots (the rest zeroed); returns the number of slots kept (``keep``, or D when D is smaller)."""
-    keep = min(keep, us.shape[2])  # the rank is at most min(D, M)
-    if keep == 0:
-        us.zero_()
-        vs.zero_()
-        return 0
-    grams = [torch.bmm(rows, rows.transpose(1, 2)).double() for rows in (us, vs)]
-    coef_u, coef_v = _best_low_rank(*grams, keep, us.dtype)
-    new_u = torch.bmm(coef_u.to(us.dtype), us)
-    new_v = torch.bmm(coef_v.to(vs.dtype), vs)
-    us.zero_()
-    vs.zero_()
-    us[:, :keep] = new_u
-    vs[:, :keep] = new_v
-    return keep
-
-
 def check_options(*, memory: int, line_search: bool, ls_steps: int, armijo: float) -> None:
     """Raise ValueError for option values :func:`broyden` cannot use."""
     if isinstance(memory, bool) or not (isinstance(memory, int) and memory >= 1):

@@ -185,7 +185,23 @@ def _check_hidden(hidden: Tensor, width: int, targets: Tensor | None = None) -> 
 # Adaptive input and adaptive softmax
 
 
-class AdaptiveEmbedding(nn.Module):
+class _ClusteredVocabulary(nn.Module):
+    """What the adaptive embedding and softmax share: the cluster layout and the sizes it was built from (checked by
+    :meth:`ClusterLayout.build`)."""
+
+    def __init__(self, vocab_size: int, d_embed: int, d_proj: int, cutoffs: Sequence[int], div_val: int) -> None:
+        super().__init__()
+        self.layout = ClusterLayout.build(vocab_size, d_embed, d_proj, cutoffs, div_val)
+        self.vocab_size, self.d_embed, self.d_proj, self.div_val = vocab_size, d_embed, d_proj, div_val
+        self.cutoffs = self.layout.cutoffs
+
+    def extra_repr(self) -> str:
+        return (
+            f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}, widths={self.layout.widths}, d_proj={self.d_proj}"
+        )
+
+
+class AdaptiveEmbedding(_ClusteredVocabulary):
     """Adaptive input embedding: token ids (...) -> vectors (..., d_proj).
 
     Token t in cluster i (``bounds[i] <= t < bounds[i + 1]``) is embedded as
@@ -225,10 +241,7 @@ class AdaptiveEmbedding(nn.Module):
         init_std: float = 0.02,
         proj_init_std: float = 0.01,
     ) -> None:
-        super().__init__()
-        self.layout = ClusterLayout.build(vocab_size, d_embed, d_proj, cutoffs, div_val)
-        self.vocab_size, self.d_embed, self.d_proj, self.div_val = vocab_size, d_embed, d_proj, div_val
-        self.cutoffs = self.layout.cutoffs
+        super().__init__(vocab_size, d_embed, d_proj, cutoffs, div_val)
         self.scale = math.sqrt(d_proj) if scale else 1.0
         self.tables = self.layout.make_tables(init_std)
         self.projections = self.layout.make_projections(proj_init_std)
@@ -249,13 +262,8 @@ class AdaptiveEmbedding(nn.Module):
             out = out.index_copy(0, rows, vectors.to(out.dtype))
         return out.view(*tokens.shape, self.d_proj) * self.scale
 
-    def extra_repr(self) -> str:
-        return (
-            f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}, widths={self.layout.widths}, d_proj={self.d_proj}"
-        )
 
-
-class AdaptiveLogSoftmax(nn.Module):
+class AdaptiveLogSoftmax(_ClusteredVocabulary):
     """Adaptive softmax over the clusters of an :class:`AdaptiveEmbedding`.
 
     The head is a softmax over cluster 0's words and one token per tail cluster; tail cluster i is a softmax over its
@@ -294,10 +302,7 @@ class AdaptiveLogSoftmax(nn.Module):
         init_std: float = 0.02,
         proj_init_std: float = 0.01,
     ) -> None:
-        super().__init__()
-        self.layout = ClusterLayout.build(vocab_size, d_embed, d_proj, cutoffs, div_val)
-        self.vocab_size, self.d_embed, self.d_proj, self.div_val = vocab_size, d_embed, d_proj, div_val
-        self.cutoffs = self.layout.cutoffs
+        super().__init__(vocab_size, d_embed, d_proj, cutoffs, div_val)
         self.tied = tie_with is not None
         if tie_with is None:
             self.tables = self.layout.make_tables(init_std)
@@ -385,10 +390,7 @@ class AdaptiveLogSoftmax(nn.Module):
         return None, None if targets is None else self.nll(hidden, targets)
 
     def extra_repr(self) -> str:
-        return (
-            f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}, widths={self.layout.widths}, d_proj={self.d_proj}, "
-            f"tied={self.tied}"
-        )
+        return f"{super().extra_repr()}, tied={self.tied}"
 
 
 # --------------------------------------------------------------------------------------------------------------------
