@@ -1,0 +1,124 @@
+"""Claims tables: a paper's claim, the published number with its source, our measurement and a verdict by a threshold
+fixed in code before the run. Standard library only; shared by every task package's ``reproduce claims`` command.
+
+A task package declares its claims as :class:`Claim` constants (statement, published number, source, threshold in
+words), measures, then builds one :class:`ClaimResult` per claim with the verdict computed by a function of the
+measured numbers, and writes them with :func:`write_claims`::
+
+    SPEED = Claim("nfe", "JR cuts inference NFE by >= 2x", paper="30 -> 12 NFE",
+                  source="jacobian-regularization-icml2021.txt, Table 1, row 'DEQ-Transformer (JR)'",
+                  threshold="NFE(no JR) / NFE(JR) >= 2")
+    result = ClaimResult(SPEED, ours=f"{a:.1f} -> {b:.1f} NFE", holds=a / b >= 2, command="python -m ...")
+    write_claims(out / "claims.md", [result], title="deq-lm claims")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+HOLDS = "HOLDS"
+DOES_NOT_HOLD = "DOES NOT HOLD"
+NOT_MEASURED = "NOT MEASURED"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One claim of a paper, fixed before any run.
+
+    Attributes:
+        key: a short identifier (file names, tests).
+        statement: the claim in one sentence, as we test it at our scale.
+        paper: the published number(s) the claim rests on, e.g. ``"93.6 % -> 93.1 %, 17 -> 6 NFE"``.
+        source: where that number is printed: ``"file, table, row"`` in ``shared/papers/``.
+        threshold: the test that decides the verdict, in words (the code computing it is the task package's).
+    """
+
+    key: str
+    statement: str
+    paper: str
+    source: str
+    threshold: str
+
+    def __post_init__(self) -> None:
+        for name in ("key", "statement", "paper", "source", "threshold"):
+            if not str(getattr(self, name)).strip():
+                raise ValueError(f"Claim.{name} is empty: every claim states {name} before the run.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    """A claim with our measurement.
+
+    Attributes:
+        claim: the claim.
+        ours: our number(s), formatted for the table.
+        holds: the verdict of the claim's threshold on our numbers; None when not measured (e.g. a run missing).
+        command: the command that produced ``ours``.
+        note: for a claim that does not hold: what was tried and the measured reason; otherwise any caveat.
+    """
+
+    claim: Claim
+    ours: str
+    holds: bool | None
+    command: str
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.holds is None:
+            return NOT_MEASURED
+        return HOLDS if self.holds else DOES_NOT_HOLD
+
+
+def _cell(text: str) -> str:
+    """Table-safe text: pipes escaped, newlines folded."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def claims_table(results: Iterable[ClaimResult]) -> str:
+    """The Markdown claims table: one row per claim (claim, threshold, paper, source, ours, verdict, command, note)."""
+    header = ("claim", "threshold", "paper", "source", "ours", "verdict", "command", "note")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in results:
+        c = r.claim
+        cells = (c.statement, c.threshold, c.paper, c.source, r.ours, f"**{r.verdict}**", f"`{r.command}`", r.note)
+        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_claims(path: str | Path, results: Sequence[ClaimResult], title: str, preamble: str = "") -> str:
+    """Write ``# title``, the optional preamble, the claims table and a one-line count of verdicts to ``path``
+    (atomically: a temporary file renamed into place). Returns the text written."""
+    counts = {v: sum(r.verdict == v for r in results) for v in (HOLDS, DOES_NOT_HOLD, NOT_MEASURED)}
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    text = f"# {title}\n\n"
+    if preamble.strip():
+        text += preamble.strip() + "\n\n"
+    text += claims_table(results) + f"\n{len(results)} claims: {summary}.\n"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return text
+
+
+def mean_spread(values: Sequence[float], digits: int = 3) -> str:
+    """``"mean ± std (n=K)"`` of repeated measurements (e.g. seeds), sample standard deviation; one value alone is
+    printed as it is. Non-finite values are kept visible (``nan``), never dropped.
+
+    Raises:
+        ValueError: no values.
+    """
+    if len(values) == 0:
+        raise ValueError("mean_spread needs at least one value.")
+    vals = [float(v) for v in values]
+    if len(vals) == 1:
+        return f"{vals[0]:.{digits}g}"
+    if not all(math.isfinite(v) for v in vals):
+        return "[" + ", ".join(f"{v:.{digits}g}" for v in vals) + "]"
+    return f"{statistics.fmean(vals):.{digits}g} ± {statistics.stdev(vals):.{digits}g} (n={len(vals)})"

@@ -1,0 +1,42 @@
+"""deq_core.claims: claims tables with verdicts, sources and commands; mean and spread over seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from deq_core.claims import Claim, ClaimResult, claims_table, mean_spread, write_claims
+
+CLAIM = Claim("nfe", "JR cuts NFE", paper="30 -> 12", source="paper.txt, Table 1, row 'A|B'", threshold="ratio >= 2")
+
+
+def test_verdicts_and_table_cells(tmp_path):
+    rows = [
+        ClaimResult(CLAIM, ours="20 -> 8", holds=True, command="python -m x claims"),
+        ClaimResult(CLAIM, ours="20 -> 15", holds=False, command="python -m x claims", note="tried\nthree gammas"),
+        ClaimResult(CLAIM, ours="-", holds=None, command="python -m x claims"),
+    ]
+    assert [r.verdict for r in rows] == ["HOLDS", "DOES NOT HOLD", "NOT MEASURED"]
+    table = claims_table(rows)
+    lines = table.splitlines()
+    assert len(lines) == 2 + 3
+    # a pipe inside a cell is escaped, so every row keeps the header's 8 columns; newlines are folded
+    assert all(line.replace("\\|", "").count("|") == 9 for line in lines)
+    assert "tried three gammas" in lines[3]
+    text = write_claims(tmp_path / "out" / "claims.md", rows, title="demo", preamble="Seeds: 0, 1, 2.")
+    assert (tmp_path / "out" / "claims.md").read_text() == text
+    assert text.startswith("# demo\n\nSeeds: 0, 1, 2.\n\n")
+    assert text.rstrip().endswith("3 claims: 1 HOLDS, 1 DOES NOT HOLD, 1 NOT MEASURED.")
+    assert not (tmp_path / "out" / "claims.md.tmp").exists()
+
+
+def test_a_claim_states_everything_before_the_run():
+    with pytest.raises(ValueError, match="source"):
+        Claim("k", "s", paper="1", source=" ", threshold="t")
+
+
+def test_mean_spread():
+    assert mean_spread([1.0, 2.0, 3.0]) == "2 ± 1 (n=3)"
+    assert mean_spread([0.5]) == "0.5"
+    assert mean_spread([1.0, float("nan")]) == "[1, nan]"
+    with pytest.raises(ValueError):
+        mean_spread([])
