@@ -56,8 +56,8 @@ def test_min_freq_that_removes_every_word_says_what_to_lower(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     corpus = write_tiny_corpus(tmp_path / "corpus")
-    # 60 distinct words, each at most 3 times
-    (corpus / "train.txt").write_text(("\n".join(" ".join(f"w{i}_{j}" for j in range(20)) for i in range(3)) + "\n") * 3)
+    lines = [" ".join(f"w{i}_{j}" for j in range(20)) for i in range(3)]
+    (corpus / "train.txt").write_text("\n".join(lines * 3) + "\n")  # 60 distinct words, each 3 times
     err = _fails_before_training(capsys, tmp_path / "run", "--data-dir", str(corpus), "min_freq=4")
     assert "min_freq=4 turns every word of the training split of 'corpus' into <unk>" in err, err
     assert "occur at most 3 time(s); lower min_freq to 3 or less" in err

@@ -59,8 +59,9 @@ def balanced_subset(labels: Sequence[int] | np.ndarray, limit: int, seed: int = 
     if limit <= 0 or limit >= len(labels):
         return np.arange(len(labels))
     rng = np.random.default_rng(seed)
-    classes = rng.permutation(np.unique(labels))
-    members = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    by_class = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])  # each class's indices
+    members = [rng.permutation(by_class[k]) for k in rng.permutation(len(by_class))]
     rank = np.concatenate([np.arange(len(m)) for m in members])  # position of the item in its class's turn order
     turn = np.concatenate([np.full(len(m), k) for k, m in enumerate(members)])  # the class's place in each round
     order = np.lexsort((turn, rank))
