@@ -24,6 +24,7 @@ from deq_core.experiment import (
     jittered_max_iter,
     markdown_table,
     parse_options,
+    progress_enabled,
     read_metrics,
     select,
 )
@@ -242,3 +243,29 @@ def test_draw_solver_curves_plots_nfe_and_residual_of_the_split() -> None:
     empty = _Axes()
     draw_solver_curves(empty, _Axes(), [{"step": 1, "split": "train", "loss": 1.0}])  # explicit model: no curves
     assert empty.lines == []
+
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize("value", ["1", "true", "True", "yes"])
+def test_progress_bar_honours_tqdm_disable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    assert progress_enabled(True, _Stream(tty=True))
+    monkeypatch.setenv("TQDM_DISABLE", value)
+    assert not progress_enabled(True, _Stream(tty=True))
+    for off in ("", "0", "false", "no"):
+        monkeypatch.setenv("TQDM_DISABLE", off)
+        assert progress_enabled(True, _Stream(tty=True)), off
+
+
+def test_progress_bar_only_on_a_terminal_of_the_main_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    assert not progress_enabled(True, _Stream(tty=False))  # a log file or a pipe: no carriage-return redraws
+    assert not progress_enabled(False, _Stream(tty=True))
+    assert not progress_enabled(True, object())  # type: ignore[arg-type]  # a stream without isatty

@@ -12,7 +12,7 @@ import torch
 from conftest import run_module, write_tiny_corpus
 from deq_core.experiment import read_metrics
 from deq_lm.configs import get_config
-from deq_lm.data import OrderedLMBatches
+from deq_lm.data import CorpusError, OrderedLMBatches
 from deq_lm.data.pydoc_corpus import paragraphs, pydoc_splits, tokenize_line
 from deq_lm.models import build_model
 from deq_lm.tasks import LanguageModelTask, build_task
@@ -131,7 +131,7 @@ def test_malformed_corpus_is_a_clear_error(tmp_path, corpus_dir):
 
 def test_a_corpus_too_short_for_the_batch_says_what_to_lower(tmp_path):
     folder = write_tiny_corpus(tmp_path / "small", n_train=1)
-    with pytest.raises(ValueError, match="Lower batch_size or tgt_len"):
+    with pytest.raises(CorpusError, match="lower batch_size or tgt_len"):
         train(_lm_config("tiny-lm-transformer-xl", folder, batch_size=64, tgt_len=64), tmp_path / "r")
 
 

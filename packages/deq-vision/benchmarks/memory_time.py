@@ -58,7 +58,7 @@ def measure(
     torch.manual_seed(0)
     model = build_model(cfg).to(device)
     x = torch.randn(batch, cfg.in_chans, cfg.image_size, cfg.image_size, device=device)
-    y = torch.randint(0, cfg.num_classes, (batch,), device=device)
+    y = torch.randint(0, cfg.head_classes, (batch,), device=device)
 
     def loss() -> Tensor:
         if cfg.is_deq:

@@ -59,7 +59,7 @@ def test_image_folder_loader_reads_a_tiny_folder(image_folder_dir: Path) -> None
     train = image_folder(image_folder_dir, "train")
     val = image_folder(image_folder_dir, "val")
     assert len(train) == 12 and len(val) == 6 and train.classes == ["ant", "bee", "cat"]
-    cfg = dataclasses.replace(PRESETS["imagenet-mdeq-small"], image_size=32)
+    cfg = dataclasses.replace(PRESETS["imagenet-mdeq-small"], image_size=32, num_classes=3)  # an ImageNet subset
     train_set, val_set = build_datasets(cfg, image_folder_dir)
     x, y = val_set[5]
     assert x.shape == (3, 32, 32) and y == 2

@@ -56,7 +56,7 @@ def test_output_shape_of_every_config(name: str) -> None:
     side = _small_input(name)
     with torch.no_grad():
         logits = model(torch.randn(2, cfg.in_chans, side, side))
-    assert logits.shape == (2, cfg.num_classes)
+    assert logits.shape == (2, cfg.head_classes)
     assert torch.isfinite(logits).all()
 
 

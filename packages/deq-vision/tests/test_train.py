@@ -4,6 +4,9 @@ the same weights as an uninterrupted run; the evaluation CLI sweeps hard stops."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,15 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as err:
         evaluate.main(["--checkpoint", str(tmp_path)])
     assert err.value.code == 2
+
+
+def test_no_progress_bar_redraws_in_a_log_file_and_tqdm_disable_is_honoured(cifar_dir: Path, tmp_path: Path) -> None:
+    """stderr redirected to a file (not a terminal): no carriage-return redraws, the evaluation lines still printed."""
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    call = [sys.executable, "-m", "deq_vision.train", "--config", "tiny-resnet", "--data-dir", str(cifar_dir)]
+    proc = subprocess.run([*call, "--output-dir", str(tmp_path / "r")], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "\r" not in proc.stderr and "it/s" not in proc.stderr, proc.stderr[-500:]
+    assert "step 2: eval" in proc.stdout and "step 4: eval" in proc.stdout

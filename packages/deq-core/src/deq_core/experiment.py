@@ -4,6 +4,8 @@
   gamma, gamma growing by a step every K steps), deterministic per step so that a resumed run draws the same.
 - :class:`PretrainSchedule`: the unrolled (weight-tied) pretraining phase for the first N steps.
 - :func:`jittered_max_iter`: a random forward iteration limit per step, deterministic per (seed, step).
+- :func:`progress_enabled`: whether a training script shows its progress bar (main process, a terminal, and no
+  ``TQDM_DISABLE``).
 - :func:`apply_overrides`: ``key=value`` command-line overrides of a config dataclass, type-checked, with errors
   that list the valid keys.
 - :class:`MetricsLog`: the ``metrics.jsonl`` file (one JSON object per line), appended and flushed line by line.
@@ -21,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
+import sys
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -106,6 +110,23 @@ def jittered_max_iter(max_iter: int, jitter: int, seed: int, step: int) -> int:
     if jitter == 0:
         return max_iter
     return random.Random(seed * 7919 + step).randint(max_iter - jitter, max_iter)
+
+
+def progress_enabled(is_main: bool, stream: typing.TextIO | None = None) -> bool:
+    """Whether a training script should draw its progress bar (pass ``disable=not progress_enabled(...)`` to tqdm).
+
+    False on every process but the main one, when the environment sets ``TQDM_DISABLE`` (to anything but "", "0",
+    "false", "no" or "off"; tqdm itself ignores it once a script passes ``disable=``), and when ``stream`` (default
+    ``sys.stderr``, where tqdm draws) is not a terminal, so that logs written to a file or a pipe hold no
+    carriage-return redraws. Lines written with ``tqdm.write`` still appear.
+    """
+    if not is_main:
+        return False
+    if os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no", "off"):
+        return False
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
 
 
 def _coerce(text: str, kind: Any, key: str) -> Any:

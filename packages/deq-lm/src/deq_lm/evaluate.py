@@ -102,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir)
     except (FileNotFoundError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
+    for warning in task.data_warnings():
+        print(f"WARNING: {warning}", file=sys.stderr)
     result = evaluate_split(model, task, args.split, torch.device("cpu"))
     print(f"{args.split}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
     if args.no_sweep or not model.is_deq:

@@ -18,12 +18,27 @@ import torch
 from torch import Tensor
 
 from .configs.config import Config
-from .data import Corpus, OrderedLMBatches, corpus_source, load_corpus, perplexity
+from .data import (
+    UNK,
+    Corpus,
+    CorpusError,
+    CorpusSource,
+    OrderedLMBatches,
+    TextDirSource,
+    WordVocab,
+    corpus_source,
+    load_corpus,
+    perplexity,
+)
 from .data.copy_memory import N_SYMBOLS, copy_memory_batch, copy_memory_metrics, copy_memory_split, step_generator
 from .data.pydoc_corpus import write_pydoc_corpus
+from .data.sources import SPLITS
 from .models import ModelOutput, SequenceModel
 
 SPLIT_SEEDS = {"valid": 1, "test": 2}
+# A split with more <unk> than this (fraction of its tokens) gets a warning at startup: its perplexity is mostly
+# that of predicting <unk>, not comparable with another split's (word-level PTB has about 5 %).
+UNK_WARNING_RATE = 0.10
 
 
 class Task(Protocol):
@@ -45,6 +60,10 @@ class Task(Protocol):
     def loss_and_metric(self, out: ModelOutput, targets: Tensor) -> tuple[Tensor, Tensor]: ...
 
     def evaluate(self, model: SequenceModel, split: str, device: torch.device) -> dict[str, float]: ...
+
+    def describe(self) -> str: ...
+
+    def data_warnings(self) -> list[str]: ...
 
 
 def _rows(tensors: tuple[Tensor, Tensor], batch_size: int, rank: int, world: int) -> tuple[Tensor, Tensor]:
@@ -109,6 +128,13 @@ class CopyMemoryTask:
     def starts_stream(self, step: int, batch_size: int) -> bool:
         return True
 
+    def describe(self) -> str:
+        """The task and its data, for the first line of a run."""
+        return f"copy memory (T={self.T})"
+
+    def data_warnings(self) -> list[str]:
+        return []  # generated data
+
     def eval_set(self, split: str) -> tuple[Tensor, Tensor]:
         """The fixed ``split`` ("valid" or "test") set: (inputs, targets), (n, T + 20)."""
         if split not in SPLIT_SEEDS:
@@ -153,6 +179,7 @@ class LanguageModelTask:
     tgt_len: int
     eval_tgt_len: int
     eval_batch_size: int
+    source: str = "a corpus"  # where the text was read from, for messages
 
     metric: str = "ppl"
     stateful: bool = True
@@ -174,7 +201,49 @@ class LanguageModelTask:
         source = corpus_source(cfg.corpus, data_dir)
         vocab_size = cfg.vocab_size or None
         corpus = load_corpus(source, cache_dir, cfg.tokenizer, vocab_size=vocab_size, min_freq=cfg.min_freq)
-        return cls(corpus, cfg.tgt_len, cfg.eval_tgt_len or cfg.tgt_len, cfg.eval_batch_size)
+        task = cls(corpus, cfg.tgt_len, cfg.eval_tgt_len or cfg.tgt_len, cfg.eval_batch_size, _where(source, cfg))
+        task.check_sizes(cfg.batch_size)
+        return task
+
+    def check_sizes(self, batch_size: int) -> None:
+        """Check that every split holds at least one batch: training ``batch_size`` columns of ``tgt_len`` targets,
+        evaluation ``eval_batch_size`` columns of one target or more.
+
+        Raises:
+            CorpusError: naming the split, its size and the settings to lower.
+        """
+        self.train_stream(batch_size)
+        for split in ("valid", "test"):
+            n, columns = self.corpus.split(split).numel(), self.eval_batch_size
+            if n - 1 < columns:
+                lower = f"lower eval_batch_size to {n - 1} or less, or add text" if n > 1 else "add text"
+                raise CorpusError(
+                    f"the {split} split of {self.source} has {n} tokens, too few for eval_batch_size={columns} "
+                    f"columns (it needs at least {columns + 1}): {lower}."
+                )
+
+    def describe(self) -> str:
+        """The task and the data actually loaded (source, vocabulary, tokens and <unk> share per split), for the first
+        line of a run."""
+        kind = "word" if isinstance(self.corpus.tokenizer, WordVocab) else "sentencepiece"
+        tokens = " / ".join(f"{s} {self.corpus.split(s).numel():,}" for s in SPLITS)
+        unk = " / ".join(f"{s} {100 * self.corpus.unk_rate(s):.2f}%" for s in SPLITS)
+        return (
+            f"language modeling on {self.source}, {kind} vocabulary of {self.vocab_size}, tokens {tokens}, {UNK} {unk}"
+        )
+
+    def data_warnings(self) -> list[str]:
+        """One line per split whose share of <unk> tokens is above UNK_WARNING_RATE."""
+        found = []
+        for split in SPLITS:
+            rate = self.corpus.unk_rate(split)
+            if rate > UNK_WARNING_RATE:
+                found.append(
+                    f"{100 * rate:.1f}% of the {split} split's tokens are {UNK} (not in the training vocabulary): its "
+                    f"loss and perplexity mostly measure predicting {UNK} and are not comparable with other splits; "
+                    "check that the split is the same kind of text as train.txt, or lower min_freq / raise vocab_size."
+                )
+        return found
 
     @property
     def vocab_size(self) -> int:
@@ -189,10 +258,11 @@ class LanguageModelTask:
         if batch_size not in self._train_streams:
             try:
                 stream = OrderedLMBatches.from_ids(self.corpus.train, batch_size, self.tgt_len, drop_last=True)
-            except ValueError as error:
-                raise ValueError(
-                    f"the training split ({self.corpus.train.numel()} tokens) is too short for batch_size "
-                    f"{batch_size} x tgt_len {self.tgt_len}: {error} Lower batch_size or tgt_len."
+            except ValueError:
+                raise CorpusError(
+                    f"the train split of {self.source} has {self.corpus.train.numel()} tokens, too few for one "
+                    f"batch of batch_size={batch_size} columns x tgt_len={self.tgt_len} (it needs at least "
+                    f"{batch_size * self.tgt_len + 1}): lower batch_size or tgt_len, or add text."
                 ) from None
             self._train_streams[batch_size] = stream
         return self._train_streams[batch_size]
@@ -217,9 +287,9 @@ class LanguageModelTask:
 
     @torch.no_grad()
     def evaluate(self, model: SequenceModel, split: str, device: torch.device) -> dict[str, float]:
-        """Loss (mean token NLL), perplexity and, for DEQs, mean forward NFE / residual per segment over the whole
-        ``split`` ("valid" or "test"), carrying the model's state across segments (the model's mode is left to the
-        caller)."""
+        """Loss (mean token NLL), perplexity, the split's share of <unk> tokens (``unk_rate``) and, for DEQs, mean
+        forward NFE / residual per segment over the whole ``split`` ("valid" or "test"), carrying the model's state
+        across segments (the model's mode is left to the caller)."""
         segments = OrderedLMBatches.from_ids(self.corpus.split(split), self.eval_batch_size, self.eval_tgt_len)
         nll_sum, n_tokens, state = 0.0, 0, None
         solver = _Totals()
@@ -232,7 +302,16 @@ class LanguageModelTask:
             if out.info is not None:
                 solver.add(1.0, out.info)
         loss = nll_sum / n_tokens
-        return {"loss": loss, "ppl": perplexity(nll_sum, n_tokens), **(solver.means() if solver.count else {})}
+        result = {"loss": loss, "ppl": perplexity(nll_sum, n_tokens), "unk_rate": self.corpus.unk_rate(split)}
+        return {**result, **(solver.means() if solver.count else {})}
+
+
+def _where(source: CorpusSource, cfg: Config) -> str:
+    """What the text of ``source`` is, for messages: the directory, or the Hugging Face corpus."""
+    if isinstance(source, TextDirSource):
+        lowered = f", lowercased as corpus={cfg.corpus} asks" if source.lower else ""
+        return f"{'pydoc ' if cfg.corpus == 'pydoc' and not cfg.data_dir else ''}text in {source.path}{lowered}"
+    return f"{source.label} from the Hugging Face cache"
 
 
 def build_task(cfg: Config) -> CopyMemoryTask | LanguageModelTask:

@@ -26,7 +26,14 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from deq_core import DEQInfo
-from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides, jittered_max_iter
+from deq_core.experiment import (
+    JacobianSchedule,
+    MetricsLog,
+    PretrainSchedule,
+    apply_overrides,
+    jittered_max_iter,
+    progress_enabled,
+)
 from deq_core.runs import (
     ResumeConfigError,
     check_resume_config,
@@ -254,14 +261,17 @@ def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = Fa
     state, acc = run.state, run.accelerator
     summary: dict[str, Any] = {"parameters": count_parameters(run.raw)}
     acc.print(
-        f"{name}: {cfg.model}, {summary['parameters']} parameters, {describe_task(cfg, run.task)}, "
+        f"{name}: {cfg.model}, {summary['parameters']} parameters, {run.task.describe()}, "
         f"{acc.num_processes} process(es), {cfg.steps} steps of {cfg.batch_size} x {run.task.seq_len} tokens"
     )
+    for warning in run.task.data_warnings() if run.main else []:
+        print(f"WARNING: {warning}", file=sys.stderr)
     jacobian = JacobianSchedule(
         cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed, stop=cfg.jac_stop or None
     )
     pretrain = PretrainSchedule(cfg.pretrain_steps, cfg.pretrain_depth)
-    bar = tqdm(total=cfg.steps, initial=state.step, disable=not run.main, desc=name, dynamic_ncols=True)
+    show = progress_enabled(run.main)
+    bar = tqdm(total=cfg.steps, initial=state.step, disable=not show, desc=name, dynamic_ncols=True)
     last_time, last_step = time.perf_counter(), state.step
     run.model.train()
 
@@ -302,14 +312,6 @@ def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = Fa
         print(final_line(state.step, summary, result, run.task.metric))
     acc.wait_for_everyone()
     return summary
-
-
-def describe_task(cfg: Config, task: Task) -> str:
-    """One phrase naming the task and its data, for the first line of a run."""
-    if cfg.task == "lm":
-        where = cfg.data_dir or "the Hugging Face cache"
-        return f"language modeling on {cfg.corpus} ({where}), {cfg.tokenizer} vocabulary of {task.vocab_size}"
-    return f"copy memory (T={cfg.T})"
 
 
 def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:

@@ -72,12 +72,23 @@ def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; a DatasetError (also one raised while evaluating, e.g. an image that fails to decode) exits with 2."""
+    try:
+        return _evaluate(argv)
+    except DatasetError as err:
+        print(f"python -m deq_vision.evaluate: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _evaluate(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deq_vision.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("--data-dir", type=Path, default=None, help="as for training (not needed for digits)")
     parser.add_argument("--max-steps", type=int, default=12, help="largest hard stop of the sweep (MDEQs)")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N images only")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="evaluate N images only (a class-balanced subset, the same each time)"
+    )
     parser.add_argument("--no-sweep", action="store_true", help="only the accuracy at the config's limits")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = parser.parse_args(argv)

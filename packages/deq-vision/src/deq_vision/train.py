@@ -34,7 +34,14 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from deq_core.experiment import JacobianSchedule, MetricsLog, PretrainSchedule, apply_overrides, jittered_max_iter
+from deq_core.experiment import (
+    JacobianSchedule,
+    MetricsLog,
+    PretrainSchedule,
+    apply_overrides,
+    jittered_max_iter,
+    progress_enabled,
+)
 from deq_core.runs import (
     ResumeConfigError,
     TrainState,
@@ -46,7 +53,7 @@ from deq_core.runs import (
 )
 
 from .configs import PRESETS, Config, get_config
-from .data import DatasetError, build_datasets
+from .data import DatasetError, build_datasets, resolve_num_classes
 from .models import count_parameters, create_model
 from .plots import plot_training
 
@@ -87,7 +94,7 @@ def build_accelerator(cfg: Config) -> Accelerator:
 def build_model(cfg: Config) -> nn.Module:
     """The config's model (an MDEQ with the config's DEQ settings, or a timm network)."""
     settings: dict[str, Any] = cfg.deq_settings() if cfg.is_deq else {}
-    return create_model(cfg.model, cfg.num_classes, cfg.in_chans, drop_rate=cfg.drop_rate, **settings)
+    return create_model(cfg.model, cfg.head_classes, cfg.in_chans, drop_rate=cfg.drop_rate, **settings)
 
 
 def micro_batches(x: Tensor, y: Tensor, n: int) -> list[tuple[Tensor, Tensor]]:
@@ -169,6 +176,7 @@ def train(
 ) -> dict[str, Any]:
     """Run (or resume) training; return the final summary (step, train loss, eval loss/accuracy, NFE, seconds spent
     in training steps in this session), also written to OUTPUT_DIR/summary.json."""
+    cfg = resolve_num_classes(cfg, data_dir)  # dataset=folder: the head from DATA_DIR/train; checked before any file
     accelerator = build_accelerator(cfg)
     main = accelerator.is_main_process
     world = accelerator.num_processes
@@ -228,13 +236,14 @@ def train(
     n_params = count_parameters(raw)
     accelerator.print(
         f"{name}: {cfg.model}, {n_params} parameters, {cfg.dataset} ({len(train_set)} train / {len(eval_set)} eval "
-        f"images at {cfg.image_size}px), {world} process(es), {cfg.steps} steps of {cfg.batch_size} images"
+        f"images at {cfg.image_size}px, {cfg.head_classes} classes), {world} process(es), {cfg.steps} steps of "
+        f"{cfg.batch_size} images"
     )
     mixup = None
     if cfg.mixup > 0 or cfg.cutmix > 0:
         mixup = Mixup(
             mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
-            num_classes=cfg.num_classes,
+            num_classes=cfg.head_classes,
         )  # fmt: skip
     criterion: nn.Module = (
         SoftTargetCrossEntropy() if mixup is not None else nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
@@ -243,7 +252,7 @@ def train(
         cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed, stop=cfg.jac_stop or None
     )
     pretrain = PretrainSchedule(cfg.pretrain_steps, cfg.pretrain_depth)
-    bar = tqdm(total=cfg.steps, initial=state.step, disable=not main, desc=name, dynamic_ncols=True)
+    bar = tqdm(total=cfg.steps, initial=state.step, disable=not progress_enabled(main), desc=name, dynamic_ncols=True)
     last_time, last_step = time.perf_counter(), state.step
     train_seconds = 0.0
     summary: dict[str, Any] = {"parameters": n_params}
@@ -379,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data-dir", type=Path, default=None,
-        help="CIFAR-10: the folder containing cifar-10-batches-py; ImageNet: the folder with train/ and val/",
+        help="CIFAR-10: the folder containing cifar-10-batches-py; imagenet / folder: the folder with train/ and val/",
     )  # fmt: skip
     parser.add_argument("--output-dir", type=Path, default=None, help="run directory (default runs/CONFIG)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")

@@ -36,6 +36,9 @@ class Tokenizer(Protocol):
     @property
     def eos_id(self) -> int: ...
 
+    @property
+    def unk_id(self) -> int: ...
+
     def __len__(self) -> int: ...
 
     def encode_line(self, line: str) -> list[int]: ...
@@ -62,6 +65,12 @@ class Corpus:
         """The ids of split ``name`` ("train", "valid", "test")."""
         check_split(name)
         return getattr(self, name)
+
+    def unk_rate(self, name: str) -> float:
+        """Fraction of the tokens of split ``name`` (words and end-of-line ids) that are the tokenizer's unknown
+        token: at word level, the words missing from the training vocabulary (and the corpus' own ``<unk>``)."""
+        ids = self.split(name)
+        return float((ids == self.tokenizer.unk_id).sum()) / max(ids.numel(), 1)
 
 
 def encode_split(lines: Iterable[str], tokenizer: Tokenizer, where: str) -> Tensor:
@@ -155,9 +164,8 @@ def load_corpus(
 
     if tokenizer == "word":
         max_size = None if vocab_size is None else vocab_size - 2
-        tok = build_vocab(source.lines("train"), lower=source.lower, min_freq=min_freq, max_size=max_size)
-        if len(tok) <= 2:
-            raise CorpusError(f"the training split of {source.label!r} contains no words.")
+        where = f"the training split of {source.label!r}"
+        tok = build_vocab(source.lines("train"), lower=source.lower, min_freq=min_freq, max_size=max_size, where=where)
     elif tok is None:
         assert vocab_size is not None
         tok = train_sentencepiece(source.lines("train"), vocab_size, model_file, lower=source.lower)

@@ -69,7 +69,13 @@ class WordVocab:
         return "".join(lines) + " ".join(words)
 
 
-def build_vocab(lines: Iterable[str], lower: bool, min_freq: int = 1, max_size: int | None = None) -> WordVocab:
+def build_vocab(
+    lines: Iterable[str],
+    lower: bool,
+    min_freq: int = 1,
+    max_size: int | None = None,
+    where: str = "the training text",
+) -> WordVocab:
     """Vocabulary of the words in ``lines`` (the training split).
 
     Args:
@@ -77,9 +83,13 @@ def build_vocab(lines: Iterable[str], lower: bool, min_freq: int = 1, max_size: 
         lower: lowercase before splitting (PTB).
         min_freq: keep words seen at least this many times (>= 1); the rest become ``<unk>``.
         max_size: keep at most this many words besides the specials (None: all).
+        where: what ``lines`` are, for the error messages.
 
     Returns:
         the vocabulary: specials, then words by decreasing count (ties in order of first occurrence).
+
+    Raises:
+        CorpusError: ``lines`` hold no word, or none is seen ``min_freq`` times (the message says what to lower).
     """
     if min_freq < 1:
         raise CorpusError(f"min_freq must be >= 1, got {min_freq}.")
@@ -90,5 +100,13 @@ def build_vocab(lines: Iterable[str], lower: bool, min_freq: int = 1, max_size: 
         counts.update(split_words(line, lower))
     for special in SPECIALS:
         counts.pop(special, None)
+    if not counts:
+        raise CorpusError(f"{where} contains no words (only blank lines or {EOS} / {UNK}).")
     words = [word for word, n in counts.most_common(max_size) if n >= min_freq]
+    if not words:
+        top = counts.most_common(1)[0][1]
+        raise CorpusError(
+            f"min_freq={min_freq} turns every word of {where} into {UNK}: its {len(counts)} distinct words occur at "
+            f"most {top} time(s); lower min_freq to {top} or less (min_freq={top})."
+        )
     return WordVocab(SPECIALS + tuple(words), lower=lower)

@@ -12,10 +12,12 @@ from typing import Literal
 
 from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction, deq_layer_settings
 
-DatasetName = Literal["cifar10", "imagenet", "digits"]
+DatasetName = Literal["cifar10", "imagenet", "folder", "digits"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
+# Classes of each dataset by default ("folder": as many as DATA_DIR/train has class folders).
 NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10}
-IN_CHANS = {"cifar10": 3, "imagenet": 3, "digits": 1}
+IN_CHANS = {"cifar10": 3, "imagenet": 3, "folder": 3, "digits": 1}
+IMAGE_FOLDERS = ("imagenet", "folder")  # datasets read from DATA_DIR/train/<class>/ and DATA_DIR/val/<class>/
 
 
 @dataclass(frozen=True)
@@ -23,9 +25,13 @@ class Config:
     """Settings of a run. Sizes in pixels, lengths in optimizer steps.
 
     Data:
-        dataset: "cifar10" (DATA_DIR/cifar-10-batches-py), "imagenet" (DATA_DIR/train, DATA_DIR/val ImageFolders)
-        or "digits" (scikit-learn's 8x8 digits, offline). image_size: network input side (digits are upsampled).
-        train_limit, eval_limit: use only the first N images of a split (0: all; for quick runs and tests).
+        dataset: "cifar10" (DATA_DIR/cifar-10-batches-py), "imagenet" (DATA_DIR/train, DATA_DIR/val ImageFolders
+        of 1000 classes), "folder" (the same layout, any number of classes) or "digits" (scikit-learn's 8x8 digits,
+        offline). num_classes: outputs of the classifier (0: the dataset's: 10, 1000, or for "folder" the number
+        of class folders in DATA_DIR/train, set when training starts); checked against the data.
+        image_size: network input side (digits are upsampled).
+        train_limit, eval_limit: use only N images of a split (0: all), a class-balanced random subset that is the
+        same in every run (for quick runs and tests).
         num_workers: DataLoader workers.
     Augmentation (timm's create_transform; Mixup/CutMix from timm.data.Mixup):
         augment: random resized crop + flips + color jitter in training (False: resize only). scale_min: lower
@@ -54,6 +60,7 @@ class Config:
     """
 
     dataset: DatasetName = "cifar10"
+    num_classes: int = 0
     image_size: int = 32
     train_limit: int = 0
     eval_limit: int = 0
@@ -121,7 +128,17 @@ class Config:
         return self.model.startswith("mdeq_")
 
     @property
-    def num_classes(self) -> int:
+    def head_classes(self) -> int:
+        """Outputs of the classifier: ``num_classes``, or the dataset's class count when it is 0.
+
+        Raises:
+            ValueError: ``dataset="folder"`` with ``num_classes`` 0 (``deq_vision.data.resolve_num_classes`` sets it
+                from the folder, as training does).
+        """
+        if self.num_classes:
+            return self.num_classes
+        if self.dataset not in NUM_CLASSES:
+            raise ValueError(f"dataset={self.dataset} needs num_classes (training sets it from DATA_DIR/train).")
         return NUM_CLASSES[self.dataset]
 
     @property
@@ -145,10 +162,14 @@ def check_config(cfg: Config) -> None:
     check_choice(cfg, "dataset")
     check_at_least(cfg, 1, "image_size")
     check_at_least(cfg, 0, "train_limit", "eval_limit", "num_workers", "mixup", "cutmix", "drop_rate", "momentum")
-    check_at_least(cfg, 0, "warmup_lr", "min_lr")
+    check_at_least(cfg, 0, "num_classes", "warmup_lr", "min_lr")
     check_fraction(cfg, "scale_min", "hflip", "label_smoothing", "ema_decay")
     check_fraction(cfg, "drop_rate", closed=False)
     if cfg.dropout is not None and not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1) or None, got {cfg.dropout}.")
+    fixed = NUM_CLASSES.get(cfg.dataset) if cfg.dataset not in IMAGE_FOLDERS else None
+    if fixed is not None and cfg.num_classes not in (0, fixed):
+        raise ValueError(f"dataset={cfg.dataset} has {fixed} classes: num_classes must be 0 or {fixed}, got "
+                         f"{cfg.num_classes}.")  # fmt: skip
     if not cfg.model.strip():
         raise ValueError("model must be a timm model name, e.g. mdeq_tiny_cifar10 or resnet18.")

@@ -1,34 +1,138 @@
-"""ImageNet-style data: ``DATA_DIR/train/<class>/*.JPEG`` and ``DATA_DIR/val/<class>/*.JPEG`` (torchvision's
-ImageFolder layout; the same class folders in both splits)."""
+"""Image folders: ``DATA_DIR/train/<class>/<image>`` and ``DATA_DIR/val/<class>/<image>`` (torchvision's ImageFolder
+layout, e.g. ImageNet's ILSVRC-2012 train / val images).
+
+The classes and their indices come from the training split (its class folders, sorted); the validation split uses
+the same indices, so a validation folder that lacks a class keeps every other label right, and a validation class
+unknown to training is an error. Unreadable image files raise :class:`DatasetError` naming the file: before training
+(:func:`check_image_files`) small selections are decoded whole and larger ones have their headers read, and a file
+that fails to decode later is reported the same way.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
 from torchvision.datasets import ImageFolder
 
 from .errors import DatasetError
 
-SPLITS = {"train": "train", "val": "val"}
+SPLITS = ("train", "val")
+# Before training, up to DECODE_CHECK_LIMIT files of a split are decoded (~5 ms each for ImageNet-sized JPEGs), up to
+# HEADER_CHECK_LIMIT have their header read (~0.1 ms each); beyond that (full ImageNet) only loading reports a file.
+DECODE_CHECK_LIMIT = 2_000
+HEADER_CHECK_LIMIT = 200_000
+_PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError)
 
 
-def image_folder(data_dir: str | Path, split: str, transform: Callable[[Any], Any] | None = None) -> ImageFolder:
-    """The ``split`` ("train" or "val") of an ImageFolder dataset under ``data_dir``; items (image, class index).
+def _layout(data_dir: Path) -> str:
+    return f"expected {data_dir}/train/<class>/<image> and {data_dir}/val/<class>/<image>"
+
+
+def class_folders(data_dir: str | Path, split: str = "train") -> list[str]:
+    """Sorted names of the class folders of ``split`` (what ImageFolder takes as classes).
 
     Raises:
-        DatasetError: the split folder is missing, has no class folders, or no image files.
+        DatasetError: the split folder is missing or has no class folders.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}.")
-    root = Path(data_dir) / SPLITS[split]
-    layout = f"expected {Path(data_dir)}/train/<class>/<image> and {Path(data_dir)}/val/<class>/<image>"
+    root = Path(data_dir) / split
     if not root.is_dir():
-        raise DatasetError(f"image folder {root} not found: {layout} (ImageNet: the ILSVRC-2012 train/val images).")
-    if not any(p.is_dir() for p in root.iterdir()):
-        raise DatasetError(f"{root} has no class folders: {layout}.")
+        raise DatasetError(f"image folder {root} not found: {_layout(Path(data_dir))} (ImageNet: the ILSVRC-2012 "
+                           "train/val images).")  # fmt: skip
+    names = sorted(entry.name for entry in root.iterdir() if entry.is_dir())
+    if not names:
+        raise DatasetError(f"{root} has no class folders: {_layout(Path(data_dir))}.")
+    return names
+
+
+def load_image(path: str) -> Image.Image:
+    """The image file ``path`` as a PIL RGB image.
+
+    Raises:
+        DatasetError: the file cannot be read or decoded (the message names it).
+    """
     try:
-        return ImageFolder(str(root), transform=transform)
+        with open(path, "rb") as fh:
+            return Image.open(fh).convert("RGB")
+    except _PIL_ERRORS as err:
+        raise DatasetError(f"{path} is not a readable image ({err}); remove or replace the file.") from err
+
+
+class _ClassFolder(ImageFolder):
+    """ImageFolder whose class -> index map is given (the training split's) instead of read from its own folders."""
+
+    def __init__(self, root: Path, transform: Callable[[Any], Any] | None, class_to_idx: dict[str, int]) -> None:
+        self._given = dict(class_to_idx)
+        super().__init__(str(root), transform=transform, loader=load_image, allow_empty=True)
+
+    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+        return sorted(self._given, key=self._given.__getitem__), dict(self._given)
+
+
+def image_folder(
+    data_dir: str | Path,
+    split: str,
+    transform: Callable[[Any], Any] | None = None,
+    class_to_idx: dict[str, int] | None = None,
+) -> ImageFolder:
+    """The ``split`` ("train" or "val") of an image-folder dataset under ``data_dir``; items (image, class index).
+
+    Args:
+        class_to_idx: the class indices to use (give the training split's ``class_to_idx`` for "val"); None: the
+            split's own sorted class folders, each of which must hold images.
+
+    Raises:
+        DatasetError: the split folder is missing, has no class folders or no image files, or (with
+            ``class_to_idx``) has class folders that are not in it.
+    """
+    names = class_folders(data_dir, split)
+    root = Path(data_dir) / split
+    if class_to_idx is not None:
+        unknown = [name for name in names if name not in class_to_idx]
+        if unknown:
+            shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            raise DatasetError(
+                f"{root} has class folders that {Path(data_dir) / 'train'} lacks: {shown}; every {split} class "
+                "must also be a training class (remove them or add their training images)."
+            )
+    try:
+        if class_to_idx is None:
+            dataset = ImageFolder(str(root), transform=transform, loader=load_image)
+        else:
+            dataset = _ClassFolder(root, transform, class_to_idx)
     except (FileNotFoundError, RuntimeError) as err:
-        raise DatasetError(f"{root} has no readable images ({err}); {layout}.") from err
+        raise DatasetError(f"{root} has no readable images ({err}); {_layout(Path(data_dir))}.") from err
+    if len(dataset) == 0:
+        raise DatasetError(f"{root} has no image files; {_layout(Path(data_dir))}.")
+    return dataset
+
+
+def check_image_files(paths: Sequence[str], decode_limit: int | None = None, header_limit: int | None = None) -> str:
+    """Check that the image files ``paths`` can be read: decode them all when there are at most ``decode_limit``
+    (None: DECODE_CHECK_LIMIT), else read their headers (which finds files that are empty, cut in their header or not
+    images) when there are at most ``header_limit`` (None: HEADER_CHECK_LIMIT), else nothing (loading still reports a
+    bad file). Returns "decoded", "headers" or "none".
+
+    Raises:
+        DatasetError: naming the unreadable files (the first three) and how many there are.
+    """
+    if len(paths) > (HEADER_CHECK_LIMIT if header_limit is None else header_limit):
+        return "none"
+    decode = len(paths) <= (DECODE_CHECK_LIMIT if decode_limit is None else decode_limit)
+    bad: list[str] = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                if decode:
+                    image.load()
+        except _PIL_ERRORS as err:
+            bad.append(f"{path} ({err})")
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise DatasetError(f"{len(bad)} unreadable image file(s): {'; '.join(bad[:3])}{more}; remove or replace them.")
+    return "decoded" if decode else "headers"
