@@ -12,10 +12,10 @@ from typing import Literal
 
 from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction, deq_layer_settings
 
-DatasetName = Literal["cifar10", "imagenet", "digits"]
+DatasetName = Literal["cifar10", "imagenet", "digits", "glyphs"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
-NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10}
-IN_CHANS = {"cifar10": 3, "imagenet": 3, "digits": 1}
+NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10, "glyphs": 10}
+IN_CHANS = {"cifar10": 3, "imagenet": 3, "digits": 1, "glyphs": 1}
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,10 @@ class Config:
     """Settings of a run. Sizes in pixels, lengths in optimizer steps.
 
     Data:
-        dataset: "cifar10" (DATA_DIR/cifar-10-batches-py), "imagenet" (DATA_DIR/train, DATA_DIR/val ImageFolders)
-        or "digits" (scikit-learn's 8x8 digits, offline). image_size: network input side (digits are upsampled).
+        dataset: "cifar10" (DATA_DIR/cifar-10-batches-py), "imagenet" (DATA_DIR/train, DATA_DIR/val ImageFolders),
+        "digits" (scikit-learn's 8x8 digits, offline) or "glyphs" (procedurally drawn digits written by
+        ``python -m deq_vision.data glyphs --output-dir DATA_DIR``, offline). image_size: network input side
+        (digits are upsampled).
         train_limit, eval_limit: use only the first N images of a split (0: all; for quick runs and tests).
         num_workers: DataLoader workers.
     Augmentation (timm's create_transform; Mixup/CutMix from timm.data.Mixup):

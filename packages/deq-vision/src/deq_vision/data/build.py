@@ -13,6 +13,7 @@ from ..configs import Config
 from .cifar import CIFAR10
 from .digits import Digits
 from .errors import DatasetError
+from .glyphs import Glyphs
 from .imagefolder import image_folder
 
 # Per-channel mean / std of the inputs.
@@ -20,6 +21,7 @@ NORMALIZATION = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
     "digits": ((0.5,), (0.5,)),
+    "glyphs": ((0.5,), (0.5,)),
 }
 
 
@@ -50,7 +52,8 @@ def build_datasets(cfg: Config, data_dir: str | Path | None, download: bool = Fa
     Args:
         cfg: the run's config (dataset, image_size, augmentation, train_limit / eval_limit).
         data_dir: CIFAR-10: the folder containing ``cifar-10-batches-py``; ImageNet: the folder with ``train/`` and
-            ``val/``; digits: unused (scikit-learn ships the data).
+            ``val/``; glyphs: the folder with ``train.npz`` / ``test.npz``; digits: unused (scikit-learn ships
+            the data).
         download: CIFAR-10 only: download through torchvision first (network needed).
 
     Raises:
@@ -62,9 +65,14 @@ def build_datasets(cfg: Config, data_dir: str | Path | None, download: bool = Fa
         held_out: Dataset = Digits(train=False, transform=eval_tf)
     else:
         if data_dir is None:
-            where = "the folder containing cifar-10-batches-py" if cfg.dataset == "cifar10" else "train/ and val/"
+            where = {"cifar10": "the folder containing cifar-10-batches-py", "imagenet": "train/ and val/"}.get(
+                cfg.dataset, "train.npz / test.npz from python -m deq_vision.data glyphs --output-dir DIR"
+            )
             raise DatasetError(f"dataset {cfg.dataset!r} needs --data-dir ({where}).")
-        if cfg.dataset == "cifar10":
+        if cfg.dataset == "glyphs":
+            train = Glyphs(data_dir, train=True, transform=train_tf)
+            held_out = Glyphs(data_dir, train=False, transform=eval_tf)
+        elif cfg.dataset == "cifar10":
             train = CIFAR10(data_dir, train=True, transform=train_tf, download=download)
             held_out = CIFAR10(data_dir, train=False, transform=eval_tf)
         else:
