@@ -37,7 +37,7 @@ from deq_core.runs import ResumeConfigError, checkpoint_weights, latest_checkpoi
 from . import train as train_module
 from .claims_vision import GAMMAS, STOP, claim_results, hard_stop_markdown, plot_residuals
 from .configs import Config, get_config
-from .data import DatasetError, build_datasets
+from .data import build_datasets
 from .data.glyphs import META, write_glyphs
 from .evaluate import hard_stop_sweep
 from .models import count_parameters
@@ -140,7 +140,8 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
     run_dir = out / "runs" / run.name
     cfg = run_config(run, quick)
     final = latest_checkpoint(run_dir)
-    assert final is not None
+    if final is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (see reproduce commands).")
     cache = run_dir / "claims_eval.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())
@@ -202,13 +203,16 @@ def claims(out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads
 
 def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixed_t: int) -> str:
     n_test = next(iter(evals.values()))["test_images"]
+    m, j = get_config("glyphs-mdeq"), get_config("glyphs-mdeq-jr")
     scale = "QUICK SMOKE RUN (tiny data, a few steps): the numbers mean nothing." if quick else ""
     return (
         f"{scale} Data: procedurally drawn 16x16 glyphs (`deq_vision.data.glyphs`), {n_test} test images. Seeds "
-        f"{list(seeds)}; numbers are mean ± sample std over seeds. MDEQ: `mdeq_mini`, Broyden 12 / 12 in training, "
-        "inference to relative residual 1e-3 (limit 30). MDEQ + JR: 6 / 6 in training, hard stop 6 at inference, "
-        f"JR probability 0.5, gamma as named. The residual figure (`residual_over_training.png`) evaluates every "
-        f"checkpoint at a fixed T = {fixed_t} solver steps. Hard-stop table (JR paper Table 3 layout), top-1 %:"
+        f"{list(seeds)}; numbers are mean ± sample std over seeds. MDEQ (`{m.model}`): {m.solver}, "
+        f"{m.max_iter} / {m.backward_max_iter} iterations in training, inference to relative residual {m.tol:g} "
+        f"(limit {m.eval_max_iter}). MDEQ + JR: {j.max_iter} / {j.backward_max_iter} in training, hard stop "
+        f"{j.eval_max_iter} at inference, JR probability {j.jac_prob:g}, gamma as named. The residual figure "
+        f"(`residual_over_training.png`) evaluates every checkpoint at a fixed T = {fixed_t} solver steps. "
+        "Hard-stop table (JR paper Table 3 layout), top-1 %:"
     ).strip()
 
 
@@ -237,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         text = claims(args.output_dir, data_dir, seeds, args.quick, args.threads, given)
-    except (DatasetError, ResumeConfigError) as err:
+    except (FileNotFoundError, ResumeConfigError) as err:  # DatasetError is a FileNotFoundError
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(text)
     return 0
