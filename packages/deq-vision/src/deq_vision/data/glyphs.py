@@ -3,8 +3,9 @@
 Each image is a digit drawn from a fixed stroke skeleton (polylines in a unit box) with per-image random changes:
 every control point moved (``point_jitter``), an affine map (rotation, shear, anisotropic scale, translation),
 stroke width, blur, background gradient, distractor strokes and pixel noise. Strokes are drawn at ``SUPERSAMPLE``
-times the final size with PIL and box-averaged down, so the images are identical on every machine for the same
-seed and settings (numpy's PCG64 stream and PIL's integer rasterizer; no system fonts).
+times the final size with PIL and box-averaged down: the same seed and settings give the same images on every
+machine with the same numpy and Pillow versions (numpy's PCG64 stream, PIL's integer rasterizer; no system fonts).
+``glyphs.json`` records both versions.
 
 Write a set once, then train on it::
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import PIL
 from PIL import Image, ImageDraw, ImageFilter
 from torch.utils.data import Dataset
 
@@ -148,7 +150,10 @@ def write_glyphs(
         tmp = out / (FILES[train] + ".tmp.npz")
         np.savez_compressed(tmp, images=images, labels=labels)
         tmp.replace(out / FILES[train])
-    meta = {"n_train": n_train, "n_test": n_test, "size": size, "seed": seed, "style": dataclasses.asdict(style)}
+    meta = {
+        "n_train": n_train, "n_test": n_test, "size": size, "seed": seed, "style": dataclasses.asdict(style),
+        "numpy": np.__version__, "pillow": PIL.__version__,
+    }  # fmt: skip
     (out / META).write_text(json.dumps(meta, indent=1) + "\n")
     return out
 
