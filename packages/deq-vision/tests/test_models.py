@@ -14,7 +14,8 @@ from deq_vision.configs import PRESETS
 from deq_vision.models import ARCHITECTURES, MODEL_NAMES, count_parameters, create_model
 from deq_vision.train import build_model
 
-# (low, high) parameter counts; the papers: MDEQ-tiny 170K, MDEQ-large (CIFAR) 10M, ImageNet small 18M, large 63M.
+# (low, high) parameter counts. JR paper (jacobian-regularization-icml2021.txt) Table 2, column Size: MDEQ (CIFAR-10)
+# 10M, MDEQ-small 18M, MDEQ-large 63M (ImageNet); MDEQ-tiny's size (about 170K) is not printed in the papers' text.
 PARAMETERS = {
     "mdeq_tiny_cifar10": (0.12e6, 0.2e6),
     "mdeq_large_cifar10": (9e6, 12e6),

@@ -12,11 +12,11 @@ from typing import Literal
 
 from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction, deq_layer_settings
 
-DatasetName = Literal["cifar10", "imagenet", "folder", "digits"]
+DatasetName = Literal["cifar10", "imagenet", "folder", "digits", "glyphs"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
 # Classes of each dataset by default ("folder": as many as DATA_DIR/train has class folders).
-NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10}
-IN_CHANS = {"cifar10": 3, "imagenet": 3, "folder": 3, "digits": 1}
+NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10, "glyphs": 10}
+IN_CHANS = {"cifar10": 3, "imagenet": 3, "folder": 3, "digits": 1, "glyphs": 1}
 IMAGE_FOLDERS = ("imagenet", "folder")  # datasets read from DATA_DIR/train/<class>/ and DATA_DIR/val/<class>/
 
 
@@ -26,9 +26,10 @@ class Config:
 
     Data:
         dataset: "cifar10" (DATA_DIR/cifar-10-batches-py), "imagenet" (DATA_DIR/train, DATA_DIR/val ImageFolders
-        of 1000 classes), "folder" (the same layout, any number of classes) or "digits" (scikit-learn's 8x8 digits,
-        offline). num_classes: outputs of the classifier (0: the dataset's: 10, 1000, or for "folder" the number
-        of class folders in DATA_DIR/train, set when training starts); checked against the data.
+        of 1000 classes), "folder" (the same layout, any number of classes), "digits" (scikit-learn's 8x8 digits,
+        offline) or "glyphs" (procedurally drawn digits written by ``python -m deq_vision.data glyphs --output-dir
+        DATA_DIR``, offline). num_classes: outputs of the classifier (0: the dataset's: 10, 1000, or for "folder"
+        the number of class folders in DATA_DIR/train, set when training starts); checked against the data.
         image_size: network input side (digits are upsampled).
         train_limit, eval_limit: use only N images of a split (0: all), a class-balanced random subset that is the
         same in every run (for quick runs and tests).

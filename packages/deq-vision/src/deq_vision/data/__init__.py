@@ -1,11 +1,12 @@
-"""Data: CIFAR-10 (own reader of the python batches), ImageNet-style image folders, scikit-learn's digits, and the
-timm transforms of a run. Every missing or malformed dataset raises :class:`DatasetError` saying where the files go,
-before training where it can be checked up front."""
+"""Data: CIFAR-10 (own reader of the python batches), ImageNet-style image folders, scikit-learn's digits,
+procedurally drawn glyphs, and the timm transforms of a run. Every missing or malformed dataset raises
+:class:`DatasetError` saying where the files go, before training where it can be checked up front."""
 
 from .build import NORMALIZATION, balanced_subset, build_datasets, build_transform, resolve_num_classes
 from .cifar import CIFAR10, read_batch, write_cifar_folder
 from .digits import Digits, load_digits_arrays
 from .errors import DatasetError
+from .glyphs import Glyphs, write_glyphs
 from .imagefolder import check_image_files, class_folders, image_folder, load_image
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "NORMALIZATION",
     "DatasetError",
     "Digits",
+    "Glyphs",
     "balanced_subset",
     "build_datasets",
     "build_transform",
@@ -24,4 +26,5 @@ __all__ = [
     "read_batch",
     "resolve_num_classes",
     "write_cifar_folder",
+    "write_glyphs",
 ]

@@ -17,6 +17,7 @@ from ..configs.config import IMAGE_FOLDERS, NUM_CLASSES
 from .cifar import CIFAR10
 from .digits import Digits
 from .errors import DatasetError
+from .glyphs import Glyphs
 from .imagefolder import check_image_files, class_folders, image_folder
 
 # The subsets of train_limit / eval_limit / evaluate --limit are drawn with this seed: the same images in every run.
@@ -28,6 +29,7 @@ NORMALIZATION = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
     "folder": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
     "digits": ((0.5,), (0.5,)),
+    "glyphs": ((0.5,), (0.5,)),
 }
 
 
@@ -127,7 +129,8 @@ def build_datasets(cfg: Config, data_dir: str | Path | None, download: bool = Fa
         cfg: the run's config (dataset, image_size, augmentation, train_limit / eval_limit: class-balanced random
             subsets, the same in every run).
         data_dir: CIFAR-10: the folder containing ``cifar-10-batches-py``; imagenet / folder: the folder with
-            ``train/`` and ``val/``; digits: unused (scikit-learn ships the data).
+            ``train/`` and ``val/``; glyphs: the folder with ``train.npz`` / ``test.npz``;
+            digits: unused (scikit-learn ships the data).
         download: CIFAR-10 only: download through torchvision first (network needed).
 
     Raises:
@@ -140,9 +143,15 @@ def build_datasets(cfg: Config, data_dir: str | Path | None, download: bool = Fa
         held_out: Dataset = Digits(train=False, transform=eval_tf)
     else:
         if data_dir is None:
-            where = "the folder containing cifar-10-batches-py" if cfg.dataset == "cifar10" else "train/ and val/"
+            where = {
+                "cifar10": "the folder containing cifar-10-batches-py",
+                "glyphs": "train.npz / test.npz from python -m deq_vision.data glyphs --output-dir DIR",
+            }.get(cfg.dataset, "train/ and val/")
             raise DatasetError(f"dataset {cfg.dataset!r} needs --data-dir ({where}).")
-        if cfg.dataset == "cifar10":
+        if cfg.dataset == "glyphs":
+            train = Glyphs(data_dir, train=True, transform=train_tf)
+            held_out = Glyphs(data_dir, train=False, transform=eval_tf)
+        elif cfg.dataset == "cifar10":
             train = CIFAR10(data_dir, train=True, transform=train_tf, download=download)
             held_out = CIFAR10(data_dir, train=False, transform=eval_tf)
         else:

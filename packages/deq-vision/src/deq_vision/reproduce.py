@@ -1,0 +1,251 @@
+"""The JR paper's vision claims at CPU scale: ``python -m deq_vision.reproduce claims --output-dir DIR``.
+
+Trains (resumably: finished runs are read, interrupted ones resumed) the unregularized MDEQ, the MDEQ + JR at the
+gammas of the JR paper's Table 3, and a ResNet of the same size, over several seeds, on 16x16 glyphs
+(:mod:`deq_vision.data.glyphs`, written to ``DIR/data`` when missing); evaluates accuracy, inference NFE, the
+hard-stop table (Table 3: gamma x hard stop 1..6) and the forward residual at a fixed number of solver steps over
+training (Fig. 1a, from the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.claims), ``DIR/results.json``,
+``DIR/hard_stop.md`` and ``DIR/residual_over_training.png``.
+
+Subcommands:
+    claims    train what is missing, evaluate, write the claims table.
+    commands  print one training command per run (to run them in parallel), then the final ``claims`` command.
+
+``--quick`` is a minutes-long smoke version on a tiny glyph set (its numbers mean nothing; the tests run it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from torch.utils.data import DataLoader, Subset
+
+from deq_core.claims import write_claims
+from deq_core.experiment import apply_overrides, read_metrics
+from deq_core.runs import ResumeConfigError, checkpoint_weights, latest_checkpoint, list_checkpoints
+
+from . import train as train_module
+from .claims_vision import GAMMAS, STOP, claim_results, hard_stop_markdown, plot_residuals
+from .configs import Config, get_config
+from .data import build_datasets
+from .data.glyphs import META, write_glyphs
+from .evaluate import hard_stop_sweep
+from .models import count_parameters
+from .train import build_model, evaluate_loader, finish_eval
+
+SEEDS = (0, 1, 2)
+FULL_DATA = dict(n_train=20_000, n_test=5_000)
+QUICK_DATA = dict(n_train=320, n_test=160)
+QUICK_OVERRIDES = (
+    "steps=6", "pretrain_steps=2", "batch_size=16", "warmup_steps=1", "eval_every=3", "save_every=2",
+    "log_every=1",
+)  # fmt: skip
+RESIDUAL_IMAGES = {False: 1000, True: 64}  # test images for the residual-over-training curve
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run of the plan. kind: "mdeq", "jr" or "resnet"; gamma: the JR weight (JR runs)."""
+
+    kind: str
+    seed: int
+    gamma: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"jr{self.gamma:g}-s{self.seed}" if self.kind == "jr" else f"{self.kind}-s{self.seed}"
+
+    @property
+    def preset(self) -> str:
+        return {"mdeq": "glyphs-mdeq", "jr": "glyphs-mdeq-jr", "resnet": "glyphs-resnet"}[self.kind]
+
+    def overrides(self, quick: bool) -> list[str]:
+        extra = [f"seed={self.seed}"] + ([f"jac_weight={self.gamma:g}"] if self.kind == "jr" else [])
+        return extra + (list(QUICK_OVERRIDES) if quick else [])
+
+
+def plan(seeds: Sequence[int], gammas: Sequence[float] = GAMMAS) -> list[Run]:
+    """Every run the claims need: MDEQ, MDEQ + JR at each gamma, ResNet twin; each over every seed."""
+    runs = [Run("mdeq", s) for s in seeds] + [Run("resnet", s) for s in seeds]
+    return runs + [Run("jr", s, g) for g in gammas for s in seeds]
+
+
+def train_argv(run: Run, out: Path, data_dir: Path, quick: bool, threads: int) -> list[str]:
+    """Arguments of ``python -m deq_vision.train`` for ``run`` (always ``--resume``: a new run starts at step 0)."""
+    return [
+        "--config", run.preset, "--data-dir", str(data_dir), "--output-dir", str(out / "runs" / run.name),
+        "--threads", str(threads), "--resume", *run.overrides(quick),
+    ]  # fmt: skip
+
+
+def run_config(run: Run, quick: bool) -> Config:
+    return apply_overrides(get_config(run.preset), run.overrides(quick))
+
+
+def is_finished(run_dir: Path, cfg: Config) -> bool:
+    """Whether the run in ``run_dir`` reached its last step (its summary says so and that checkpoint exists)."""
+    summary = run_dir / "summary.json"
+    if not summary.is_file() or latest_checkpoint(run_dir) is None:
+        return False
+    return int(json.loads(summary.read_text()).get("step", -1)) == cfg.steps
+
+
+def ensure_data(data_dir: Path, quick: bool) -> None:
+    """Write the glyph set (full or quick size) unless ``data_dir`` already holds one."""
+    if not (data_dir / META).is_file():
+        sizes = QUICK_DATA if quick else FULL_DATA
+        print(f"writing glyphs ({sizes['n_train']} train / {sizes['n_test']} test) to {data_dir}")
+        write_glyphs(data_dir, **sizes)
+
+
+def ensure_trained(run: Run, out: Path, data_dir: Path, quick: bool, threads: int) -> None:
+    """Train ``run`` unless finished; an interrupted run resumes from its newest checkpoint."""
+    if is_finished(out / "runs" / run.name, run_config(run, quick)):
+        return
+    code = train_module.main(train_argv(run, out, data_dir, quick, threads))
+    if code != 0:
+        raise RuntimeError(f"training {run.name} exited with code {code}.")
+
+
+def load_weights(model: nn.Module, checkpoint: Path) -> nn.Module:
+    model.load_state_dict(load_file(str(checkpoint_weights(checkpoint))))
+    return model.eval()
+
+
+def residual_curve(cfg: Config, run_dir: Path, loader: DataLoader, fixed_t: int) -> list[dict[str, float]]:
+    """Forward relative residual after at most ``fixed_t`` solver steps (tolerance as in the config), for every
+    checkpoint of the run: rows {"step", "residual", "acc"} (JR paper Fig. 1a)."""
+    rows = []
+    device = torch.device("cpu")
+    for folder in list_checkpoints(run_dir):
+        model = load_weights(build_model(cfg), folder)
+        result = finish_eval(evaluate_loader(model, loader, device, max_iter=fixed_t))
+        rows.append({"step": int(folder.name.split("_")[1]), "residual": result["residual"], "acc": result["acc"]})
+    return rows
+
+
+def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int) -> dict[str, Any]:
+    """Accuracy / NFE at the config's inference limits, hard stops 1..6 and the residual curve of a finished run;
+    cached in RUN/claims_eval.json (recomputed when the run's last checkpoint changed)."""
+    run_dir = out / "runs" / run.name
+    cfg = run_config(run, quick)
+    final = latest_checkpoint(run_dir)
+    if final is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (see reproduce commands).")
+    cache = run_dir / "claims_eval.json"
+    if cache.is_file():
+        saved = json.loads(cache.read_text())
+        if saved.get("checkpoint") == final.name and saved.get("fixed_t") == fixed_t:
+            return saved
+    _, eval_set = build_datasets(cfg, data_dir)
+    loader = DataLoader(eval_set, batch_size=250)
+    model = load_weights(build_model(cfg), final)
+    device = torch.device("cpu")
+    result: dict[str, Any] = {"checkpoint": final.name, "fixed_t": fixed_t, "parameters": count_parameters(model)}
+    result["full"] = finish_eval(evaluate_loader(model, loader, device))
+    result["test_images"] = len(eval_set)  # type: ignore[arg-type]
+    if cfg.is_deq:
+        result["hard_stop"] = hard_stop_sweep(model, loader, STOP, device)
+        subset = Subset(eval_set, range(min(RESIDUAL_IMAGES[quick], len(eval_set))))  # type: ignore[arg-type]
+        result["residual_curve"] = residual_curve(cfg, run_dir, DataLoader(subset, batch_size=250), fixed_t)
+        result["train_residual"] = [
+            (r["step"], r["residual"]) for r in read_metrics(run_dir / "metrics.jsonl")
+            if r.get("split") == "train" and r.get("mode") == "solve" and "residual" in r
+        ]  # fmt: skip
+    cache.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def reproduce_command(out: Path, seeds: Sequence[int], quick: bool, data_dir: Path | None) -> str:
+    parts = ["python", "-m", "deq_vision.reproduce", "claims", "--output-dir", str(out)]
+    parts += ["--seeds", *map(str, seeds)] + (["--data-dir", str(data_dir)] if data_dir else [])
+    return shlex.join(parts + (["--quick"] if quick else []))
+
+
+def print_commands(out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool) -> None:
+    """One line per step: write the data, one training command per run, then the claims command."""
+    sizes = QUICK_DATA if quick else FULL_DATA
+    print(shlex.join(["python", "-m", "deq_vision.data", "glyphs", "--output-dir", str(data_dir),
+                      "--train", str(sizes["n_train"]), "--test", str(sizes["n_test"])]))  # fmt: skip
+    for run in plan(seeds):
+        print(shlex.join(["python", "-m", "deq_vision.train", *train_argv(run, out, data_dir, quick, threads)]))
+    print(reproduce_command(out, seeds, quick, data_dir if given else None))
+
+
+def claims(out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool) -> str:
+    """Train what is missing, evaluate every run, write the claims table and its companions; return claims.md."""
+    ensure_data(data_dir, quick)
+    runs = plan(seeds)
+    for run in runs:
+        ensure_trained(run, out, data_dir, quick, threads)
+    fixed_t = get_config("glyphs-mdeq").max_iter  # the unregularized MDEQ's training limit (Fig. 1a: T fixed)
+    evals = {run.name: evaluate_run(run, out, data_dir, quick, fixed_t) for run in runs}
+    command = reproduce_command(out, seeds, quick, data_dir if given else None)
+    pretrain = run_config(runs[0], quick).pretrain_steps
+    results, summary = claim_results(runs, evals, command, pretrain)
+    (out / "results.json").write_text(json.dumps({"summary": summary, "runs": evals}, indent=1) + "\n")
+    table = hard_stop_markdown(runs, evals)
+    (out / "hard_stop.md").write_text(table)
+    plot_residuals(runs, evals, fixed_t, out / "residual_over_training.png")
+    preamble = preamble_text(seeds, quick, evals, fixed_t) + "\n\n" + table
+    return write_claims(out / "claims.md", results, title="deq-vision: JR paper claims at CPU scale", preamble=preamble)
+
+
+def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixed_t: int) -> str:
+    n_test = next(iter(evals.values()))["test_images"]
+    m, j = get_config("glyphs-mdeq"), get_config("glyphs-mdeq-jr")
+    scale = "QUICK SMOKE RUN (tiny data, a few steps): the numbers mean nothing." if quick else ""
+    return (
+        f"{scale} Data: procedurally drawn 16x16 glyphs (`deq_vision.data.glyphs`), {n_test} test images. Seeds "
+        f"{list(seeds)}; numbers are mean ± sample std over seeds. MDEQ (`{m.model}`): {m.solver}, "
+        f"{m.max_iter} / {m.backward_max_iter} iterations in training, inference to relative residual {m.tol:g} "
+        f"(limit {m.eval_max_iter}). MDEQ + JR: {j.max_iter} / {j.backward_max_iter} in training, hard stop "
+        f"{j.eval_max_iter} at inference, JR probability {j.jac_prob:g}, gamma as named. The residual figure "
+        f"(`residual_over_training.png`) evaluates every checkpoint at a fixed T = {fixed_t} solver steps. "
+        "Hard-stop table (JR paper Table 3 layout), top-1 %:"
+    ).strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m deq_vision.reproduce", description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("claims", "commands"), help="claims: run everything; commands: print them")
+    parser.add_argument("--output-dir", type=Path, required=True, help="runs go to DIR/runs/NAME, tables to DIR")
+    parser.add_argument("--data-dir", type=Path, default=None, help="the glyph set (default DIR/data, written)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(SEEDS)} ([0] if --quick)")
+    parser.add_argument("--quick", action="store_true", help="tiny data, a few steps: a smoke test")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per training (default 1)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    seeds = args.seeds if args.seeds is not None else ([0] if args.quick else list(SEEDS))
+    if args.threads < 1 or len(set(seeds)) != len(seeds):
+        parser.exit(2, f"{parser.prog}: error: --threads must be >= 1 and --seeds distinct.\n")
+    data_dir = args.data_dir or args.output_dir / "data"
+    given = args.data_dir is not None
+    if args.what == "commands":
+        print_commands(args.output_dir, data_dir, seeds, args.quick, args.threads, given)
+        return 0
+    torch.set_num_threads(args.threads)
+    try:
+        text = claims(args.output_dir, data_dir, seeds, args.quick, args.threads, given)
+    except (FileNotFoundError, ResumeConfigError) as err:  # DatasetError is a FileNotFoundError
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

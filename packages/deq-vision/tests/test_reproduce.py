@@ -1,0 +1,77 @@
+"""reproduce claims: the quick version runs end to end, writes the claims table, resumes (finished runs are read, not
+retrained); the verdicts follow the thresholds; the commands subcommand lists one training per run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deq_core.claims import DOES_NOT_HOLD, HOLDS
+from deq_vision import reproduce
+from deq_vision.claims_vision import claim_results, growth
+from deq_vision.reproduce import Run, plan
+
+
+def test_quick_claims_end_to_end_and_rerun_reads_finished_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "claims"
+    assert reproduce.main(["claims", "--output-dir", str(out), "--quick"]) == 0
+    text = (out / "claims.md").read_text()
+    for key in ("Table 2 (CIFAR-10)", "Table 3", "Figure 1a", "NFE=6", "γ = 1.2", "--quick"):
+        assert key in text, key
+    assert text.count("| **") == 5  # five claims, each with a verdict
+    assert (out / "residual_over_training.png").is_file() and (out / "hard_stop.md").is_file()
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["runs"]) == {r.name for r in plan([0])}
+    curve = results["runs"]["mdeq-s0"]["residual_curve"]
+    assert [row["step"] for row in curve] == [2, 4, 6]  # every checkpoint, at a fixed T
+    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/checkpoints/*/model.safetensors")}
+    capsys.readouterr()
+    assert reproduce.main(["claims", "--output-dir", str(out), "--quick"]) == 0
+    assert "step 6: eval" not in capsys.readouterr().out  # nothing trained again
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+
+
+def test_commands_lists_data_each_run_and_claims(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert reproduce.main(["commands", "--output-dir", str(tmp_path), "--seeds", "0", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("python -m deq_vision.data glyphs")
+    assert len(lines) == 2 + len(plan([0, 1])) == 2 + 2 * 5
+    assert all("--resume" in line and "deq_vision.train" in line for line in lines[1:-1])
+    assert "jac_weight=1.2" in " ".join(lines) and lines[-1].endswith("--seeds 0 1")
+
+
+def _evals(acc: dict[str, float], nfe: dict[str, float], growths: dict[str, float]) -> dict[str, dict]:
+    """Synthetic evaluations: accuracy at every hard stop = acc (JR) or acc - 5 (MDEQ), residual curves with the
+    given growth."""
+    evals = {}
+    for run in plan([0]):
+        key = run.kind if run.kind != "jr" else f"jr{run.gamma:g}"
+        a = acc[key]
+        stops = [{"max_iter": k, "acc": a - (5.0 if run.kind == "mdeq" else 0.0) + 0.1 * k} for k in range(1, 7)]
+        g = growths.get(key, 1.0)
+        curve = [{"step": s, "residual": 0.01 * (g if s > 20 else 1.0)} for s in (10, 20, 30, 40)]
+        evals[run.name] = {"full": {"acc": a, "nfe_forward": nfe.get(key, 0.0)}, "parameters": 100,
+                           "hard_stop": stops, "residual_curve": curve, "train_residual": []}  # fmt: skip
+    return evals
+
+
+def test_verdicts_follow_the_thresholds() -> None:
+    acc = {"mdeq": 90.0, "resnet": 90.5, "jr0.1": 88.0, "jr0.6": 89.5, "jr1.2": 89.0}
+    evals = _evals(acc, {"mdeq": 15.0, "jr0.6": 6.0}, {"mdeq": 2.0, "jr0.6": 1.0})
+    results, summary = claim_results(plan([0]), evals, "cmd", pretrain_steps=5)
+    assert [r.verdict for r in results] == [HOLDS] * 5
+    assert summary["nfe_ratio"] == pytest.approx(2.5)
+    # JR 1.01 points worse with 2.4x fewer NFE; MDEQ residual growth 1.4x; ResNet 1.1 points better.
+    acc_bad = {**acc, "jr0.6": 88.99, "resnet": 91.1}
+    bad = _evals(acc_bad, {"mdeq": 14.4, "jr0.6": 6.0}, {"mdeq": 1.4, "jr0.6": 1.0})
+    verdicts = {r.claim.key: r.verdict for r in claim_results(plan([0]), bad, "cmd", pretrain_steps=5)[0]}
+    assert verdicts["jr_accuracy_nfe"] == verdicts["residual_growth"] == verdicts["resnet_twin"] == DOES_NOT_HOLD
+
+
+def test_growth_ignores_pretraining_and_compares_ends() -> None:
+    curve = [{"step": s, "residual": r} for s, r in ((100, 9.0), (200, 1.0), (300, 2.0), (400, 3.0), (500, 4.0))]
+    assert growth(curve, after=100) == pytest.approx(3.5 / 1.5)  # last two / first two after step 100
+    assert growth(curve[:3], after=100) == pytest.approx(2.0)  # fewer than four: last / first
+    assert Run("jr", 2, 0.6).name == "jr0.6-s2" and Run("mdeq", 1).preset == "glyphs-mdeq"
