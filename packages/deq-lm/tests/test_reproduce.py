@@ -15,6 +15,7 @@ import torch
 
 from deq_core.claims import DOES_NOT_HOLD, HOLDS
 from deq_core.experiment import apply_overrides, read_metrics
+from deq_core.runs import ResumeConfigError
 from deq_lm import lm_claims as lc
 from deq_lm import reproduce
 from deq_lm.configs import get_config
@@ -113,6 +114,8 @@ def test_interrupted_run_is_resumed_and_a_finished_one_read(tmp_path):
     before = (folder / "metrics.jsonl").read_text()
     reproduce.ensure_run(cfg, folder, "read")
     assert (folder / "metrics.jsonl").read_text() == before
+    with pytest.raises(ResumeConfigError, match="n_layers"):  # a finished run of another config is not read
+        reproduce.ensure_run(dataclasses.replace(cfg, n_layers=3), folder, "other")
 
 
 def test_quick_claims_pipeline(tmp_path, capsys):
@@ -120,7 +123,11 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     out = tmp_path / "out"
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
     text = (out / "claims.md").read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    lines = text.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("| claim | threshold")))
+    rows = [line for line in lines[start + 2 :] if line.startswith("| ")]
+    runs = [line for line in lines[:start] if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[0].strip("| ") for row in runs] == [p.removeprefix("pdocs-") for p in reproduce.PRESETS]
     assert len(rows) == len(lc.CLAIMS)
     for claim, row in zip(lc.CLAIMS, rows):
         assert claim.statement in row and claim.source.split(",")[0] in row

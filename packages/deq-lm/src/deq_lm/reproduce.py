@@ -29,9 +29,10 @@ from pathlib import Path
 
 import torch
 
-from deq_core.claims import ClaimResult, write_claims
-from deq_core.experiment import read_metrics
+from deq_core.claims import ClaimResult, mean_spread, write_claims
+from deq_core.experiment import markdown_table, read_metrics
 from deq_core.profiling import saved_tensor_bytes
+from deq_core.runs import ResumeConfigError, check_resume_config
 
 from . import lm_claims as lc
 from .configs import Config, get_config
@@ -42,7 +43,7 @@ from .evaluate import load_model
 from .models import SequenceModel, count_parameters
 from .step_timing import TimedEntry, expected_seconds, time_training_steps
 from .tasks import Task
-from .train import train
+from .train import RESUMABLE_CHANGES, train
 
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
@@ -95,7 +96,9 @@ def finished(folder: Path, cfg: Config) -> bool:
 
 
 def ensure_run(cfg: Config, folder: Path, name: str) -> None:
-    """Train the run in ``folder`` unless it is finished; an interrupted run resumes from its latest checkpoint."""
+    """Train the run in ``folder`` unless it is finished; an interrupted run resumes from its latest checkpoint. A run
+    of another config in ``folder`` is refused (ResumeConfigError), finished or not."""
+    check_resume_config(folder, cfg, RESUMABLE_CHANGES)
     if finished(folder, cfg):
         print(f"{name}: finished run found in {folder}")
         return
@@ -143,6 +146,31 @@ def measure(preset: str, folders: Sequence[Path], data_dir: Path) -> tuple[lc.Me
         saved_bytes=saved_activation_bytes(models[0], task, cfg),
     )
     return measured, models
+
+
+def run_row(m: lc.Measured, folder: Path, tokens_per_step: int) -> list[object]:
+    """One row of the runs table (first seed's curves): valid ppl at each evaluation, test ppl and NFE, the last
+    logged training NFE, non-embedding parameters, saved activations and the training wall time in minutes (summed
+    from the logged tokens/s, evaluations excluded)."""
+    records = read_metrics(folder / "metrics.jsonl")
+    valid = " / ".join(f"{r['ppl']:.1f}" for r in records if r.get("split") == "valid")
+    train = [r for r in records if r.get("split") == "train"]
+    seconds, previous = 0.0, 0
+    for r in train:  # tokens_per_s covers the steps since the previous record
+        seconds += (r["step"] - previous) * tokens_per_step / max(float(r["tokens_per_s"]), 1e-9)
+        previous = r["step"]
+    last = train[-1] if train else {}
+    nfe = f"{last['nfe_forward']:.1f} / {last.get('nfe_backward', 0):.1f}" if "nfe_forward" in last else "-"
+    return [m.label, f"{m.params:,}", mean_spread(m.ppl, 4), f"{m.mean_nfe:.1f}" if m.mean_nfe else "-", valid, nfe,
+            f"{m.saved_bytes / 2**20:.1f}", f"{seconds / 60:.1f}"]  # fmt: skip
+
+
+def runs_table(measured: dict[str, lc.Measured], folders: dict[str, list[Path]], tokens_per_step: int) -> str:
+    """Markdown table of every run (the preamble of claims.md)."""
+    rows = [run_row(m, folders[preset][0], tokens_per_step) for preset, m in measured.items()]
+    header = ["run", "non-embedding params", "test ppl", "inference NFE", "valid ppl at each evaluation",
+              "last training NFE fwd / bwd", "saved activations (MiB)", "training wall time (min)"]  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def step_times(
@@ -202,6 +230,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     configs = {measured[p].label: run_config(p, args.seeds[0], data_dir, args.quick) for p in timed}
     times = step_times({measured[p].label: models[p] for p in timed}, configs, task, TIMING_REPEATS[args.quick])
     command = "python -m deq_lm.reproduce " + " ".join(shlex.quote(a) for a in args.argv)
+    tokens = configs[measured[DEQ].label].batch_size * configs[measured[DEQ].label].tgt_len
     deq, settings = measured[DEQ], [measured[p] for p in JR]
     results = [
         *lc.twin_results(deq, measured[TXL], lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, command),
@@ -210,7 +239,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     ]
     lc.plot_ppl_vs_nfe(deq, settings, out / "ppl_vs_nfe.png")
     write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Table 3, JR paper Table 1)",
-                 preamble=preamble(args, data_dir))  # fmt: skip
+                 preamble=preamble(args, data_dir, runs_table(measured, folders, tokens)))  # fmt: skip
     dump = {"measured": {k: dataclasses.asdict(v) for k, v in measured.items()},
             "step_times": {k: dataclasses.asdict(v) for k, v in times.items()},
             "verdicts": {r.claim.key: r.verdict for r in results}}  # fmt: skip
@@ -218,15 +247,19 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     return results
 
 
-def preamble(args: argparse.Namespace, data_dir: Path) -> str:
-    """What was run: the runs' commands, seeds, corpus, and the scale caveat of --quick."""
+def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
+    """What was run: the runs' commands, seeds, corpus, the runs table, and the scale caveat of --quick."""
     lines = [
         f"Corpus: `{data_dir}`. Seeds: {', '.join(map(str, args.seeds))}. Runs (`python -m deq_lm.reproduce commands` "
         "prints these; each can run alone, in parallel):",
         "",
     ]
     lines += [f"- `{train_command(args.output_dir, p, s, data_dir, args.quick)}`" for p in PRESETS for s in args.seeds]
-    lines += ["", "Figure: `ppl_vs_nfe.png` (test perplexity vs inference NFE, JR sweep). Numbers: `claims.json`."]
+    lines += [
+        "",
+        table,
+        "Figure: `ppl_vs_nfe.png` (test perplexity vs inference NFE, JR sweep). Numbers: `claims.json`.",
+    ]
     if args.quick:
         lines += ["", "**--quick**: tiny models, a few dozen steps: a smoke test of the pipeline, not a result."]
     return "\n".join(lines)
@@ -258,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(train_command(args.output_dir, preset, seed, data_dir, args.quick))
             return 0
         results = claims(args, data_dir)
-    except (CorpusError, CorpusNotFoundError, ValueError) as err:
+    except (CorpusError, CorpusNotFoundError, ResumeConfigError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     for r in results:
         print(f"{r.claim.key}: {r.verdict} ({r.ours})")

@@ -44,6 +44,6 @@ JR_SETTINGS: dict[str, dict[str, object]] = {
 MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": DEQ,
     "transformer-xl": dict(model="transformer_xl", n_layers=4),
-    "transformer-tied": {**DEQ, "model": "transformer_tied", "n_layers": 4, "pretrain_steps": 0},
+    "transformer-tied": {**DEQ, "model": "transformer_tied", "n_layers": 8, "pretrain_steps": 0},
     **{f"deq-transformer-{name}": settings for name, settings in JR_SETTINGS.items()},
 }
