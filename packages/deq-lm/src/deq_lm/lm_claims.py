@@ -168,7 +168,7 @@ def plot_ppl_vs_nfe(deq: Measured, settings: Sequence[Measured], out_path: Path)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.fill_between([0, deq.mean_nfe / NFE_FACTOR], 0, PPL_MARGIN * deq.mean_ppl, color="C2", alpha=0.15,
+    ax.fill_between([0, deq.mean_nfe / NFE_FACTOR], 0, PPL_MARGIN * deq.mean_ppl, color="0.6", alpha=0.2,
                     label=f">= {NFE_FACTOR:g}x fewer NFE, <= {PPL_MARGIN:g}x ppl")  # fmt: skip
     ax.plot([deq.mean_nfe], [deq.mean_ppl], "ks", label=deq.label)
     for i, m in enumerate(settings):
