@@ -142,3 +142,12 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     capsys.readouterr()
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
     assert capsys.readouterr().out.count("finished run found") == len(reproduce.PRESETS)
+
+
+def test_plan_lists_every_run_with_its_step_time(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    assert reproduce.main(["plan", "--quick", "--output-dir", str(tmp_path / "out"), "--data-dir", str(corpus)]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| pdocs-")]
+    assert [row[0].strip("| ") for row in rows] == list(reproduce.PRESETS)
+    for row in rows:
+        assert int(row[2]) == 24 * 4 * 16 and float(row[3]) > 0 and float(row[4]) > 0

@@ -2,6 +2,7 @@
 
     python -m deq_lm.reproduce claims --output-dir DIR [--data-dir CORPUS] [--seeds 0 1 2] [--quick]
     python -m deq_lm.reproduce commands --output-dir DIR [--data-dir CORPUS] [--seeds 0] [--quick]
+    python -m deq_lm.reproduce plan --output-dir DIR [--data-dir CORPUS] [--quick]
 
 ``claims`` trains every run the claims need (``pdocs-*`` presets, ``configs/pythondocs.py``) in
 ``DIR/runs/PRESET-seedS`` with ``deq_lm.train`` (a finished run is read, an interrupted one resumed from its latest
@@ -9,7 +10,8 @@ checkpoint), then measures test perplexity and inference NFE (the runs' final te
 parameters, the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``), and
 training-step times (``step_timing``, interleaved in this process), and writes ``DIR/claims.md`` (``deq_core.claims``),
 ``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. ``commands`` prints one ``deq_lm.train`` command per run, to start
-them in parallel; ``claims`` then reads them.
+them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on a fresh model (the
+DEQs forced to their iteration limits) and prints the training time each implies.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``data/pythondocs_corpus.py``). ``--quick``: tiny
@@ -40,9 +42,9 @@ from .configs.pythondocs import JR_SETTINGS, PREFIX
 from .data import CorpusError, CorpusNotFoundError
 from .data.pythondocs_corpus import write_pythondocs_corpus
 from .evaluate import load_model
-from .models import SequenceModel, count_parameters
+from .models import SequenceModel, build_model, count_parameters
 from .step_timing import TimedEntry, expected_seconds, time_training_steps
-from .tasks import Task
+from .tasks import Task, build_task
 from .train import RESUMABLE_CHANGES, train
 
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
@@ -265,10 +267,33 @@ def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
     return "\n".join(lines)
 
 
+def plan(args: argparse.Namespace, data_dir: Path) -> str:
+    """Planning numbers: each run's training step timed on a fresh model (DEQs forced to their iteration limits by
+    tol 1e-12: an upper bound), interleaved, and the training minutes it implies for the preset's steps (evaluations
+    not included). Returns a Markdown table."""
+    configs = {p: run_config(p, args.seeds[0], data_dir, args.quick) for p in PRESETS}
+    configs = {p: dataclasses.replace(c, tol=1e-12, backward_tol=1e-12) if c.is_deq else c for p, c in configs.items()}
+    task = build_task(configs[DEQ])
+    models = {}
+    for preset, cfg in configs.items():
+        torch.manual_seed(cfg.seed)
+        models[preset] = build_model(cfg, task.vocab_size)
+    times = step_times(models, configs, task, TIMING_REPEATS[args.quick] + 2)
+    rows = []
+    for preset, cfg in configs.items():
+        t = times[preset]
+        rows.append([preset, f"{count_parameters(models[preset].body):,}", cfg.steps * cfg.batch_size * cfg.tgt_len,
+                     f"{t.cpu:.3f}", f"{t.wall:.3f}", f"{t.cpu * cfg.steps / 60:.1f}"])  # fmt: skip
+    header = ["preset", "non-embedding params", "training tokens", "CPU s / step (at the limits)", "wall s / step",
+              "training CPU min (no evaluations)"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deq_lm.reproduce", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["claims", "commands"], help="claims: train, measure, write the table; "
-                        "commands: print one training command per run")  # fmt: skip
+    parser.add_argument("what", choices=["claims", "commands", "plan"], help="claims: train, measure, write the "
+                        "table; commands: print one training command per run; plan: time one training step of "
+                        "each run on a fresh model (DEQs at their limits), print the implied minutes")  # fmt: skip
     parser.add_argument("--output-dir", type=Path, required=True, help="runs, claims.md and the figure go here")
     parser.add_argument("--data-dir", type=Path, default=None, help="corpus folder (train/valid/test.txt); default: "
                         "the Python documentation corpus written to OUTPUT_DIR/corpus")  # fmt: skip
@@ -285,6 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     try:
         data_dir = corpus_dir(args)
+        if args.what == "plan":
+            print(plan(args, data_dir))
+            return 0
         if args.what == "commands":
             for preset in PRESETS:
                 for seed in args.seeds:
