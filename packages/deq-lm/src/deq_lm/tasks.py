@@ -32,6 +32,7 @@ from .data import (
 )
 from .data.copy_memory import N_SYMBOLS, copy_memory_batch, copy_memory_metrics, copy_memory_split, step_generator
 from .data.pydoc_corpus import write_pydoc_corpus
+from .data.pythondocs_corpus import write_pythondocs_corpus
 from .data.sources import SPLITS
 from .models import ModelOutput, SequenceModel
 
@@ -198,6 +199,8 @@ class LanguageModelTask:
             cache_dir = Path("~/.cache/deq_lm").expanduser()
         if data_dir is None and cfg.corpus == "pydoc":  # rewritten each time (~0.1 s): never a stale text
             data_dir = write_pydoc_corpus(cache_dir / "pydoc-text")
+        if data_dir is None and cfg.corpus == "pythondocs":  # from the installed python3.11-doc package
+            data_dir = write_pythondocs_corpus(cache_dir / "pythondocs-text")
         source = corpus_source(cfg.corpus, data_dir)
         vocab_size = cfg.vocab_size or None
         corpus = load_corpus(source, cache_dir, cfg.tokenizer, vocab_size=vocab_size, min_freq=cfg.min_freq)

@@ -13,12 +13,15 @@
 - ``pydoc-*``: the CPU-scale language-modeling comparison (DEQ-Transformer, the same with Jacobian regularization,
   its Transformer-XL twin) on Python's documentation text (``corpus=pydoc``, written offline from ``pydoc_data``),
   one budget for all.
+- ``pdocs-*``: the claims runs of ``python -m deq_lm.reproduce claims`` (DEQ paper Table 3, JR paper Table 1) on the
+  >= 1M-token Python documentation corpus (``configs/pythondocs.py`` says how they are sized).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from . import pythondocs
 from .config import MODELS, Config
 
 # About 14K parameters each (TCN 16K, as in the paper); counts in the README table.
@@ -211,6 +214,8 @@ def _build() -> dict[str, Config]:
         presets[f"tiny-{name}"] = _tiny_twin(presets[name])
     for name, settings in _PYDOC_MODELS.items():
         presets[f"pydoc-{name}"] = Config(**{**_PYDOC_BUDGET, **settings})  # type: ignore[arg-type]
+    for name, settings in pythondocs.MODELS.items():
+        presets[f"{pythondocs.PREFIX}-{name}"] = Config(**{**pythondocs.BUDGET, **settings})  # type: ignore[arg-type]
     assert {c.model for c in presets.values()} == set(MODELS)
     return presets
 

@@ -1,0 +1,49 @@
+"""Presets of the CPU-scale claims runs (issue 11, claims 4 and 5) on the Python documentation corpus
+(``data/pythondocs_corpus.py``: about 1.2M training tokens, 10,000-word vocabulary, everything rarer is ``<unk>``).
+
+Claim 4 (DEQ paper, Table 3): a DEQ-Transformer against its Transformer-XL twin at equal non-embedding parameters
+(the DEQ's FFN widened, as the paper's DEQs are: 2,880 vs 512 wide gives 876,544 vs 879,360 body parameters, 0.3 %
+apart), and against the weight-tied unrolled twin (the DEQ's own cell applied ``n_layers`` times, the paper's
+"weight-tied" row). Same tokens for all: ``steps`` x ``batch_size`` x ``tgt_len``.
+
+Claim 5 (JR paper, Table 1): the DEQ with Jacobian regularization, the recipe of the paper's WikiText-103 runs (the
+authors' post-LN script, our ``wt103-deq-transformer-postln-jr``: forward limit 12 with a jitter of 2, backward
+limit 13, the term applied with probability 0.35) with the weight swept (0.1, 0.4, 1.6; the paper's 1.9 is for a
+98M model and cost 48 % perplexity on the pydoc corpus) and one setting with lower limits (8 / 8) and the term on
+every step. The unregularized reference is the claim-4 DEQ (limits 20 / 20).
+"""
+
+from __future__ import annotations
+
+CORPUS = "pythondocs"
+PREFIX = "pdocs"
+
+BUDGET: dict[str, object] = dict(
+    task="lm", corpus=CORPUS, vocab_size=10_000, tgt_len=64, mem_len=64, eval_tgt_len=64, batch_size=16,
+    eval_batch_size=10, d_embed=128, d_model=128, n_heads=4, d_head=32, d_ff=512, dropout=0.1, tie_weights=True,
+    steps=3_000, lr=1e-3, warmup_steps=200, min_lr_ratio=0.05, grad_clip=0.25, eval_every=1_000, log_every=20,
+    save_every=250,
+)  # fmt: skip
+
+DEQ: dict[str, object] = dict(
+    model="deq_transformer", d_ff=2_880, solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson",
+    backward_max_iter=20, backward_tol=1e-3, eval_max_iter=30, pretrain_steps=300, pretrain_depth=2,
+    max_iter_jitter=2,
+)  # fmt: skip
+
+# The JR paper's recipe (authors' post-LN script): limits 12 (+- jitter 2) / 13, term with probability 0.35.
+_JR = {**DEQ, "max_iter": 12, "backward_max_iter": 13, "jac_prob": 0.35}
+JR_SETTINGS: dict[str, dict[str, object]] = {
+    "jr-w0.1": {**_JR, "jac_weight": 0.1},
+    "jr-w0.4": {**_JR, "jac_weight": 0.4},
+    "jr-w1.6": {**_JR, "jac_weight": 1.6},
+    "jr-w0.4-limit8": {**_JR, "jac_weight": 0.4, "jac_prob": 1.0, "max_iter": 8, "backward_max_iter": 8,
+                       "max_iter_jitter": 1},
+}  # fmt: skip
+
+MODELS: dict[str, dict[str, object]] = {
+    "deq-transformer": DEQ,
+    "transformer-xl": dict(model="transformer_xl", n_layers=4),
+    "transformer-tied": {**DEQ, "model": "transformer_tied", "n_layers": 8, "pretrain_steps": 0},
+    **{f"deq-transformer-{name}": settings for name, settings in JR_SETTINGS.items()},
+}

@@ -1,0 +1,184 @@
+"""The deq-lm claims (issue 11, claims 4 and 5): what each claim says, the published numbers with their sources, the
+thresholds fixed here before any run, and the functions that turn measured runs into verdicts and the figure.
+
+Claim 4 (DEQ paper, Table 3): at equal non-embedding parameters (within ``PARAM_TOLERANCE``) and the same training
+tokens, the DEQ-Transformer's test perplexity is within ``PPL_MARGIN`` of its explicit twin's, with at most
+``MEMORY_FRACTION`` of the twin's saved activations; checked against the Transformer-XL twin and against the
+weight-tied unrolled twin.
+
+Claim 5 (JR paper, Table 1): some Jacobian-regularized setting needs at least ``NFE_FACTOR`` times fewer inference
+NFE than the unregularized DEQ for at most ``PPL_MARGIN`` of its perplexity, and that setting's training step is
+faster than the unregularized one's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from deq_core.claims import Claim, ClaimResult, mean_spread
+
+PPL_MARGIN = 1.05  # ours <= 1.05 x the reference perplexity
+MEMORY_FRACTION = 0.25  # DEQ saved activations <= 25 % of the twin's
+PARAM_TOLERANCE = 0.10  # non-embedding parameters within 10 % of the twin's
+NFE_FACTOR = 2.0  # unregularized inference NFE / regularized >= 2
+
+DEQ_PAPER = "deep-equilibrium-models-neurips2019.txt"
+JR_PAPER = "jacobian-regularization-icml2021.txt"
+
+PPL_VS_TXL = Claim(
+    "deq-vs-txl-ppl",
+    "A DEQ-Transformer reaches the test perplexity of a Transformer-XL with the same non-embedding parameters "
+    "trained on the same tokens.",
+    paper="24.2 (DEQ, 43M non-embedding) vs 24.3 (Transformer-XL, 16 layers, 44M)",
+    source=f"{DEQ_PAPER}, Table 3, rows 'DEQ-Transformer (medium, ours)' and 'Transformer-XL (medium, 16 layers)'",
+    threshold=f"params within {PARAM_TOLERANCE:.0%} and ppl(DEQ) <= {PPL_MARGIN} x ppl(Transformer-XL)",
+)
+MEMORY_VS_TXL = Claim(
+    "deq-vs-txl-memory",
+    "The DEQ-Transformer keeps a fraction of its Transformer-XL twin's activations for the backward pass.",
+    paper="2.7 GB vs 8.5 GB (32 %); small: 1.1 vs 4.8 GB (23 %)",
+    source=f"{DEQ_PAPER}, Table 3, column Memory, rows 'DEQ-Transformer (medium, ours)' / 'Transformer-XL (medium, "
+    "16 layers)' and '(small, ours)' / '(small, 4 layers)'",
+    threshold=f"saved activations(DEQ) <= {MEMORY_FRACTION:.0%} of the twin's (one training step of the body)",
+)
+PPL_VS_TIED = Claim(
+    "deq-vs-tied-ppl",
+    "A DEQ-Transformer reaches the test perplexity of the same cell unrolled a fixed number of times (weight-tied) "
+    "on the same tokens.",
+    paper="32.4 (DEQ small) vs 34.9 (Transformer-XL small, weight-tied 16 layers)",
+    source=f"{DEQ_PAPER}, Table 3, rows 'DEQ-Transformer (small, ours)' and 'Transformer-XL (small, weight-tied 16 "
+    "layers)'",
+    threshold=f"ppl(DEQ) <= {PPL_MARGIN} x ppl(weight-tied twin) (same parameters by construction)",
+)
+MEMORY_VS_TIED = Claim(
+    "deq-vs-tied-memory",
+    "The DEQ-Transformer keeps a fraction of the weight-tied unrolled twin's activations for the backward pass.",
+    paper="1.1 GB vs 6.8 GB (16 %)",
+    source=f"{DEQ_PAPER}, Table 3, column Memory, rows 'DEQ-Transformer (small, ours)' and 'Transformer-XL (small, "
+    "weight-tied 16 layers)'",
+    threshold=f"saved activations(DEQ) <= {MEMORY_FRACTION:.0%} of the weight-tied twin's",
+)
+JR_NFE = Claim(
+    "jr-nfe-ppl",
+    "Jacobian regularization cuts the DEQ-Transformer's inference NFE at little cost in perplexity.",
+    paper="30 -> 12 NFE, 24.0 -> 24.9 ppl (post-LN); 14 NFE, 24.5 ppl (pre-LN)",
+    source=f"{JR_PAPER}, Table 1, rows 'DEQ-Trans. (Post-LN)' and 'DEQ-Trans. (Post-LN) + JR (ours)'",
+    threshold=f"some setting: NFE(no JR) / NFE(JR) >= {NFE_FACTOR} and ppl(JR) <= {PPL_MARGIN} x ppl(no JR)",
+)
+JR_SPEED = Claim(
+    "jr-speed",
+    "The regularized DEQ trains faster per step than the unregularized one.",
+    paper="training time 3.1x -> 1.5x the 18-layer Transformer-XL's",
+    source=f"{JR_PAPER}, Table 1, column t_train, rows 'DEQ-Trans. (Post-LN)' and 'DEQ-Trans. (Post-LN) + JR (ours)'",
+    threshold="the setting that meets jr-nfe-ppl (largest NFE ratio) has a shorter expected training step (median "
+    "CPU seconds, interleaved in one process) than the unregularized DEQ",
+)
+CLAIMS = (PPL_VS_TXL, MEMORY_VS_TXL, PPL_VS_TIED, MEMORY_VS_TIED, JR_NFE, JR_SPEED)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one trained model gives, one value per seed: test perplexity, inference NFE (mean forward NFE on the
+    test split at the evaluation limit and tolerance; 0 for explicit models), non-embedding (body) parameters,
+    bytes of activations saved for backward by one training step of the body."""
+
+    label: str
+    ppl: tuple[float, ...]
+    nfe: tuple[float, ...]
+    params: int
+    saved_bytes: int
+
+    @property
+    def mean_ppl(self) -> float:
+        return sum(self.ppl) / len(self.ppl)
+
+    @property
+    def mean_nfe(self) -> float:
+        return sum(self.nfe) / len(self.nfe)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Median training-step seconds (CPU and wall) of a model, from the interleaved timing."""
+
+    cpu: float
+    wall: float
+
+
+def _ppl(m: Measured) -> str:
+    return mean_spread(m.ppl, digits=4)
+
+
+def twin_results(deq: Measured, twin: Measured, ppl_claim: Claim, mem_claim: Claim, command: str) -> list[ClaimResult]:
+    """The perplexity and memory rows of claim 4 for one twin."""
+    params_ok = abs(deq.params - twin.params) <= PARAM_TOLERANCE * twin.params
+    ratio = deq.mean_ppl / twin.mean_ppl
+    ours = (f"ppl {_ppl(deq)} vs {_ppl(twin)} ({ratio:.3f}x); non-embedding params {deq.params:,} vs "
+            f"{twin.params:,} ({deq.params / twin.params - 1:+.1%})")  # fmt: skip
+    note = "" if params_ok else "parameter counts differ by more than the tolerance: not an equal-size comparison."
+    ppl_row = ClaimResult(ppl_claim, ours, params_ok and ratio <= PPL_MARGIN, command, note)
+    fraction = deq.saved_bytes / twin.saved_bytes
+    mem_ours = f"{deq.saved_bytes / 2**20:.1f} MiB vs {twin.saved_bytes / 2**20:.1f} MiB ({fraction:.1%})"
+    return [ppl_row, ClaimResult(mem_claim, mem_ours, fraction <= MEMORY_FRACTION, command)]
+
+
+def best_jr(deq: Measured, settings: Sequence[Measured]) -> tuple[Measured, bool]:
+    """The setting that decides claim 5 and whether it meets the NFE/perplexity threshold: among the settings that
+    meet it, the one with the largest NFE ratio; when none does, the one with the largest NFE ratio among those
+    within the perplexity margin, else the one with the lowest perplexity."""
+
+    def nfe_ratio(m: Measured) -> float:
+        return deq.mean_nfe / max(m.mean_nfe, 1e-9)
+
+    within = [m for m in settings if m.mean_ppl <= PPL_MARGIN * deq.mean_ppl]
+    meeting = [m for m in within if nfe_ratio(m) >= NFE_FACTOR]
+    if meeting:
+        return max(meeting, key=nfe_ratio), True
+    if within:
+        return max(within, key=nfe_ratio), False
+    return min(settings, key=lambda m: m.mean_ppl), False
+
+
+def jr_results(
+    deq: Measured, settings: Sequence[Measured], times: dict[str, StepTime], command: str
+) -> list[ClaimResult]:
+    """The two rows of claim 5: NFE vs perplexity over the sweep, and the training step of the deciding setting."""
+    chosen, meets = best_jr(deq, settings)
+    listed = "; ".join(f"{m.label}: {m.mean_nfe:.1f} NFE, ppl {_ppl(m)}" for m in settings)
+    fewer, costlier = deq.mean_nfe / max(chosen.mean_nfe, 1e-9), chosen.mean_ppl / deq.mean_ppl
+    ours = (f"no JR: {deq.mean_nfe:.1f} NFE, ppl {_ppl(deq)}; {listed}. Deciding: {chosen.label} "
+            f"({fewer:.2f}x fewer NFE, {costlier:.3f}x ppl)")  # fmt: skip
+    nfe_row = ClaimResult(JR_NFE, ours, meets, command)
+    base, mine = times[deq.label], times[chosen.label]
+    speed_ours = (f"{chosen.label}: {mine.cpu:.3f} s vs {base.cpu:.3f} s CPU per step ({mine.cpu / base.cpu:.2f}x; "
+                  f"wall {mine.wall / base.wall:.2f}x)")  # fmt: skip
+    note = "" if meets else f"no setting met {JR_NFE.key}, so the claim fails whatever the step time."
+    speed_row = ClaimResult(JR_SPEED, speed_ours, meets and mine.cpu < base.cpu, command, note)
+    return [nfe_row, speed_row]
+
+
+def plot_ppl_vs_nfe(deq: Measured, settings: Sequence[Measured], out_path: Path) -> Path:
+    """Test perplexity against inference NFE: the unregularized DEQ and every JR setting (mean over seeds), with the
+    claim's region (at least NFE_FACTOR x fewer NFE, at most PPL_MARGIN x the perplexity) shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.fill_between([0, deq.mean_nfe / NFE_FACTOR], 0, PPL_MARGIN * deq.mean_ppl, color="0.6", alpha=0.2,
+                    label=f">= {NFE_FACTOR:g}x fewer NFE, <= {PPL_MARGIN:g}x ppl")  # fmt: skip
+    ax.plot([deq.mean_nfe], [deq.mean_ppl], "ks", label=deq.label)
+    for i, m in enumerate(settings):
+        ax.plot([m.mean_nfe], [m.mean_ppl], "o", color=f"C{i % 10}", label=m.label)
+    values = [deq.mean_ppl, *(m.mean_ppl for m in settings)]
+    ax.set(xlabel="inference NFE (test split)", ylabel="test perplexity", xlim=(0, 1.1 * max(
+        deq.mean_nfe, *(m.mean_nfe for m in settings))), ylim=(0.9 * min(values), 1.1 * max(values)))  # fmt: skip
+    ax.set_title("DEQ-Transformer with Jacobian regularization (JR paper, Table 1)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path

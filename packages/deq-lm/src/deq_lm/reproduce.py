@@ -1,0 +1,331 @@
+"""Reproduce the papers' language-modeling claims at CPU scale and write the claims table.
+
+    python -m deq_lm.reproduce claims --output-dir DIR [--data-dir CORPUS] [--seeds 0 1 2] [--quick]
+    python -m deq_lm.reproduce commands --output-dir DIR [--data-dir CORPUS] [--seeds 0] [--quick]
+    python -m deq_lm.reproduce plan --output-dir DIR [--data-dir CORPUS] [--quick]
+
+``claims`` trains every run the claims need (``pdocs-*`` presets, ``configs/pythondocs.py``) in
+``DIR/runs/PRESET-seedS`` with ``deq_lm.train`` (a finished run is read, an interrupted one resumed from its latest
+checkpoint), then measures test perplexity and inference NFE (the runs' final test evaluation), non-embedding
+parameters, the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``), and
+training-step times (``step_timing``, interleaved in this process), and writes ``DIR/claims.md`` (``deq_core.claims``),
+``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. ``commands`` prints one ``deq_lm.train`` command per run, to start
+them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on a fresh model (the
+DEQs forced to their iteration limits) and prints the training time each implies.
+
+The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
+to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``data/pythondocs_corpus.py``). ``--quick``: tiny
+models and a few dozen steps on the same runs (a smoke test of the whole pipeline, about a minute on a small corpus;
+its verdicts mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from deq_core.claims import ClaimResult, mean_spread, write_claims
+from deq_core.experiment import markdown_table, read_metrics
+from deq_core.profiling import saved_tensor_bytes
+from deq_core.runs import ResumeConfigError, check_resume_config
+
+from . import lm_claims as lc
+from .configs import Config, get_config
+from .configs.pythondocs import JR_SETTINGS, PREFIX
+from .data import CorpusError, CorpusNotFoundError
+from .data.pythondocs_corpus import write_pythondocs_corpus
+from .evaluate import load_model
+from .models import SequenceModel, build_model, count_parameters
+from .step_timing import TimedEntry, expected_seconds, time_training_steps
+from .tasks import Task, build_task
+from .train import RESUMABLE_CHANGES, train
+
+DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
+JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
+PRESETS = (DEQ, TXL, TIED, *JR)
+TIMING_REPEATS = {False: 7, True: 1}
+
+# --quick: every preset at test size (the DEQ's FFN still widened to match the 4-layer twin's parameters).
+_QUICK = dict(
+    d_embed=16, d_model=16, n_heads=2, d_head=8, tgt_len=16, mem_len=16, eval_tgt_len=16, batch_size=4,
+    eval_batch_size=2, vocab_size=0, steps=24, warmup_steps=2, pretrain_steps=4, eval_every=12, log_every=4,
+    save_every=12, eval_max_iter=12,
+)  # fmt: skip
+_QUICK_FFN = {TXL: 32, TIED: 240}  # the DEQ cells (DEQ, tied, JR): 240 wide, 10,512 vs 10,592 body parameters
+
+
+def run_config(preset: str, seed: int, data_dir: Path, quick: bool) -> Config:
+    """The config of one run: the preset, its seed and corpus folder (and the --quick sizes)."""
+    cfg = dataclasses.replace(get_config(preset), seed=seed, data_dir=str(data_dir))
+    if quick:
+        changes = dict(_QUICK, d_ff=_QUICK_FFN.get(preset, _QUICK_FFN[TIED]))
+        if not cfg.is_deq:
+            changes.pop("pretrain_steps")
+        cfg = dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+    return cfg
+
+
+def run_dir(output_dir: Path, preset: str, seed: int) -> Path:
+    return output_dir / "runs" / f"{preset}-seed{seed}"
+
+
+def train_command(output_dir: Path, preset: str, seed: int, data_dir: Path, quick: bool) -> str:
+    """The shell command that trains (or resumes) one run exactly as ``claims`` would."""
+    cfg, base = run_config(preset, seed, data_dir, quick), get_config(preset)
+    changed = {k: v for k, v in cfg.to_dict().items() if k != "data_dir" and v != getattr(base, k)}
+    words = ["python", "-m", "deq_lm.train", "--config", preset, "--data-dir", str(data_dir), "--output-dir",
+             str(run_dir(output_dir, preset, seed)), "--resume", "--threads", "1"]  # fmt: skip
+    words += [f"{k}={_value(v)}" for k, v in changed.items()]
+    return "OMP_NUM_THREADS=1 " + shlex.join(words)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def finished(folder: Path, cfg: Config) -> bool:
+    """Whether ``folder`` holds a run that trained all ``cfg.steps`` and logged its test evaluation."""
+    return any(r.get("split") == "test" and r.get("step") == cfg.steps for r in read_metrics(folder / "metrics.jsonl"))
+
+
+def ensure_run(cfg: Config, folder: Path, name: str) -> None:
+    """Train the run in ``folder`` unless it is finished; an interrupted run resumes from its latest checkpoint. A run
+    of another config in ``folder`` is refused (ResumeConfigError), finished or not."""
+    check_resume_config(folder, cfg, RESUMABLE_CHANGES)
+    if finished(folder, cfg):
+        print(f"{name}: finished run found in {folder}")
+        return
+    train(cfg, folder, name=name, resume=True)
+    if not finished(folder, cfg):
+        raise RuntimeError(f"{name} in {folder} stopped before step {cfg.steps}; rerun to resume it.")
+
+
+def saved_activation_bytes(model: SequenceModel, task: Task, cfg: Config) -> int:
+    """Bytes of activations the body saves for backward in one training step (second training segment, after the
+    memory of the first; tensors whose first dim is the batch: parameters and weights derived from them excluded)."""
+    model.train()
+    x, _ = task.train_batch(0, cfg.batch_size)
+    with torch.no_grad():
+        state = model(x).state
+    x2, _ = task.train_batch(1, cfg.batch_size)
+    embedded = model.embed(x2).detach()
+    _, saved = saved_tensor_bytes(
+        lambda: model.body(embedded, state).hidden, exclude=[*model.parameters(), embedded], batch_size=cfg.batch_size
+    )
+    return saved
+
+
+def test_record(folder: Path) -> dict[str, float]:
+    """The final test evaluation logged by the run in ``folder``."""
+    tests = [r for r in read_metrics(folder / "metrics.jsonl") if r.get("split") == "test"]
+    if not tests:
+        raise RuntimeError(f"no test evaluation in {folder / 'metrics.jsonl'}.")
+    return tests[-1]
+
+
+def measure(preset: str, folders: Sequence[Path], data_dir: Path) -> tuple[lc.Measured, list[SequenceModel]]:
+    """Test ppl and NFE of every seed's run, parameters and saved activations of the first; the loaded models."""
+    tests = [test_record(f) for f in folders]
+    models, cfg, task = [], None, None
+    for folder in folders:
+        cfg, task, model, _ = load_model(folder, data_dir)
+        models.append(model)
+    assert cfg is not None and task is not None
+    measured = lc.Measured(
+        label=preset.removeprefix(f"{PREFIX}-"),
+        ppl=tuple(float(t["ppl"]) for t in tests),
+        nfe=tuple(float(t.get("nfe_forward", 0.0)) for t in tests),
+        params=count_parameters(models[0].body),
+        saved_bytes=saved_activation_bytes(models[0], task, cfg),
+    )
+    return measured, models
+
+
+def run_row(m: lc.Measured, folder: Path, tokens_per_step: int) -> list[object]:
+    """One row of the runs table (first seed's curves): valid ppl at each evaluation, test ppl and NFE, the last
+    logged training NFE, non-embedding parameters, saved activations and the training wall time in minutes (summed
+    from the logged tokens/s, evaluations excluded)."""
+    records = read_metrics(folder / "metrics.jsonl")
+    valid = " / ".join(f"{r['ppl']:.1f}" for r in records if r.get("split") == "valid")
+    train = [r for r in records if r.get("split") == "train"]
+    seconds, previous = 0.0, 0
+    for r in train:  # tokens_per_s covers the steps since the previous record
+        seconds += (r["step"] - previous) * tokens_per_step / max(float(r["tokens_per_s"]), 1e-9)
+        previous = r["step"]
+    last = train[-1] if train else {}
+    nfe = f"{last['nfe_forward']:.1f} / {last.get('nfe_backward', 0):.1f}" if "nfe_forward" in last else "-"
+    return [m.label, f"{m.params:,}", mean_spread(m.ppl, 4), f"{m.mean_nfe:.1f}" if m.mean_nfe else "-", valid, nfe,
+            f"{m.saved_bytes / 2**20:.1f}", f"{seconds / 60:.1f}"]  # fmt: skip
+
+
+def runs_table(measured: dict[str, lc.Measured], folders: dict[str, list[Path]], tokens_per_step: int) -> str:
+    """Markdown table of every run (the preamble of claims.md)."""
+    rows = [run_row(m, folders[preset][0], tokens_per_step) for preset, m in measured.items()]
+    header = ["run", "non-embedding params", "test ppl", "inference NFE", "valid ppl at each evaluation",
+              "last training NFE fwd / bwd", "saved activations (MiB)", "training wall time (min)"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def step_times(
+    models: dict[str, SequenceModel], configs: dict[str, Config], task: Task, repeats: int
+) -> dict[str, lc.StepTime]:
+    """Median training-step seconds of the unregularized DEQ and every JR setting, timed interleaved in this process;
+    a JR setting's time is the expectation over its term's probability (with and without the term timed)."""
+    entries: dict[str, TimedEntry] = {}
+    for label, model in models.items():
+        cfg = configs[label]
+        entries[label] = TimedEntry(label, cfg, model, jacobian=False)
+        if cfg.jac_weight > 0:
+            entries[label + "+term"] = TimedEntry(label + "+term", cfg, model, jacobian=True)
+    cfg = next(iter(configs.values()))
+    first, second = task.train_batch(0, cfg.batch_size), task.train_batch(1, cfg.batch_size)
+    time_training_steps(list(entries.values()), first, second, repeats)
+    times = {}
+    for label in models:
+        plain, p = entries[label], configs[label].jac_prob if configs[label].jac_weight > 0 else 0.0
+        term = entries.get(label + "+term", plain)
+        times[label] = lc.StepTime(
+            cpu=expected_seconds(term.median_cpu(), plain.median_cpu(), p),
+            wall=expected_seconds(term.median_wall(), plain.median_wall(), p),
+        )
+    return times
+
+
+def corpus_dir(args: argparse.Namespace) -> Path:
+    """``--data-dir``, or the Python documentation corpus written to OUTPUT_DIR/corpus (full size; --quick: the
+    first 400 / 60 / 60 lines of each split)."""
+    if args.data_dir is not None:
+        return Path(args.data_dir)
+    folder = write_pythondocs_corpus(args.output_dir / "corpus")
+    if not args.quick:
+        return folder
+    quick = args.output_dir / "corpus-quick"
+    quick.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", 400), ("valid", 60), ("test", 60)):
+        lines = (folder / f"{split}.txt").read_text(encoding="utf-8").splitlines()[:n]
+        (quick / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return quick
+
+
+def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
+    """Train (or read) every run, measure, write DIR/claims.md, claims.json and ppl_vs_nfe.png."""
+    out = Path(args.output_dir)
+    folders = {p: [run_dir(out, p, s) for s in args.seeds] for p in PRESETS}
+    for preset in PRESETS:
+        for seed, folder in zip(args.seeds, folders[preset]):
+            ensure_run(run_config(preset, seed, data_dir, args.quick), folder, f"{preset}-seed{seed}")
+    measured, models = {}, {}
+    for preset in PRESETS:
+        measured[preset], loaded = measure(preset, folders[preset], data_dir)
+        models[preset] = loaded[0]
+    timed = (DEQ, *JR)
+    _, task, _, _ = load_model(folders[DEQ][0], data_dir)
+    configs = {measured[p].label: run_config(p, args.seeds[0], data_dir, args.quick) for p in timed}
+    times = step_times({measured[p].label: models[p] for p in timed}, configs, task, TIMING_REPEATS[args.quick])
+    command = "python -m deq_lm.reproduce " + " ".join(shlex.quote(a) for a in args.argv)
+    tokens = configs[measured[DEQ].label].batch_size * configs[measured[DEQ].label].tgt_len
+    deq, settings = measured[DEQ], [measured[p] for p in JR]
+    results = [
+        *lc.twin_results(deq, measured[TXL], lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, command),
+        *lc.twin_results(deq, measured[TIED], lc.PPL_VS_TIED, lc.MEMORY_VS_TIED, command),
+        *lc.jr_results(deq, settings, times, command),
+    ]
+    lc.plot_ppl_vs_nfe(deq, settings, out / "ppl_vs_nfe.png")
+    write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Table 3, JR paper Table 1)",
+                 preamble=preamble(args, data_dir, runs_table(measured, folders, tokens)))  # fmt: skip
+    dump = {"measured": {k: dataclasses.asdict(v) for k, v in measured.items()},
+            "step_times": {k: dataclasses.asdict(v) for k, v in times.items()},
+            "verdicts": {r.claim.key: r.verdict for r in results}}  # fmt: skip
+    (out / "claims.json").write_text(json.dumps(dump, indent=1) + "\n")
+    return results
+
+
+def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
+    """What was run: the runs' commands, seeds, corpus, the runs table, and the scale caveat of --quick."""
+    lines = [
+        f"Corpus: `{data_dir}`. Seeds: {', '.join(map(str, args.seeds))}. Runs (`python -m deq_lm.reproduce commands` "
+        "prints these; each can run alone, in parallel):",
+        "",
+    ]
+    lines += [f"- `{train_command(args.output_dir, p, s, data_dir, args.quick)}`" for p in PRESETS for s in args.seeds]
+    lines += [
+        "",
+        table,
+        "Figure: `ppl_vs_nfe.png` (test perplexity vs inference NFE, JR sweep). Numbers: `claims.json`.",
+    ]
+    if args.quick:
+        lines += ["", "**--quick**: tiny models, a few dozen steps: a smoke test of the pipeline, not a result."]
+    return "\n".join(lines)
+
+
+def plan(args: argparse.Namespace, data_dir: Path) -> str:
+    """Planning numbers: each run's training step timed on a fresh model (DEQs forced to their iteration limits by
+    tol 1e-12: an upper bound), interleaved, and the training minutes it implies for the preset's steps (evaluations
+    not included). Returns a Markdown table."""
+    configs = {p: run_config(p, args.seeds[0], data_dir, args.quick) for p in PRESETS}
+    configs = {p: dataclasses.replace(c, tol=1e-12, backward_tol=1e-12) if c.is_deq else c for p, c in configs.items()}
+    task = build_task(configs[DEQ])
+    models = {}
+    for preset, cfg in configs.items():
+        torch.manual_seed(cfg.seed)
+        models[preset] = build_model(cfg, task.vocab_size)
+    times = step_times(models, configs, task, TIMING_REPEATS[args.quick] + 2)
+    rows = []
+    for preset, cfg in configs.items():
+        t = times[preset]
+        rows.append([preset, f"{count_parameters(models[preset].body):,}", cfg.steps * cfg.batch_size * cfg.tgt_len,
+                     f"{t.cpu:.3f}", f"{t.wall:.3f}", f"{t.cpu * cfg.steps / 60:.1f}"])  # fmt: skip
+    header = ["preset", "non-embedding params", "training tokens", "CPU s / step (at the limits)", "wall s / step",
+              "training CPU min (no evaluations)"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m deq_lm.reproduce", description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["claims", "commands", "plan"], help="claims: train, measure, write the "
+                        "table; commands: print one training command per run; plan: time one training step of "
+                        "each run on a fresh model (DEQs at their limits), print the implied minutes")  # fmt: skip
+    parser.add_argument("--output-dir", type=Path, required=True, help="runs, claims.md and the figure go here")
+    parser.add_argument("--data-dir", type=Path, default=None, help="corpus folder (train/valid/test.txt); default: "
+                        "the Python documentation corpus written to OUTPUT_DIR/corpus")  # fmt: skip
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of every run (default: 0)")
+    parser.add_argument("--quick", action="store_true", help="tiny models, few steps: a smoke test")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    torch.set_num_threads(1)
+    try:
+        data_dir = corpus_dir(args)
+        if args.what == "plan":
+            print(plan(args, data_dir))
+            return 0
+        if args.what == "commands":
+            for preset in PRESETS:
+                for seed in args.seeds:
+                    print(train_command(args.output_dir, preset, seed, data_dir, args.quick))
+            return 0
+        results = claims(args, data_dir)
+    except (CorpusError, CorpusNotFoundError, ResumeConfigError, ValueError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    for r in results:
+        print(f"{r.claim.key}: {r.verdict} ({r.ours})")
+    print(f"wrote {args.output_dir / 'claims.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

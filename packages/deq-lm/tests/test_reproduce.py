@@ -1,0 +1,153 @@
+"""``python -m deq_lm.reproduce``: the claims presets (equal non-embedding parameters, same tokens), the verdict
+thresholds on made-up measurements, the printed training commands, resuming an interrupted run, and the whole
+``claims --quick`` pipeline on a corpus the test writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from deq_core.claims import DOES_NOT_HOLD, HOLDS
+from deq_core.experiment import apply_overrides, read_metrics
+from deq_core.runs import ResumeConfigError
+from deq_lm import lm_claims as lc
+from deq_lm import reproduce
+from deq_lm.configs import get_config
+from deq_lm.models import build_model
+from deq_lm.step_timing import expected_seconds
+from deq_lm.train import train
+
+WORDS = "the a cat dog sat ran on under mat log saw big small red blue and then it".split()
+
+
+def write_corpus(folder: Path) -> Path:
+    """A few thousand words of seeded random sentences in train/valid/test.txt."""
+    rng = random.Random(0)
+    folder.mkdir(parents=True)
+    for split, n_lines in (("train", 240), ("valid", 30), ("test", 30)):
+        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) for _ in range(n_lines)]
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def body_parameters(preset: str, quick: bool = False) -> int:
+    cfg = reproduce.run_config(preset, 0, Path("unused"), quick)
+    with torch.device("meta"):
+        return sum(p.numel() for p in build_model(cfg, 10_000).body.parameters())
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_presets_have_equal_non_embedding_parameters_and_tokens(quick):
+    deq, txl, tied = (body_parameters(p, quick) for p in (reproduce.DEQ, reproduce.TXL, reproduce.TIED))
+    assert abs(deq - txl) <= lc.PARAM_TOLERANCE * txl
+    assert tied == deq
+    tokens = {p: (c.steps, c.batch_size, c.tgt_len) for p in reproduce.PRESETS
+              for c in [reproduce.run_config(p, 0, Path("unused"), quick)]}  # fmt: skip
+    assert len(set(tokens.values())) == 1
+    full = get_config(reproduce.DEQ)
+    assert full.steps * full.batch_size * full.tgt_len >= 2 * 1_000_000  # >= 2 passes over a >= 1M-token corpus
+    assert len(reproduce.JR) >= 4
+
+
+def measured(label: str, ppl: float, nfe: float, params: int = 100, saved: int = 100) -> lc.Measured:
+    return lc.Measured(label, (ppl,), (nfe,), params, saved)
+
+
+def test_claim4_thresholds():
+    deq = measured("deq", 20.9, 15, params=100, saved=25)
+    holds = lc.twin_results(deq, measured("txl", 20.0, 0, params=105, saved=100), lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c")
+    assert [r.verdict for r in holds] == [HOLDS, HOLDS]
+    worse = lc.twin_results(measured("deq", 21.1, 15, saved=26), measured("txl", 20.0, 0), lc.PPL_VS_TXL,
+                            lc.MEMORY_VS_TXL, "c")  # fmt: skip
+    assert [r.verdict for r in worse] == [DOES_NOT_HOLD, DOES_NOT_HOLD]
+    unequal = lc.twin_results(deq, measured("txl", 30.0, 0, params=120), lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c")
+    assert unequal[0].verdict == DOES_NOT_HOLD and "parameter counts differ" in unequal[0].note
+
+
+def test_claim5_thresholds_pick_the_best_qualifying_setting():
+    deq = measured("deq", 20.0, 24)
+    settings = [measured("a", 20.5, 13), measured("b", 20.9, 10), measured("c", 25.0, 5)]
+    assert lc.best_jr(deq, settings) == (settings[1], True)
+    times = {"deq": lc.StepTime(1.0, 2.0), "b": lc.StepTime(0.8, 1.5)}
+    rows = lc.jr_results(deq, settings, times, "c")
+    assert [r.verdict for r in rows] == [HOLDS, HOLDS]
+    slower = lc.jr_results(deq, settings, {**times, "b": lc.StepTime(1.1, 1.0)}, "c")
+    assert [r.verdict for r in slower] == [HOLDS, DOES_NOT_HOLD]
+    none = [measured("a", 20.5, 13), measured("c", 25.0, 5)]
+    assert lc.best_jr(deq, none) == (none[0], False)
+    rows = lc.jr_results(deq, none, {"deq": times["deq"], "a": lc.StepTime(0.5, 0.5)}, "c")
+    assert [r.verdict for r in rows] == [DOES_NOT_HOLD, DOES_NOT_HOLD]
+    assert expected_seconds(2.0, 1.0, 0.25) == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_printed_command_builds_the_same_config(quick, tmp_path):
+    for preset in reproduce.PRESETS:
+        words = shlex.split(reproduce.train_command(tmp_path, preset, 1, tmp_path / "corpus", quick))
+        assert words[:4] == ["OMP_NUM_THREADS=1", "python", "-m", "deq_lm.train"]
+        overrides = [w for w in words if "=" in w and not w.startswith("OMP")]
+        cfg = apply_overrides(get_config(words[words.index("--config") + 1]), overrides)
+        cfg = dataclasses.replace(cfg, data_dir=words[words.index("--data-dir") + 1])
+        assert cfg == reproduce.run_config(preset, 1, tmp_path / "corpus", quick)
+        assert words[words.index("--output-dir") + 1] == str(reproduce.run_dir(tmp_path, preset, 1))
+
+
+def test_interrupted_run_is_resumed_and_a_finished_one_read(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    cfg = reproduce.run_config(reproduce.TXL, 0, corpus, quick=True)
+    folder = tmp_path / "run"
+    train(dataclasses.replace(cfg, stop_after=12), folder, name="interrupted")
+    assert not reproduce.finished(folder, cfg)
+    with pytest.raises(RuntimeError, match="stopped before step 24"):
+        reproduce.ensure_run(dataclasses.replace(cfg, stop_after=18), folder, "interrupted again")
+    reproduce.ensure_run(cfg, folder, "resumed")
+    records = read_metrics(folder / "metrics.jsonl")
+    train_steps = [r["step"] for r in records if r["split"] == "train"]
+    assert train_steps == sorted(set(train_steps)) and train_steps[-1] == cfg.steps
+    assert [r["step"] for r in records if r["split"] == "test"] == [cfg.steps]
+    before = (folder / "metrics.jsonl").read_text()
+    reproduce.ensure_run(cfg, folder, "read")
+    assert (folder / "metrics.jsonl").read_text() == before
+    with pytest.raises(ResumeConfigError, match="n_layers"):  # a finished run of another config is not read
+        reproduce.ensure_run(dataclasses.replace(cfg, n_layers=3), folder, "other")
+
+
+def test_quick_claims_pipeline(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    out = tmp_path / "out"
+    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
+    text = (out / "claims.md").read_text()
+    lines = text.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("| claim | threshold")))
+    rows = [line for line in lines[start + 2 :] if line.startswith("| ")]
+    runs = [line for line in lines[:start] if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[0].strip("| ") for row in runs] == [p.removeprefix("pdocs-") for p in reproduce.PRESETS]
+    assert len(rows) == len(lc.CLAIMS)
+    for claim, row in zip(lc.CLAIMS, rows):
+        assert claim.statement in row and claim.source.split(",")[0] in row
+        assert f"**{HOLDS}**" in row or f"**{DOES_NOT_HOLD}**" in row
+        assert "python -m deq_lm.reproduce claims --quick" in row
+    assert (out / "ppl_vs_nfe.png").stat().st_size > 0
+    dump = json.loads((out / "claims.json").read_text())
+    assert set(dump["measured"]) == set(reproduce.PRESETS)
+    deq = dump["measured"][reproduce.DEQ]
+    assert deq["nfe"][0] > 0 and deq["ppl"][0] > 1 and dump["measured"][reproduce.TXL]["nfe"] == [0.0]
+    assert all(t["cpu"] > 0 for t in dump["step_times"].values())
+    capsys.readouterr()
+    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
+    assert capsys.readouterr().out.count("finished run found") == len(reproduce.PRESETS)
+
+
+def test_plan_lists_every_run_with_its_step_time(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    assert reproduce.main(["plan", "--quick", "--output-dir", str(tmp_path / "out"), "--data-dir", str(corpus)]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| pdocs-")]
+    assert [row[0].strip("| ") for row in rows] == list(reproduce.PRESETS)
+    for row in rows:
+        assert int(row[2]) == 24 * 4 * 16 and float(row[3]) > 0 and float(row[4]) > 0
