@@ -55,15 +55,15 @@ def pydoc_splits() -> dict[str, list[str]]:
     return splits
 
 
-def write_pydoc_corpus(out_dir: Path) -> Path:
-    """Write train.txt, valid.txt and test.txt of the pydoc corpus to ``out_dir`` (created); return ``out_dir``.
+def write_splits(out_dir: Path, splits: dict[str, list[str]]) -> Path:
+    """Write each split's lines to ``out_dir/SPLIT.txt`` (created); return ``out_dir``.
 
     A file that already holds the same text is left alone; others are written to a temporary file of this process
     and moved into place, so processes that start at the same time (``accelerate launch``) never see a partial file.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for split, lines in pydoc_splits().items():
+    for split, lines in splits.items():
         target = out_dir / f"{split}.txt"
         text = "\n".join(lines) + "\n"
         if target.is_file() and target.read_text(encoding="utf-8") == text:
@@ -72,6 +72,11 @@ def write_pydoc_corpus(out_dir: Path) -> Path:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, target)
     return out_dir
+
+
+def write_pydoc_corpus(out_dir: Path) -> Path:
+    """Write train.txt, valid.txt and test.txt of the pydoc corpus to ``out_dir`` (:func:`write_splits`)."""
+    return write_splits(out_dir, pydoc_splits())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

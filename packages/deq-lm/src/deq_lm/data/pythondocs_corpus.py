@@ -21,14 +21,13 @@ version (python3.11-doc 3.11.2-6+deb12u9: 497 files, about 1.63M / 0.21M / 0.15M
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .errors import CorpusNotFoundError
-from .pydoc_corpus import TEST_SLOT, VALID_SLOT, tokenize_line
+from .pydoc_corpus import TEST_SLOT, VALID_SLOT, tokenize_line, write_splits
 from .sources import SPLITS
 
 DEFAULT_SOURCE = Path("/usr/share/doc/python3.11/html/_sources")
@@ -125,20 +124,8 @@ def pythondocs_splits(source: Path = DEFAULT_SOURCE) -> dict[str, list[str]]:
 
 
 def write_pythondocs_corpus(out_dir: Path, source: Path = DEFAULT_SOURCE) -> Path:
-    """Write train.txt, valid.txt and test.txt of the corpus to ``out_dir`` (created); return ``out_dir``. A file
-    that already holds the same text is left alone; others are written aside and renamed into place."""
-    out_dir = Path(out_dir)
-    splits = pythondocs_splits(source)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split, lines in splits.items():
-        target = out_dir / f"{split}.txt"
-        text = "\n".join(lines) + "\n"
-        if target.is_file() and target.read_text(encoding="utf-8") == text:
-            continue
-        partial = out_dir / f"{split}.txt.{os.getpid()}.tmp"
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, target)
-    return out_dir
+    """Write train.txt, valid.txt and test.txt of the corpus to ``out_dir`` (:func:`write_splits`); return it."""
+    return write_splits(out_dir, pythondocs_splits(source))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
