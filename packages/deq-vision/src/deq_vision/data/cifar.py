@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
-from torch.utils.data import Dataset
 
+from .arrays import ArrayImages
 from .errors import DatasetError
 
 FOLDER = "cifar-10-batches-py"
@@ -64,7 +63,7 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).copy(), labels
 
 
-class CIFAR10(Dataset):
+class CIFAR10(ArrayImages):
     """CIFAR-10 split as (PIL RGB image 32x32, label) pairs, after ``transform``.
 
     Args:
@@ -97,14 +96,6 @@ class CIFAR10(Dataset):
         self.transform = transform
         self.classes = CLASSES
 
-    def __len__(self) -> int:
-        return int(self.targets.shape[0])
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        image: Any = Image.fromarray(self.images[index])
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, int(self.targets[index])
 
 
 def write_cifar_folder(data_dir: str | Path, images: np.ndarray, labels: np.ndarray, train_parts: int = 5) -> Path:

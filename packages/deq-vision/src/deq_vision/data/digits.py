@@ -7,9 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from PIL import Image
-from torch.utils.data import Dataset
 
+from .arrays import ArrayImages
 from .errors import DatasetError
 
 
@@ -42,7 +41,7 @@ def split_indices(labels: np.ndarray, test_fraction: float = 0.2, seed: int = 0)
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
-class Digits(Dataset):
+class Digits(ArrayImages):
     """Digits split as (PIL "L" image 8x8, label) pairs, after ``transform`` (which resizes, e.g. to 16x16)."""
 
     def __init__(self, train: bool = True, transform: Callable[[Any], Any] | None = None) -> None:
@@ -52,11 +51,3 @@ class Digits(Dataset):
         self.images, self.targets = images[idx], labels[idx]
         self.transform = transform
 
-    def __len__(self) -> int:
-        return int(self.targets.shape[0])
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        image: Any = Image.fromarray(self.images[index])  # 2-D uint8 -> mode "L"
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, int(self.targets[index])

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import PIL
 from PIL import Image, ImageDraw, ImageFilter
-from torch.utils.data import Dataset
 
+from .arrays import ArrayImages
 from .errors import DatasetError
 
 SUPERSAMPLE = 4
@@ -180,7 +180,7 @@ def read_split(data_dir: str | Path, train: bool) -> tuple[np.ndarray, np.ndarra
     return images, labels.astype(np.int64)
 
 
-class Glyphs(Dataset):
+class Glyphs(ArrayImages):
     """A glyphs split as (PIL "L" image, label) pairs, after ``transform``.
 
     Args:
@@ -193,14 +193,6 @@ class Glyphs(Dataset):
         self.images, self.targets = read_split(data_dir, train)
         self.transform = transform
 
-    def __len__(self) -> int:
-        return int(self.targets.shape[0])
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        image: Any = Image.fromarray(self.images[index])
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, int(self.targets[index])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
