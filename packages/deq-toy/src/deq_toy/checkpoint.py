@@ -14,7 +14,6 @@ from typing import Any
 
 from deq_core.runs import (
     TrainState,
-    load_training_checkpoint,
     prune_checkpoints,
     read_json,
     resolve_checkpoint,
@@ -50,11 +49,6 @@ def save_checkpoint(output_dir: Path, state: ToyState, objects: dict[str, Any]) 
     newest checkpoint is kept."""
     save_training_checkpoint(output_dir, state, objects)
     prune_checkpoints(output_dir, keep=1)
-
-
-def load_checkpoint_into(folder: Path, state: ToyState, objects: dict[str, Any]) -> None:
-    """Restore what :func:`save_checkpoint` wrote (state dicts, state, random states)."""
-    load_training_checkpoint(folder, state, objects)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

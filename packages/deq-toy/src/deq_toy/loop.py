@@ -13,9 +13,17 @@ import torch
 from tqdm import tqdm
 
 from deq_core.experiment import MetricsLog
-from deq_core.runs import CheckpointError, RunDirError, RunLock, check_run_dir, clean_partial_checkpoints, read_json
+from deq_core.runs import (
+    CheckpointError,
+    RunDirError,
+    RunLock,
+    check_run_dir,
+    clean_partial_checkpoints,
+    load_checked,
+    load_training_checkpoint,
+)
 
-from .checkpoint import ToyState, load_checkpoint_into, save_checkpoint
+from .checkpoint import ToyState, save_checkpoint
 from .configs import Config, config_from_dict
 from .errors import UserError
 from .tasks import Task, build_task
@@ -73,6 +81,24 @@ def run_training(
         raise UserError(str(err)) from None
 
 
+def _start(
+    output_dir: Path, config: Config, found: Path | None, state: ToyState, objects: dict[str, Any], log: MetricsLog
+) -> None:
+    """Resume from checkpoint ``found`` (same config required; metrics lines after it dropped), or start a new run
+    (the task is built, so the data are checked: config.json and an empty metrics file are written)."""
+    clean_partial_checkpoints(output_dir)
+    if found is None:
+        log.path.write_text("")
+        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+        return
+    stored = ToyState({})
+    load_checked(found / "train_state.json", lambda path: stored.load_state_dict(json.loads(path.read_text())))
+    _check_resume_config(stored.config, config, found)
+    load_training_checkpoint(found, state, objects)
+    if log.resume_at(state.metrics_lines):
+        print(f"{log.path}: dropped a half-written last line (the run was killed while writing it)")
+
+
 def _run(
     config: Config, output_dir: Path, data_dir: Path, resume: bool, stop_after: int | None, progress: bool
 ) -> dict[str, Any]:
@@ -86,17 +112,7 @@ def _run(
     objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
     log = MetricsLog(output_dir / "metrics.jsonl")
     state = ToyState(dataclasses.asdict(config))
-    clean_partial_checkpoints(output_dir)
-    if found is not None:
-        stored = ToyState({})
-        stored.load_state_dict(read_json(found / "train_state.json"))
-        _check_resume_config(stored.config, config, found)
-        load_checkpoint_into(found, state, objects)
-        if log.resume_at(state.metrics_lines):
-            print(f"{log.path}: dropped a half-written last line (the run was killed while writing it)")
-    else:  # the data are checked (the task is built): the folder becomes this run's
-        log.path.write_text("")
-        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+    _start(output_dir, config, found, state, objects, log)
 
     end = task.total_steps if stop_after is None else min(task.total_steps, stop_after)
     eval_every = getattr(task, "eval_every", config.eval_every)
