@@ -126,7 +126,7 @@ def test_metrics_log_round_trip_and_truncate(tmp_path: Path) -> None:
     records = log.read()
     assert len(records) == 6 and records[2]["loss"] == pytest.approx(1 / 3) and records[5]["loss"] == "nan"
     assert select(records, "train", "loss")[0] == [0, 1, 2, 3, 4]
-    log.truncate_after(2)
+    assert log.line_count() == 6 and log.resume_at(3) is False
     assert [r["step"] for r in log.read()] == [0, 1, 2]
     (tmp_path / "bad.jsonl").write_text(json.dumps({"step": 0}) + "\n{not json\n")
     with pytest.raises(ValueError, match="bad.jsonl:2"):

@@ -1,4 +1,5 @@
-"""deq_core.runs: the step counter, checkpoint folders (listing, pruning, resolving) and the config file."""
+"""deq_core.runs: the step counter, checkpoint folders (written aside and renamed; listing, pruning, resolving),
+reading checkpoint files without running anything, random states, the run lock and the config file."""
 
 from __future__ import annotations
 
@@ -7,19 +8,22 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import ExampleConfig as Config
 from deq_core.runs import (
+    CheckpointError,
+    CheckpointWriter,
     TrainState,
+    atomic_checkpoint_dir,
     check_resume_config,
     checkpoint_path,
     checkpoint_weights,
     config_changes,
-    latest_checkpoint,
+    latest_complete_checkpoint,
     list_checkpoints,
     load_config,
     prune_checkpoints,
+    read_json,
     resolve_checkpoint,
     save_config,
 )
@@ -38,17 +42,18 @@ class DictConfig:
 def make_run(root: Path, steps: tuple[int, ...] = (5, 10, 20)) -> Path:
     save_config(Config(), root, "test")
     for step in steps:
-        checkpoint_path(root, step).mkdir(parents=True)
+        with atomic_checkpoint_dir(root, step) as ckpt:
+            ckpt.save_json("train_state.json", {"step": step})
     return root
 
 
 def test_train_state_round_trips_through_a_checkpoint_file(tmp_path: Path) -> None:
     state = TrainState()
-    assert state.step == 0 and state.state_dict() == {"step": 0}
+    assert state.step == 0 and state.state_dict() == {"step": 0, "metrics_lines": 0}
     state.step = 42
-    torch.save(state.state_dict(), tmp_path / "state.pt")  # what accelerator.save_state does with it
+    CheckpointWriter(tmp_path).save_json("state.json", state.state_dict())
     loaded = TrainState()
-    loaded.load_state_dict(torch.load(tmp_path / "state.pt"))
+    loaded.load_state_dict(read_json(tmp_path / "state.json"))
     assert loaded.step == 42 and isinstance(loaded.step, int)
 
 
@@ -58,16 +63,18 @@ def test_checkpoint_names_sort_by_step(tmp_path: Path) -> None:
     make_run(tmp_path, steps=(100, 9, 10, 1000))
     (tmp_path / "checkpoints" / "step_notes.txt").write_text("not a folder")
     (tmp_path / "checkpoints" / "tmp_0000050").mkdir()
+    (tmp_path / "checkpoints" / "step_0002000").mkdir()  # written in place and interrupted: no manifest
+    (tmp_path / "checkpoints" / "step_0003000.partial").mkdir()
     assert [p.name for p in list_checkpoints(tmp_path)] == [
         "step_0000009", "step_0000010", "step_0000100", "step_0001000",
     ]  # fmt: skip
-    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 1000)
+    assert latest_complete_checkpoint(tmp_path) == checkpoint_path(tmp_path, 1000)
 
 
 def test_no_checkpoints(tmp_path: Path) -> None:
-    assert list_checkpoints(tmp_path / "missing") == [] and latest_checkpoint(tmp_path / "missing") is None
+    assert list_checkpoints(tmp_path / "missing") == [] and latest_complete_checkpoint(tmp_path / "missing") is None
     (tmp_path / "checkpoints").mkdir()
-    assert list_checkpoints(tmp_path) == [] and latest_checkpoint(tmp_path) is None
+    assert list_checkpoints(tmp_path) == [] and latest_complete_checkpoint(tmp_path) is None
     prune_checkpoints(tmp_path, 1)  # nothing to delete is fine
 
 
@@ -95,11 +102,14 @@ def test_resolve_a_run_or_a_checkpoint_folder(tmp_path: Path) -> None:
 
 def test_resolve_errors_say_what_is_expected(tmp_path: Path) -> None:
     empty_run = make_run(tmp_path / "empty", steps=())
-    with pytest.raises(FileNotFoundError, match="has no checkpoints under"):
+    with pytest.raises(FileNotFoundError, match="has no complete checkpoint under"):
         resolve_checkpoint(empty_run)
     with pytest.raises(FileNotFoundError, match="neither a run directory"):
         resolve_checkpoint(tmp_path / "elsewhere")
     with pytest.raises(FileNotFoundError, match="neither a run directory"):  # inside a run, but not saved
+        resolve_checkpoint(checkpoint_path(empty_run, 7))
+    checkpoint_path(empty_run, 7).mkdir(parents=True)  # a save interrupted by an older version
+    with pytest.raises(CheckpointError, match="not a complete checkpoint .* pass the run directory"):
         resolve_checkpoint(checkpoint_path(empty_run, 7))
     stray = tmp_path / "a" / "b" / "step_0000001"
     stray.mkdir(parents=True)

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_model
 
 from conftest import subprocess_env
-from deq_core.runs import checkpoint_path, save_config
+from deq_core.runs import atomic_checkpoint_dir, save_config
 from deq_lm.configs import get_config
 from deq_lm.models import build_model
 from deq_lm.tasks import build_task
@@ -137,9 +137,8 @@ def fake_run(run_dir: Path, preset: str, seed: int) -> None:
     torch.manual_seed(seed)
     model = build_model(cfg, build_task(cfg).vocab_size)
     save_config(cfg, run_dir, preset)
-    folder = checkpoint_path(run_dir, 3)
-    folder.mkdir(parents=True)
-    save_model(model, str(folder / "model.safetensors"))
+    with atomic_checkpoint_dir(run_dir, 3) as ckpt:
+        ckpt.save_with("model.safetensors", lambda path: save_model(model, str(path)))
 
 
 def test_speed_loads_runs(speed: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

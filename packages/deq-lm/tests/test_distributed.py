@@ -95,3 +95,36 @@ def test_two_process_language_model_run_carries_each_process_memory(tmp_path):
     halves = [memory("two", rank) for rank in (0, 1)]
     assert [h.shape[0] for h in halves] == [2, 2]
     assert torch.allclose(torch.cat(halves), memory("one", 0), rtol=1e-4, atol=1e-5)
+
+
+def _launch(tmp_path, out, *args):
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
+        "-m", "deq_lm.train", "--output-dir", str(out), *args,
+    ]  # fmt: skip
+    proc = subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_two_process_resume_restores_each_process_memory_and_random_state(tmp_path):
+    """Each process saves its own random states and memory (rng_rankR.pt, memory_rankR.pt) and loads them back."""
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    args = ["--config", "tiny-lm-deq-transformer", "--data-dir", str(corpus)]
+    settings = ["steps=4", "eval_every=2", "dropout=0.1"]
+    _launch(tmp_path, tmp_path / "full", *args, *settings)
+    _launch(tmp_path, tmp_path / "cut", *args, *settings, "stop_after=2")
+    saved = {p.name for p in (tmp_path / "cut" / "checkpoints" / "step_0000002").iterdir()}
+    assert {"rng_rank0.pt", "rng_rank1.pt", "memory_rank0.pt", "memory_rank1.pt"} <= saved
+    assert "resumed from" in _launch(tmp_path, tmp_path / "cut", *args, *settings, "--resume").stdout
+    a = load_file(str(tmp_path / "full" / "checkpoints" / "step_0000004" / "model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "checkpoints" / "step_0000004" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    def metrics(run):
+        return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_metrics(run / "metrics.jsonl")]
+
+    assert metrics(tmp_path / "cut") == metrics(tmp_path / "full")

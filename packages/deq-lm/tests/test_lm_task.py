@@ -11,6 +11,7 @@ import torch
 
 from conftest import run_module, write_tiny_corpus
 from deq_core.experiment import read_metrics
+from deq_core.runs import safe_load
 from deq_lm.configs import get_config
 from deq_lm.data import CorpusError, OrderedLMBatches
 from deq_lm.data.pydoc_corpus import paragraphs, pydoc_splits, tokenize_line
@@ -100,7 +101,7 @@ def test_resume_carries_the_memory_and_gives_the_same_losses(tmp_path, corpus_di
     cfg = _lm_config("tiny-lm-deq-transformer", corpus_dir, steps=10, eval_every=5, dropout=0.1, grad_accum=2)
     train(cfg, tmp_path / "full", name="full")
     train(dataclasses.replace(cfg, stop_after=6), tmp_path / "cut", name="cut")
-    memory = torch.load(tmp_path / "cut" / "checkpoints" / "step_0000006" / "memory_rank0.pt", weights_only=False)
+    memory = safe_load(tmp_path / "cut" / "checkpoints" / "step_0000006" / "memory_rank0.pt")
     assert len(memory) == 2 and memory[0].shape == (2, 8, 8)  # one memory per micro-batch (its 2 rows)
     train(cfg, tmp_path / "cut", name="cut", resume=True)
 

@@ -116,22 +116,6 @@ def test_evaluate_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert exit_info.value.code == 2 and "neither a run directory" in capsys.readouterr().err
 
 
-def test_train_state_saves_each_process_memory(tmp_path):
-    import torch
-
-    from deq_lm.checkpoint import TrainState
-
-    state = TrainState()
-    state.step, state.memory = 7, [torch.arange(6.0).reshape(1, 2, 3), None]
-    state.save_memory(tmp_path, rank=1)
-    loaded = TrainState()
-    loaded.load_state_dict(state.state_dict())
-    loaded.load_memory(tmp_path, rank=1)
-    assert loaded.step == 7 and torch.equal(loaded.memory[0], state.memory[0]) and loaded.memory[1] is None
-    with pytest.raises(FileNotFoundError, match="different number of processes"):
-        loaded.load_memory(tmp_path, rank=0)
-
-
 def test_cli_resume_with_changed_settings_is_a_clear_error(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["--config", "tiny-gru", "--output-dir", str(out), "steps=2"]) == 0

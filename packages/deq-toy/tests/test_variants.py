@@ -4,6 +4,7 @@ and the reproduce tables built from such runs (tiny sizes, seconds)."""
 import dataclasses
 import json
 
+from deq_core.runs import latest_complete_checkpoint
 from deq_toy import reproduce
 from deq_toy.configs import get_config
 from deq_toy.data.arithmetic import SYMBOL_INDEX, VARIANTS
@@ -73,9 +74,10 @@ def test_reproduce_tables_per_training_variant_and_readout(tmp_path, capsys):
     assert cells[-1] == "96.3" and rows[3].endswith("| 85.9 |")  # the report's number of the same training data
     assert (out / "t2_residual.png").exists()
     # A second call only reads the finished runs; another config for the same folders is refused.
-    stamp = (out / "two" / "arith-gru" / "checkpoint.pt").stat().st_mtime_ns
+    manifest = latest_complete_checkpoint(out / "two" / "arith-gru") / "checkpoint.json"
+    stamp = manifest.stat().st_mtime_ns
     assert reproduce.main(argv) == 0
-    assert (out / "two" / "arith-gru" / "checkpoint.pt").stat().st_mtime_ns == stamp
+    assert manifest.stat().st_mtime_ns == stamp
     capsys.readouterr()
     assert reproduce.main(argv[:-1] + ["readout=flatten"]) == 2
     assert "another config" in capsys.readouterr().err

@@ -38,7 +38,8 @@ def test_commands_lists_data_each_run_and_claims(tmp_path: Path, capsys: pytest.
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("python -m deq_vision.data glyphs")
     assert len(lines) == 2 + len(plan([0, 1])) == 2 + 2 * 5
-    assert all("--resume" in line and "deq_vision.train" in line for line in lines[1:-1])
+    # fresh folders: new runs (--resume on a folder without a checkpoint is an error since runs are checked)
+    assert all("--resume" not in line and "deq_vision.train" in line for line in lines[1:-1])
     assert "jac_weight=1.2" in " ".join(lines) and lines[-1].endswith("--seeds 0 1")
 
 

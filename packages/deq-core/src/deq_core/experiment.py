@@ -223,12 +223,20 @@ class MetricsLog:
         """All records written so far (an empty list when the file does not exist)."""
         return read_metrics(self.path)
 
-    def truncate_after(self, step: int) -> None:
-        """Drop records with ``step`` > step (used on resume, so that a restarted run does not log steps twice)."""
-        kept = [r for r in self.read() if int(r.get("step", 0)) <= step]
-        with self.path.open("w") as fh:
-            for record in kept:
-                fh.write(json.dumps(record) + "\n")
+    def line_count(self) -> int:
+        """The number of complete lines written so far (saved with a checkpoint, for :meth:`resume_at`)."""
+        return self.path.read_bytes().count(b"\n") if self.path.exists() else 0
+
+    def resume_at(self, lines: int) -> bool:
+        """Keep the first ``lines`` complete lines (those written before the checkpoint a run resumes from), so that
+        a resumed run logs no line twice. Returns True when a last line cut short by a crash (the file did not end
+        with a newline) was dropped."""
+        text = self.path.read_text() if self.path.exists() else ""
+        complete = text.split("\n")  # the last item is "" or a line cut short
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text("".join(line + "\n" for line in complete[:-1][:lines]))
+        partial.replace(self.path)
+        return complete[-1] != ""
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_model as load_safetensors
 
-from deq_core.runs import checkpoint_weights, load_config, resolve_checkpoint
+from deq_core.runs import checkpoint_weights, load_checked, load_config, resolve_checkpoint
 
 from .configs import Config
 from .models import SequenceModel, build_model
@@ -35,7 +35,7 @@ def load_model(checkpoint: Path, data_dir: Path | None = None) -> tuple[Config, 
     weights = checkpoint_weights(folder)
     task = build_task(cfg)
     model = build_model(cfg, task.vocab_size)
-    load_safetensors(model, str(weights))  # restores tied weights, which the file stores once
+    load_checked(weights, lambda path: load_safetensors(model, str(path)))  # restores tied weights, stored once
     return cfg, task, model.eval(), run_dir
 
 

@@ -34,7 +34,7 @@ import torch
 from deq_core.claims import ClaimResult, mean_spread, write_claims
 from deq_core.experiment import markdown_table, read_metrics
 from deq_core.profiling import saved_tensor_bytes
-from deq_core.runs import ResumeConfigError, check_resume_config
+from deq_core.runs import ResumeConfigError, check_resume_config, latest_complete_checkpoint
 
 from . import lm_claims as lc
 from .configs import Config, get_config
@@ -81,7 +81,9 @@ def train_command(output_dir: Path, preset: str, seed: int, data_dir: Path, quic
     cfg, base = run_config(preset, seed, data_dir, quick), get_config(preset)
     changed = {k: v for k, v in cfg.to_dict().items() if k != "data_dir" and v != getattr(base, k)}
     words = ["python", "-m", "deq_lm.train", "--config", preset, "--data-dir", str(data_dir), "--output-dir",
-             str(run_dir(output_dir, preset, seed)), "--resume", "--threads", "1"]  # fmt: skip
+             str(run_dir(output_dir, preset, seed)), "--threads", "1"]  # fmt: skip
+    if latest_complete_checkpoint(run_dir(output_dir, preset, seed)) is not None:
+        words.append("--resume")  # an interrupted run continues
     words += [f"{k}={_value(v)}" for k, v in changed.items()]
     return "OMP_NUM_THREADS=1 " + shlex.join(words)
 
@@ -104,7 +106,7 @@ def ensure_run(cfg: Config, folder: Path, name: str) -> None:
     if finished(folder, cfg):
         print(f"{name}: finished run found in {folder}")
         return
-    train(cfg, folder, name=name, resume=True)
+    train(cfg, folder, name=name, resume=latest_complete_checkpoint(folder) is not None)
     if not finished(folder, cfg):
         raise RuntimeError(f"{name} in {folder} stopped before step {cfg.steps}; rerun to resume it.")
 

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -35,15 +36,19 @@ from deq_core.experiment import (
     progress_enabled,
 )
 from deq_core.runs import (
+    CheckpointError,
     ResumeConfigError,
+    RunDirError,
+    RunLock,
     check_resume_config,
-    checkpoint_path,
-    latest_checkpoint,
+    check_run_dir,
+    clean_partial_checkpoints,
     prune_checkpoints,
+    record_resume,
     save_config,
 )
 
-from .checkpoint import TrainState
+from .checkpoint import TrainState, load_checkpoint, save_checkpoint
 from .configs import PRESETS, Config, get_config
 from .data import CorpusError, CorpusNotFoundError
 from .models import SequenceModel, build_model, count_parameters
@@ -135,22 +140,25 @@ class Run:
 
 
 def setup_run(cfg: Config, output_dir: Path, name: str, resume: bool) -> Run:
-    """Build the accelerator, task, model, optimizer and LR schedule; with ``resume``, load the latest checkpoint
-    of ``output_dir`` (refusing a config that changes what is computed)."""
+    """Build the accelerator, task, model, optimizer and LR schedule; with ``resume``, load the newest complete
+    checkpoint of ``output_dir`` (refusing a config that changes what is computed). Call it holding the run's
+    :class:`~deq_core.runs.RunLock` (main process)."""
     accelerator = build_accelerator(cfg)
     world = accelerator.num_processes
     if cfg.batch_size % (world * cfg.grad_accum):
         raise ValueError(
             f"batch_size ({cfg.batch_size}) must be divisible by processes x grad_accum ({world} x {cfg.grad_accum})."
         )
-    if resume:
-        check_resume_config(output_dir, cfg, RESUMABLE_CHANGES)
-    if accelerator.is_main_process:
-        save_config(cfg, output_dir, name)
+    found = check_run_dir(output_dir, resume)
+    changes = check_resume_config(output_dir, cfg, RESUMABLE_CHANGES) if resume else {}
 
     set_seed(cfg.seed)
     with accelerator.main_process_first():  # the main process tokenizes a corpus once; the others read its cache
         task = build_task(cfg)
+    if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
+        clean_partial_checkpoints(output_dir)
+        if found is None:
+            save_config(cfg, output_dir, name)
     model = build_model(cfg, task.vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -158,21 +166,17 @@ def setup_run(cfg: Config, output_dir: Path, name: str, resume: bool) -> Run:
     )
     prepared, optimizer = accelerator.prepare(model, optimizer)
     state = TrainState()
-    accelerator.register_for_checkpointing(scheduler, state)
     run = Run(cfg, name, output_dir, accelerator, task, prepared, accelerator.unwrap_model(prepared), optimizer,
               scheduler, state, MetricsLog(output_dir / "metrics.jsonl"))  # fmt: skip
 
-    if resume:
-        found = latest_checkpoint(output_dir)
-        if found is None:
-            accelerator.print(f"--resume: no checkpoint in {output_dir}; starting from step 0.")
-        else:
-            accelerator.load_state(str(found))
-            state.load_memory(found, accelerator.process_index)
-            accelerator.print(f"resumed from {found} at step {state.step}")
+    if found is not None:
+        load_checkpoint(found, accelerator, run.raw, optimizer, scheduler, state)
+        accelerator.print(f"resumed from {found} at step {state.step}")
     if run.main:
-        if state.step > 0:
-            run.log.truncate_after(state.step)
+        if found is not None:
+            record_resume(output_dir, state.step, changes)
+            if run.log.resume_at(state.metrics_lines):
+                print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
         elif run.log.path.exists():
             run.log.path.unlink()
     accelerator.wait_for_everyone()
@@ -233,12 +237,10 @@ def train_record(run: Run, stats: StepStats, seconds: float, steps: int) -> dict
     return record
 
 
-def save_checkpoint(run: Run) -> None:
-    """Accelerate state (model, optimizer, RNG, scheduler, step) plus each process's memory; keep the newest few."""
-    folder = checkpoint_path(run.output_dir, run.state.step)
-    run.accelerator.save_state(str(folder))
-    run.accelerator.wait_for_everyone()
-    run.state.save_memory(folder, run.accelerator.process_index)
+def checkpoint(run: Run) -> None:
+    """Save the run's checkpoint (every process); keep the newest few."""
+    run.state.metrics_lines = run.log.line_count() if run.main else 0
+    save_checkpoint(run.output_dir, run.accelerator, run.raw, run.optimizer, run.scheduler, run.state)
     if run.main:
         prune_checkpoints(run.output_dir, run.cfg.keep_checkpoints)
     run.accelerator.wait_for_everyone()
@@ -256,8 +258,20 @@ def final_line(step: int, summary: dict[str, Any], test: dict[str, float], metri
 
 
 def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = False) -> dict[str, Any]:
-    """Run (or resume) training; return the summary (step, last train loss and NFE, valid/test loss and metric)."""
-    run = setup_run(cfg, Path(output_dir), name, resume)
+    """Run (or resume) training in ``output_dir``, locked for the run; return the summary (step, last train loss
+    and NFE, valid/test loss and metric).
+
+    Raises:
+        RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
+        CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
+    """
+    main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+    with RunLock(output_dir) if main else contextlib.nullcontext():
+        return _train(cfg, Path(output_dir), name, resume)
+
+
+def _train(cfg: Config, output_dir: Path, name: str, resume: bool) -> dict[str, Any]:
+    run = setup_run(cfg, output_dir, name, resume)
     state, acc = run.state, run.accelerator
     summary: dict[str, Any] = {"parameters": count_parameters(run.raw)}
     acc.print(
@@ -298,7 +312,7 @@ def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = Fa
 
         interrupted = 0 < cfg.stop_after <= state.step < cfg.steps
         if (cfg.save_every > 0 and state.step % cfg.save_every == 0) or interrupted or state.step == cfg.steps:
-            save_checkpoint(run)
+            checkpoint(run)
         if interrupted:
             acc.print(f"stopping after step {state.step} (stop_after={cfg.stop_after}); continue with --resume")
             break
@@ -369,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = args.output_dir or Path("runs") / args.config
     try:
         train(cfg, output_dir, name=args.config, resume=args.resume)
-    except (CorpusError, CorpusNotFoundError, ResumeConfigError) as err:
+    except (CorpusError, CorpusNotFoundError, ResumeConfigError, RunDirError, CheckpointError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0
 

@@ -1,73 +1,66 @@
-"""Checkpoints as plain state dicts (model, optimizer, scheduler), RNG states and the step; never pickled modules."""
+"""deq-toy's checkpoint folder ``OUTPUT_DIR/checkpoints/step_N/``, written aside and renamed when complete by
+:func:`deq_core.runs.save_training_checkpoint`; tensors and plain data only:
+
+    model.pt, optimizer.pt, scheduler.pt   state dicts (torch.save, read with weights_only=True)
+    train_state.json                       the step, the config, the running sums of the metrics line in progress
+    rng_rank0.pt                           Python / NumPy / torch random states
+    checkpoint.json                        the manifest, written last
+"""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
+from deq_core.runs import (
+    TrainState,
+    prune_checkpoints,
+    read_json,
+    resolve_checkpoint,
+    safe_load,
+    save_training_checkpoint,
+)
 
 from .errors import UserError
 
-CHECKPOINT_NAME = "checkpoint.pt"
+
+class ToyState(TrainState):
+    """The step, the run's config (a dict) and the sums and count of the training metrics since the last log line
+    (so that the first line after a resume averages the same steps as an uninterrupted run)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.config = config
+        self.sums: dict[str, float] = {}
+        self.count = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "config": self.config, "sums": self.sums, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.config = dict(state["config"])
+        self.sums = {str(k): float(v) for k, v in state["sums"].items()}
+        self.count = int(state["count"])
 
 
-def rng_state() -> dict[str, Any]:
-    """The torch and Python RNG states (the only generators training draws from)."""
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-
-
-def save_checkpoint(
-    path: str | Path,
-    *,
-    step: int,
-    config: dict[str, Any],
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-) -> Path:
-    """Write the training state after ``step`` optimizer steps to ``path`` atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "format": "deq-toy-checkpoint-1",
-        "step": step,
-        "config": config,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "rng": rng_state(),
-    }
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
-    return path
+def save_checkpoint(output_dir: Path, state: ToyState, objects: dict[str, Any]) -> None:
+    """Checkpoint ``state.step`` of the run: ``objects`` ({"model", "optimizer", "scheduler"}) and the state; only the
+    newest checkpoint is kept."""
+    save_training_checkpoint(output_dir, state, objects)
+    prune_checkpoints(output_dir, keep=1)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain Python values only).
+    """The newest complete checkpoint of a run directory, or a checkpoint folder, as {"step", "config", "model"}
+    (for evaluation; tensors and plain values only).
 
     Raises:
-        UserError: the file is missing or is not a deq-toy checkpoint.
+        UserError: no checkpoint there, or a file that is not tensors and plain data.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / CHECKPOINT_NAME
-    if not path.is_file():
-        raise UserError(f"no checkpoint at {path}; pass the output directory of a training run (or its checkpoint.pt).")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for a truncated or foreign file
-        raise UserError(f"{path} is not a readable deq-toy checkpoint ({type(err).__name__}: {err}).") from None
-    if not isinstance(payload, dict) or payload.get("format") != "deq-toy-checkpoint-1":
-        raise UserError(f"{path} is not a deq-toy checkpoint (no 'format': 'deq-toy-checkpoint-1' entry).")
-    return payload
+        _, folder = resolve_checkpoint(Path(path))
+        state = read_json(folder / "train_state.json")
+        return {"step": int(state["step"]), "config": state["config"], "model": safe_load(folder / "model.pt")}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"no usable checkpoint at {path}: {err}") from None

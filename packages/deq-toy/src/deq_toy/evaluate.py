@@ -74,7 +74,7 @@ def markdown(rows: list[dict[str, Any]], keys: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deq_toy.evaluate", description=__doc__)
-    parser.add_argument("--checkpoint", required=True, help="a run's output directory or its checkpoint.pt")
+    parser.add_argument("--checkpoint", required=True, help="a run's output directory or RUN/checkpoints/step_N")
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--split", default="valid", help="valid, or test (arithmetic)")
     parser.add_argument("--max-iters", default="", help="comma-separated solver iteration limits to sweep")

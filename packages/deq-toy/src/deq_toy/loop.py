@@ -13,8 +13,17 @@ import torch
 from tqdm import tqdm
 
 from deq_core.experiment import MetricsLog
+from deq_core.runs import (
+    CheckpointError,
+    RunDirError,
+    RunLock,
+    check_run_dir,
+    clean_partial_checkpoints,
+    load_checked,
+    load_training_checkpoint,
+)
 
-from .checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint, set_rng_state
+from .checkpoint import ToyState, save_checkpoint
 from .configs import Config, config_from_dict
 from .errors import UserError
 from .tasks import Task, build_task
@@ -45,66 +54,70 @@ def run_training(
     stop_after: int | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train ``config`` and write OUTPUT_DIR/{metrics.jsonl, checkpoint.pt, config.json, results.json, *.png}.
+    """Train ``config`` and write OUTPUT_DIR/{metrics.jsonl, checkpoints/step_N/, config.json, results.json, *.png},
+    holding the folder's lock (:class:`deq_core.runs.RunLock`) for the run.
 
     Args:
         config: a preset with overrides applied.
         output_dir: the run's folder.
         data_dir: where arithmetic data files are read from (and generated into when missing).
-        resume: continue from OUTPUT_DIR/checkpoint.pt (same config required).
+        resume: continue from the newest complete checkpoint of OUTPUT_DIR (same config required).
         stop_after: stop (with a checkpoint) once this many steps are done in all, without the final evaluation;
             a later call with ``resume=True`` continues. None: run to the end.
         progress: show a tqdm progress bar.
 
     Returns:
         the final results (empty when stopped early by ``stop_after``).
+
+    Raises:
+        UserError: a bad folder (locked, holding a run without ``resume``, nothing to resume), a checkpoint that is
+            not tensors and plain data, another config on resume, or bad data.
     """
     output_dir = Path(output_dir)
-    ckpt_path = output_dir / CHECKPOINT_NAME
-    if ckpt_path.exists() and not resume:
-        raise UserError(
-            f"{output_dir} already holds a checkpoint; pass --resume to continue that run, "
-            "or choose another --output-dir."
-        )
-    if resume and not ckpt_path.exists():
-        raise UserError(f"--resume: no checkpoint at {ckpt_path}; run without --resume to start training.")
+    try:
+        with RunLock(output_dir):
+            return _run(config, output_dir, Path(data_dir), resume, stop_after, progress)
+    except (RunDirError, CheckpointError) as err:
+        raise UserError(str(err)) from None
+
+
+def _start(
+    output_dir: Path, config: Config, found: Path | None, state: ToyState, objects: dict[str, Any], log: MetricsLog
+) -> None:
+    """Resume from checkpoint ``found`` (same config required; metrics lines after it dropped), or start a new run
+    (the task is built, so the data are checked: config.json and an empty metrics file are written)."""
+    clean_partial_checkpoints(output_dir)
+    if found is None:
+        log.path.write_text("")
+        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+        return
+    stored = ToyState({})
+    load_checked(found / "train_state.json", lambda path: stored.load_state_dict(json.loads(path.read_text())))
+    _check_resume_config(stored.config, config, found)
+    load_training_checkpoint(found, state, objects)
+    if log.resume_at(state.metrics_lines):
+        print(f"{log.path}: dropped a half-written last line (the run was killed while writing it)")
+
+
+def _run(
+    config: Config, output_dir: Path, data_dir: Path, resume: bool, stop_after: int | None, progress: bool
+) -> dict[str, Any]:
+    found = check_run_dir(output_dir, resume)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    task: Task = build_task(config, Path(data_dir))
+    task: Task = build_task(config, data_dir)
     model = task.model
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_lambda(task.total_steps))
+    objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
     log = MetricsLog(output_dir / "metrics.jsonl")
-    start = 0
-    if resume:
-        state = load_checkpoint(ckpt_path)
-        _check_resume_config(state["config"], config, ckpt_path)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        start = int(state["step"])
-        log.truncate_after(start)
-    else:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        log.path.write_text("")
-        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
-
-    def checkpoint(step: int) -> None:
-        save_checkpoint(
-            ckpt_path,
-            step=step,
-            config=dataclasses.asdict(config),
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-        )
+    state = ToyState(dataclasses.asdict(config))
+    _start(output_dir, config, found, state, objects, log)
 
     end = task.total_steps if stop_after is None else min(task.total_steps, stop_after)
     eval_every = getattr(task, "eval_every", config.eval_every)
-    sums: dict[str, float] = defaultdict(float)
-    count = 0
-    bar = tqdm(range(start, end), initial=start, total=task.total_steps, disable=not progress, desc="train")
+    sums: dict[str, float] = defaultdict(float, state.sums)
+    bar = tqdm(range(state.step, end), initial=state.step, total=task.total_steps, disable=not progress, desc="train")
     model.train()
     for step in bar:
         loss, stats, info = task.train_step(task.batch(step), step)
@@ -122,18 +135,19 @@ def run_training(
         scheduler.step()
         for key, value in stats.items():
             sums[key] += value
-        count += 1
-        done = step + 1
+        state.count += 1
+        state.step = done = step + 1
         if done % config.log_every == 0 or done == task.total_steps:
-            record = {k: v / count for k, v in sums.items()}
+            record = {k: v / state.count for k, v in sums.items()}
             log.write({"step": done, "split": "train", **record, "lr": scheduler.get_last_lr()[0]})
             bar.set_postfix(loss=f"{record['loss']:.4g}")
             sums.clear()
-            count = 0
+            state.count = 0
         if done % eval_every == 0 or done == task.total_steps:
             log.write({"step": done, "split": "valid", **task.evaluate()})
         if done % config.checkpoint_every == 0 or done == end:
-            checkpoint(done)
+            state.sums, state.metrics_lines = dict(sums), log.line_count()
+            save_checkpoint(output_dir, state, objects)
     bar.close()
     if end < task.total_steps:
         return {}

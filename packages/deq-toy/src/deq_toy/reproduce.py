@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from deq_core.experiment import read_metrics
+from deq_core.runs import latest_complete_checkpoint
 
-from .checkpoint import CHECKPOINT_NAME
 from .configs import ArithmeticConfig, load_config
 from .errors import UserError
 from .evaluate import load_task
@@ -67,7 +67,7 @@ def ensure_run(name: str, overrides: Sequence[str], output_dir: Path, data_dir: 
                 "run, or another --output-dir."
             )
         return json.loads(results_path.read_text())
-    resume = (run_dir / CHECKPOINT_NAME).exists()
+    resume = latest_complete_checkpoint(run_dir) is not None
     return run_training(config, run_dir, data_dir, resume=resume, progress=progress)
 
 

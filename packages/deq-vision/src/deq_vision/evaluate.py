@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader
 
-from deq_core.runs import checkpoint_weights, load_config, resolve_checkpoint
+from deq_core.runs import checkpoint_weights, load_checked, load_config, resolve_checkpoint
 
 from .configs import Config
 from .data import DatasetError, build_datasets
@@ -36,7 +36,7 @@ def load_model(checkpoint: Path) -> tuple[Config, nn.Module, Path]:
     _, cfg = load_config(run_dir, Config)
     weights = checkpoint_weights(folder)
     model = build_model(cfg)
-    model.load_state_dict(load_file(str(weights)))
+    model.load_state_dict(load_checked(weights, lambda path: load_file(str(path))))
     return cfg, model.eval(), run_dir
 
 
@@ -101,7 +101,7 @@ def _evaluate(argv: Sequence[str] | None) -> int:
 
             cfg = replace(cfg, eval_limit=args.limit)
         _, eval_set = build_datasets(cfg, args.data_dir)
-    except (FileNotFoundError, DatasetError) as err:
+    except (FileNotFoundError, ValueError, DatasetError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     loader = DataLoader(eval_set, batch_size=args.batch_size)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Subset
 
 from deq_core.claims import write_claims
 from deq_core.experiment import apply_overrides, read_metrics
-from deq_core.runs import ResumeConfigError, checkpoint_weights, latest_checkpoint, list_checkpoints
+from deq_core.runs import ResumeConfigError, checkpoint_weights, latest_complete_checkpoint, list_checkpoints
 
 from . import train as train_module
 from .claims_vision import GAMMAS, STOP, claim_results, hard_stop_markdown, plot_residuals
@@ -81,10 +81,13 @@ def plan(seeds: Sequence[int], gammas: Sequence[float] = GAMMAS) -> list[Run]:
 
 
 def train_argv(run: Run, out: Path, data_dir: Path, quick: bool, threads: int) -> list[str]:
-    """Arguments of ``python -m deq_vision.train`` for ``run`` (always ``--resume``: a new run starts at step 0)."""
+    """Arguments of ``python -m deq_vision.train`` for ``run``, with ``--resume`` when its folder holds a complete
+    checkpoint (an interrupted run continues; a new one starts at step 0)."""
+    run_dir = out / "runs" / run.name
+    resume = ["--resume"] if latest_complete_checkpoint(run_dir) is not None else []
     return [
-        "--config", run.preset, "--data-dir", str(data_dir), "--output-dir", str(out / "runs" / run.name),
-        "--threads", str(threads), "--resume", *run.overrides(quick),
+        "--config", run.preset, "--data-dir", str(data_dir), "--output-dir", str(run_dir),
+        "--threads", str(threads), *resume, *run.overrides(quick),
     ]  # fmt: skip
 
 
@@ -95,7 +98,7 @@ def run_config(run: Run, quick: bool) -> Config:
 def is_finished(run_dir: Path, cfg: Config) -> bool:
     """Whether the run in ``run_dir`` reached its last step (its summary says so and that checkpoint exists)."""
     summary = run_dir / "summary.json"
-    if not summary.is_file() or latest_checkpoint(run_dir) is None:
+    if not summary.is_file() or latest_complete_checkpoint(run_dir) is None:
         return False
     return int(json.loads(summary.read_text()).get("step", -1)) == cfg.steps
 
@@ -139,7 +142,7 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
     cached in RUN/claims_eval.json (recomputed when the run's last checkpoint changed)."""
     run_dir = out / "runs" / run.name
     cfg = run_config(run, quick)
-    final = latest_checkpoint(run_dir)
+    final = latest_complete_checkpoint(run_dir)
     if final is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (see reproduce commands).")
     cache = run_dir / "claims_eval.json"

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, set_seed
+from safetensors.torch import load_model, save_model
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
@@ -43,17 +45,24 @@ from deq_core.experiment import (
     progress_enabled,
 )
 from deq_core.runs import (
+    CheckpointError,
     ResumeConfigError,
+    RunDirError,
+    RunLock,
     TrainState,
     check_resume_config,
-    checkpoint_path,
-    latest_checkpoint,
+    check_run_dir,
+    clean_partial_checkpoints,
+    load_training_checkpoint,
     prune_checkpoints,
+    record_resume,
     save_config,
+    save_training_checkpoint,
 )
 
 from .configs import PRESETS, Config, get_config
 from .data import DatasetError, build_datasets, resolve_num_classes
+from .data.seeded import SeededItems
 from .models import count_parameters, create_model
 from .plots import plot_training
 
@@ -166,6 +175,30 @@ def batches_from(loader: Any, accelerator: Accelerator, step: int) -> Iterator[t
         epoch, offset = epoch + 1, 0
 
 
+def checkpoint_objects(accelerator: Accelerator, optimizer: Any, scheduler: Any, ema: Any) -> dict[str, Any]:
+    """What a checkpoint saves besides the weights, the step and the random states (state dicts by file name)."""
+    objects = {"optimizer": optimizer, "scheduler": scheduler}
+    if ema is not None:
+        objects["ema"] = ema
+    if accelerator.scaler is not None:
+        objects["scaler"] = accelerator.scaler
+    return objects
+
+
+def save_checkpoint(
+    output_dir: Path, accelerator: Accelerator, raw: nn.Module, objects: dict[str, Any], state: TrainState, keep: int
+) -> None:
+    """Checkpoint ``state.step`` (model.safetensors, state dicts, step, random states; every process calls it),
+    written aside and renamed when complete; keep the newest ``keep``."""
+    save_training_checkpoint(
+        output_dir, state, objects, rank=accelerator.process_index, processes=accelerator.num_processes,
+        barrier=accelerator.wait_for_everyone, write_weights=lambda path: save_model(raw, str(path)),
+    )  # fmt: skip
+    if accelerator.is_main_process:
+        prune_checkpoints(output_dir, keep)
+    accelerator.wait_for_everyone()
+
+
 def train(
     cfg: Config,
     output_dir: Path,
@@ -174,8 +207,22 @@ def train(
     data_dir: Path | None = None,
     download: bool = False,
 ) -> dict[str, Any]:
-    """Run (or resume) training; return the final summary (step, train loss, eval loss/accuracy, NFE, seconds spent
-    in training steps in this session), also written to OUTPUT_DIR/summary.json."""
+    """Run (or resume) training in ``output_dir``, locked for the run; return the final summary (step, train loss,
+    eval loss/accuracy, NFE, seconds spent in training steps in this session), also written to
+    OUTPUT_DIR/summary.json.
+
+    Raises:
+        RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
+        CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
+    """
+    main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+    with RunLock(output_dir) if main else contextlib.nullcontext():
+        return _train(cfg, Path(output_dir), name, resume, data_dir, download)
+
+
+def _train(
+    cfg: Config, output_dir: Path, name: str, resume: bool, data_dir: Path | None, download: bool
+) -> dict[str, Any]:
     cfg = resolve_num_classes(cfg, data_dir)  # dataset=folder: the head from DATA_DIR/train; checked before any file
     accelerator = build_accelerator(cfg)
     main = accelerator.is_main_process
@@ -184,15 +231,18 @@ def train(
         raise ValueError(
             f"batch_size ({cfg.batch_size}) must be divisible by processes x grad_accum ({world} x {cfg.grad_accum})."
         )
-    output_dir = Path(output_dir)
-    if resume:
-        check_resume_config(output_dir, cfg, RESUMABLE_CHANGES)
-    if main:
-        save_config(cfg, output_dir, name)
+    found = check_run_dir(output_dir, resume)
+    where = None if data_dir is None else str(data_dir)
+    changes = check_resume_config(output_dir, cfg, RESUMABLE_CHANGES, data_dir=where) if resume else {}
 
     set_seed(cfg.seed)
     with accelerator.main_process_first():
         train_set, eval_set = build_datasets(cfg, data_dir, download=download and main)
+    train_set = SeededItems(train_set, cfg.seed)  # augmentation drawn per (seed, epoch, image): exact on resume
+    if main:  # the data are checked: the folder becomes this run's
+        clean_partial_checkpoints(output_dir)
+        if found is None:
+            save_config(cfg, output_dir, name, data_dir=where)
     per_process = cfg.batch_size // world
     # Its own generator: creating an iterator then draws no number from the global RNG, so a resumed run draws the
     # same dropout masks and Hutchinson probes as an uninterrupted one.
@@ -213,26 +263,24 @@ def train(
     if ema is not None:
         ema.to(accelerator.device)
     state = TrainState()
-    accelerator.register_for_checkpointing(scheduler, state)
-    if ema is not None:
-        accelerator.register_for_checkpointing(ema)
-
+    raw = accelerator.unwrap_model(model)
+    objects = checkpoint_objects(accelerator, optimizer, scheduler, ema)
     log = MetricsLog(output_dir / "metrics.jsonl")
-    if resume:
-        found = latest_checkpoint(output_dir)
-        if found is None:
-            accelerator.print(f"--resume: no checkpoint in {output_dir}; starting from step 0.")
-        else:
-            accelerator.load_state(str(found))
-            accelerator.print(f"resumed from {found} at step {state.step}")
+    if found is not None:
+        load_training_checkpoint(
+            found, state, objects, rank=accelerator.process_index, processes=world,
+            read_weights=lambda path: load_model(raw, str(path), device=str(accelerator.device)),
+        )  # fmt: skip
+        accelerator.print(f"resumed from {found} at step {state.step}")
     if main:
-        if state.step > 0:
-            log.truncate_after(state.step)
+        if found is not None:
+            record_resume(output_dir, state.step, changes)
+            if log.resume_at(state.metrics_lines):
+                print(f"{log.path}: dropped a half-written last line (the run was killed while writing it)")
         elif log.path.exists():
             log.path.unlink()
     accelerator.wait_for_everyone()
 
-    raw = accelerator.unwrap_model(model)
     n_params = count_parameters(raw)
     accelerator.print(
         f"{name}: {cfg.model}, {n_params} parameters, {cfg.dataset} ({len(train_set)} train / {len(eval_set)} eval "
@@ -349,11 +397,8 @@ def train(
         interrupted = cfg.stop_after > 0 and state.step >= cfg.stop_after
         periodic = cfg.save_every > 0 and state.step % cfg.save_every == 0
         if periodic or interrupted or state.step == cfg.steps:
-            accelerator.save_state(str(checkpoint_path(output_dir, state.step)))
-            accelerator.wait_for_everyone()
-            if main:
-                prune_checkpoints(output_dir, cfg.keep_checkpoints)
-            accelerator.wait_for_everyone()
+            state.metrics_lines = log.line_count() if main else 0
+            save_checkpoint(output_dir, accelerator, raw, objects, state, cfg.keep_checkpoints)
             last_time = time.perf_counter()
         if interrupted and state.step < cfg.steps:
             accelerator.print(f"stopping after step {state.step} (stop_after={cfg.stop_after}); resume with --resume")
@@ -410,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = args.output_dir or Path("runs") / args.config
     try:
         train(cfg, output_dir, name=args.config, resume=args.resume, data_dir=args.data_dir, download=args.download)
-    except (DatasetError, ResumeConfigError) as err:
+    except (DatasetError, ResumeConfigError, RunDirError, CheckpointError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0
 

@@ -1,0 +1,41 @@
+"""Fault injection (issue 12, section 3): a training run killed (SIGKILL) at random moments, including in the middle
+of a checkpoint save, and resumed each time, ends with the weights and metrics of an uninterrupted run."""
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from conftest import write_tiny_corpus
+from deq_core.experiment import read_metrics
+from deq_core.runs import latest_complete_checkpoint
+from deq_core.testing import random_kills, train_with_faults
+
+SETTINGS = ["steps=10", "save_every=2", "eval_every=4", "dropout=0.1", "jac_weight=0.5", "jac_prob=0.5"]
+POINTS_PER_SAVE = 9  # 7 files (model, optimizer, scheduler, train_state, rng, memory, manifest), before/after rename
+TIMING = {"tokens_per_s"}
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    folder = latest_complete_checkpoint(run)
+    assert folder is not None and folder.name == "step_0000010"
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in read_metrics(run / "metrics.jsonl")]
+
+
+def test_killed_and_resumed_runs_end_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    args = ["--config", "tiny-lm-deq-transformer", "--data-dir", str(corpus), *SETTINGS]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert train_with_faults("deq_lm.train", args, full, kills=[]) == [0]
+    kills = random_kills(seed=12, n=4, max_lines=3, max_save_point=POINTS_PER_SAVE)
+    codes = train_with_faults("deq_lm.train", args, cut, kills)
+    assert codes.count(-9) == 4 and codes[-1] == 0, codes
+    a, b = _weights(full), _weights(cut)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(cut) == _metrics(full)
+    assert [r["split"] for r in _metrics(cut)].count("test") == 1
+    assert not list((cut / "checkpoints").glob("*.partial"))

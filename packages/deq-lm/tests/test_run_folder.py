@@ -1,0 +1,100 @@
+"""The run folder (issue 12, section 3): one run at a time, no silent restart or empty resume, config.json written
+after the data are checked and kept on resume, a half-written metrics line or an interrupted save does not stop a
+resume."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import write_tiny_corpus
+from deq_core.experiment import read_metrics
+from deq_core.runs import RunLock, checkpoint_path
+from deq_lm.evaluate import main as evaluate_main
+from deq_lm.train import main
+
+ARGS = ["--config", "tiny-lm-deq-transformer", "steps=6", "eval_every=3", "dropout=0.1"]
+
+
+def _exit(argv: list[str], function=main) -> int:
+    try:
+        return function(argv)
+    except SystemExit as exit_info:
+        return int(exit_info.code or 0)
+
+
+def _one_line_error(capsys, *expected: str) -> None:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, err
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_metrics(run / "metrics.jsonl")]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> list[str]:
+    return ["--data-dir", str(write_tiny_corpus(tmp_path / "corpus"))]
+
+
+def test_a_locked_folder_gives_a_one_line_error(tmp_path: Path, corpus: list[str], capsys) -> None:
+    out = tmp_path / "run"
+    with RunLock(out):  # another run trains there
+        assert _exit([*ARGS, *corpus, "--output-dir", str(out)]) == 2
+    _one_line_error(capsys, "is in use by another training run", "another --output-dir")
+    assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
+
+
+def test_no_silent_restart_and_no_empty_resume(tmp_path: Path, corpus: list[str], capsys) -> None:
+    out = tmp_path / "run"
+    assert _exit([*ARGS, *corpus, "--output-dir", str(tmp_path / "missing"), "--resume"]) == 2
+    _one_line_error(capsys, "--resume: no complete checkpoint in")
+    assert not (tmp_path / "missing").exists()
+    assert main([*ARGS, *corpus, "--output-dir", str(out)]) == 0
+    before = (out / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert _exit([*ARGS, *corpus, "--output-dir", str(out)]) == 2
+    _one_line_error(capsys, "already holds a run", "pass --resume")
+    assert (out / "metrics.jsonl").read_text() == before
+
+
+def test_config_is_written_after_the_data_are_checked(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert _exit([*ARGS, "--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(out)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (out / "config.json").exists()
+
+
+def test_resume_with_another_data_dir_keeps_the_config_and_records_the_change(tmp_path: Path, corpus) -> None:
+    out = tmp_path / "run"
+    assert main([*ARGS, "stop_after=3", *corpus, "--output-dir", str(out)]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    moved = tmp_path / "moved"
+    shutil.copytree(corpus[1], moved)
+    assert main([*ARGS, "--data-dir", str(moved), "--output-dir", str(out), "--resume"]) == 0
+    after = json.loads((out / "config.json").read_text())
+    assert after["config"] == saved["config"]
+    assert after["resumed"] == [{"step": 3, "changes": {"stop_after": [3, 0], "data_dir": [corpus[1], str(moved)]}}]
+
+
+def test_a_half_written_metrics_line_and_an_interrupted_save_do_not_stop_a_resume(
+    tmp_path: Path, corpus: list[str], capsys
+) -> None:
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert main([*ARGS, *corpus, "--output-dir", str(full)]) == 0
+    assert main([*ARGS, "stop_after=3", *corpus, "--output-dir", str(cut)]) == 0
+    with (cut / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": 4, "split": "train", "lo')  # killed while writing the line of step 4
+    shutil.copytree(checkpoint_path(cut, 3), checkpoint_path(cut, 5))  # killed while saving step 5 (in place)
+    (checkpoint_path(cut, 5) / "checkpoint.json").unlink()
+    shutil.copytree(checkpoint_path(cut, 3), cut / "checkpoints" / "step_0000005.partial")
+    assert _exit(["--checkpoint", str(cut), "--no-sweep"], evaluate_main) == 0  # the newest complete one
+    capsys.readouterr()
+    assert main([*ARGS, *corpus, "--output-dir", str(cut), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "dropped a half-written last line" in out and "resumed from" in out and "step_0000003" in out
+    assert _metrics(cut) == _metrics(full)  # the first line after the resume is step 4's, as uninterrupted
+    assert not (cut / "checkpoints" / "step_0000005.partial").exists()

@@ -1,0 +1,48 @@
+"""A checkpoint is data, never code: a pickle planted in any file of a run folder never runs, on --resume or in
+evaluate, and gives a one-line error (issue 12, section 2)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from deq_core.runs import latest_complete_checkpoint
+from deq_core.testing import plant_pickle
+from deq_toy import evaluate, train
+
+ARGS = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2"]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("toy") / "run"
+    assert train.main([*ARGS, "--output-dir", str(run), "--stop-after", "5"]) == 0
+    return run
+
+
+def _files(run: Path) -> list[Path]:
+    folder = latest_complete_checkpoint(run)
+    assert folder is not None
+    return sorted(folder.iterdir())
+
+
+def test_the_checkpoint_holds_the_files_this_test_plants_into(stopped_run: Path) -> None:
+    names = {p.name for p in _files(stopped_run)}
+    assert names == {"model.pt", "optimizer.pt", "scheduler.pt", "train_state.json", "rng_rank0.pt", "checkpoint.json"}
+
+
+def test_a_planted_pickle_in_any_file_never_runs(stopped_run: Path, tmp_path: Path, capsys) -> None:
+    for index, original in enumerate(_files(stopped_run)):
+        run = tmp_path / f"run{index}"
+        shutil.copytree(stopped_run, run)
+        planted = run / original.relative_to(stopped_run)
+        marker = tmp_path / f"ran-{planted.name}"
+        plant_pickle(planted, marker)
+        capsys.readouterr()
+        assert train.main([*ARGS, "--output-dir", str(run), "--resume"]) == 2, planted.name
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert planted.name in err or "no complete checkpoint" in err, err
+        code = evaluate.main(["--checkpoint", str(run)])
+        assert code == (2 if planted.name in ("model.pt", "train_state.json", "checkpoint.json") else 0)
+        assert not marker.exists(), planted.name

@@ -1,0 +1,32 @@
+"""Fault injection (issue 12, section 3): a training run killed (SIGKILL) at random moments, including in the middle
+of a checkpoint save, and resumed each time, ends with the weights and metrics of an uninterrupted run."""
+
+from pathlib import Path
+
+import torch
+
+from deq_core.experiment import read_metrics
+from deq_core.runs import latest_complete_checkpoint, safe_load
+from deq_core.testing import random_kills, train_with_faults
+
+ARGS = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2", "checkpoint_every=3"]
+POINTS_PER_SAVE = 8  # 6 files, before and after the rename (20 steps: checkpoints at 3, 6, ..., 18 and 20)
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    folder = latest_complete_checkpoint(run)
+    assert folder is not None and folder.name == "step_0000020"
+    return safe_load(folder / "model.pt")
+
+
+def test_killed_and_resumed_runs_end_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert train_with_faults("deq_toy.train", ARGS, full, kills=[]) == [0]
+    kills = random_kills(seed=12, n=4, max_lines=2, max_save_point=POINTS_PER_SAVE)
+    codes = train_with_faults("deq_toy.train", ARGS, cut, kills)
+    assert codes.count(-9) == 4 and codes[-1] == 0, codes
+    a, b = _weights(full), _weights(cut)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert read_metrics(cut / "metrics.jsonl") == read_metrics(full / "metrics.jsonl")
+    assert (cut / "results.json").read_text() == (full / "results.json").read_text()
+    assert not list((cut / "checkpoints").glob("*.partial"))

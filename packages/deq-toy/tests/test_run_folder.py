@@ -1,0 +1,68 @@
+"""The run folder (issue 12, section 3): one run at a time, no silent restart or empty resume, the first metrics
+line after a resume averages the same steps as an uninterrupted run, a half-written metrics line or an interrupted
+save does not stop a resume, config.json is written after the data are checked."""
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from deq_core.experiment import read_metrics
+from deq_core.runs import RunLock, checkpoint_path
+from deq_toy import evaluate, train
+from deq_toy.checkpoint import load_checkpoint
+
+ARGS = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2"]
+
+
+def _one_line_error(capsys, *expected: str) -> None:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, err
+
+
+def test_resume_mid_log_interval_gives_the_same_metrics_and_weights(tmp_path: Path, capsys) -> None:
+    """log_every=5, stopped after 7 steps: the line of step 10 averages steps 6..10 as in an uninterrupted run."""
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert train.main([*ARGS, "--output-dir", str(full)]) == 0
+    assert train.main([*ARGS, "--output-dir", str(cut), "--stop-after", "7"]) == 0
+    with (cut / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": 10, "split": "tra')  # killed while writing a line
+    shutil.copytree(checkpoint_path(cut, 7), checkpoint_path(cut, 9))  # killed while saving step 9 (in place)
+    (checkpoint_path(cut, 9) / "checkpoint.json").unlink()
+    shutil.copytree(checkpoint_path(cut, 7), cut / "checkpoints" / "step_0000010.partial")
+    assert load_checkpoint(cut)["step"] == 7  # evaluate's view: the newest complete checkpoint
+    capsys.readouterr()
+    assert train.main([*ARGS, "--output-dir", str(cut), "--resume"]) == 0
+    assert "dropped a half-written last line" in capsys.readouterr().out
+    assert read_metrics(cut / "metrics.jsonl") == read_metrics(full / "metrics.jsonl")
+    a, b = load_checkpoint(full)["model"], load_checkpoint(cut)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not (cut / "checkpoints" / "step_0000010.partial").exists()
+    assert evaluate.main(["--checkpoint", str(cut)]) == 0
+
+
+def test_a_locked_folder_gives_a_one_line_error(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    with RunLock(out):  # another run trains there
+        assert train.main([*ARGS, "--output-dir", str(out)]) == 2
+    _one_line_error(capsys, "is in use by another training run", "another --output-dir")
+    assert not (out / "metrics.jsonl").exists()
+
+
+def test_resume_of_nothing_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    assert train.main([*ARGS, "--output-dir", str(tmp_path / "missing"), "--resume"]) == 2
+    _one_line_error(capsys, "--resume: no complete checkpoint in", "run without --resume")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_config_is_written_after_the_data_are_checked(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "data"
+    bad = data / "arith-seed0" / "four-train-len31.tsv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("expression\tvalue\tlabel\n1+2\n")
+    out = tmp_path / "o"
+    assert train.main(["--config", "arith-fc-tiny", "--data-dir", str(data), "--output-dir", str(out)]) == 2
+    assert "malformed arithmetic data file" in capsys.readouterr().err
+    assert not (out / "config.json").exists()

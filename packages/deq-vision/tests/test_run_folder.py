@@ -1,0 +1,123 @@
+"""The run folder (issue 12, section 3): resume is bit-identical with augmentation, one run at a time, no silent
+restart or empty resume, config.json written after the data are checked and kept on resume, a half-written metrics
+line or an interrupted save does not stop a resume."""
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from deq_core.experiment import read_metrics
+from deq_core.runs import RunLock, checkpoint_path
+from deq_vision import evaluate, train
+from deq_vision.configs import get_config
+from deq_vision.data import build_datasets
+from deq_vision.data.seeded import SeededItems
+
+ARGS = ["--config", "tiny-mdeq", "steps=6", "eval_every=3", "save_every=3", "augment=true", "mixup=0.2"]
+
+
+def _exit(argv: list[str], function=train.main) -> int:
+    try:
+        return function(argv)
+    except SystemExit as exit_info:
+        return int(exit_info.code or 0)
+
+
+def _one_line_error(capsys, *expected: str) -> None:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, err
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "images_per_s"} for r in read_metrics(run / "metrics.jsonl")]
+
+
+def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(str(checkpoint_path(run, step) / "model.safetensors"))
+
+
+def test_resume_with_augmentation_is_bit_identical(cifar_dir: Path, tmp_path: Path, capsys) -> None:
+    """The data loader augments batches ahead of the step being trained; a checkpoint must not depend on that.
+    Also: a half-written metrics line, an interrupted save in place and a .partial folder do not stop the resume."""
+    data = ["--data-dir", str(cifar_dir)]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert train.main([*ARGS, *data, "--output-dir", str(full)]) == 0
+    assert train.main([*ARGS, "stop_after=4", *data, "--output-dir", str(cut)]) == 0
+    with (cut / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": 5, "split": "train", "lo')  # killed while writing the line of step 5
+    shutil.copytree(checkpoint_path(cut, 4), checkpoint_path(cut, 5))  # killed while saving step 5 (in place)
+    (checkpoint_path(cut, 5) / "checkpoint.json").unlink()
+    shutil.copytree(checkpoint_path(cut, 4), cut / "checkpoints" / "step_0000006.partial")
+    assert _exit(["--checkpoint", str(cut), *data, "--no-sweep"], evaluate.main) == 0  # the newest complete one
+    capsys.readouterr()
+    assert train.main([*ARGS, *data, "--output-dir", str(cut), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "dropped a half-written last line" in out and "step_0000004" in out
+    a, b = _weights(full, 6), _weights(cut, 6)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(cut) == _metrics(full)
+    assert not (cut / "checkpoints" / "step_0000006.partial").exists()
+
+
+def test_a_locked_folder_gives_a_one_line_error(cifar_dir: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    with RunLock(out):  # another run trains there
+        assert _exit([*ARGS, "--data-dir", str(cifar_dir), "--output-dir", str(out)]) == 2
+    _one_line_error(capsys, "is in use by another training run", "another --output-dir")
+    assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
+
+
+def test_no_silent_restart_and_no_empty_resume(cifar_dir: Path, tmp_path: Path, capsys) -> None:
+    data, out = ["--data-dir", str(cifar_dir)], tmp_path / "run"
+    assert _exit([*ARGS, *data, "--output-dir", str(tmp_path / "missing"), "--resume"]) == 2
+    _one_line_error(capsys, "--resume: no complete checkpoint in")
+    assert not (tmp_path / "missing").exists()
+    assert train.main([*ARGS, "steps=2", *data, "--output-dir", str(out)]) == 0
+    before = (out / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert _exit([*ARGS, "steps=2", *data, "--output-dir", str(out)]) == 2
+    _one_line_error(capsys, "already holds a run", "pass --resume")
+    assert (out / "metrics.jsonl").read_text() == before
+
+
+def test_config_is_written_after_the_data_are_checked_and_kept_on_resume(cifar_dir, tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    assert _exit([*ARGS, "--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(out)]) == 2
+    assert "cifar-10-batches-py" in capsys.readouterr().err
+    assert not (out / "config.json").exists()
+    assert train.main([*ARGS, "stop_after=2", "--data-dir", str(cifar_dir), "--output-dir", str(out)]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["data_dir"] == str(cifar_dir)
+    moved = tmp_path / "moved"
+    shutil.copytree(cifar_dir, moved)
+    assert train.main([*ARGS, "--data-dir", str(moved), "--output-dir", str(out), "--resume"]) == 0
+    after = json.loads((out / "config.json").read_text())
+    assert after["config"] == saved["config"] and after["data_dir"] == str(cifar_dir)
+    assert after["resumed"] == [
+        {"step": 2, "changes": {"stop_after": [2, 0], "data_dir": [str(cifar_dir), str(moved)]}}
+    ]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_augmentation_depends_on_seed_epoch_and_index_only(cifar_dir: Path, num_workers: int) -> None:
+    train_set, _ = build_datasets(dataclasses.replace(get_config("tiny-mdeq"), augment=True), cifar_dir)
+    items = SeededItems(train_set, seed=3)
+    torch.manual_seed(0)
+    first = items[5][0]
+    torch.rand(100)  # the global generators' state does not matter...
+    assert torch.equal(items[5][0], first)
+    state = torch.get_rng_state()
+    items[7]
+    assert torch.equal(torch.get_rng_state(), state)  # ...and reading an item draws nothing from them
+    items.set_epoch(1)
+    assert not torch.equal(items[5][0], first)  # another epoch, another augmentation
+    items.set_epoch(0)
+    loader = torch.utils.data.DataLoader(items, batch_size=4, num_workers=num_workers)
+    assert torch.equal(next(iter(loader))[0][0], items[0][0])  # the same in worker processes
