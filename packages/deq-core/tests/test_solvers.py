@@ -129,7 +129,10 @@ def test_bfloat16_state_is_solved_in_float32(method, kind):
     z0 = make_state(kind, 2, torch.bfloat16, fill=0.0)
     counter = Counter(lambda z: torch.cos(z) if isinstance(z, torch.Tensor) else tuple(torch.cos(t) for t in z))
 
-    res = deq_core.solve(counter, z0, method=method, max_iter=50, tol=1e-2)
+    # The returned z is rounded to bfloat16 (relative spacing eps = 2^-7) and its residual is the one reported: with
+    # rounding errors of up to eps / 2 in z and in f(z), a tol of a few eps is what a bfloat16 state can meet.
+    tol = 4 * torch.finfo(torch.bfloat16).eps
+    res = deq_core.solve(counter, z0, method=method, max_iter=50, tol=tol)
 
     assert_same_structure(res.z, z0)  # bfloat16 out
     assert_same_structure(res.fz, z0)
@@ -138,8 +141,10 @@ def test_bfloat16_state_is_solved_in_float32(method, kind):
     assert all(d == (torch.bfloat16,) * len(tensors_of(z0)) for d in counter.input_dtypes)  # f runs in bf16
     assert res.all_converged, res.summary()
     assert res.nfe == counter.calls
+    # |z_i - z*| <= 3.07 |g_i| (see test_cosine_fixed_point) and |g_i| <= ||g|| <= tol ||f(z)||
+    bound = 3.2 * tol * float(torch.linalg.vector_norm(flat(res.fz, torch.float64), dim=1).max())
     for t in tensors_of(res.z):
-        assert float((t.float() - COS_FIXED_POINT).abs().max()) < 2e-2
+        assert float((t.double() - COS_FIXED_POINT).abs().max()) <= bound
 
 
 @pytest.mark.parametrize("method", METHODS)
