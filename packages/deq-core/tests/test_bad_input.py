@@ -44,6 +44,8 @@ def test_empty_batch_through_the_deq_layer_and_its_backward(backward):
     assert w.grad is not None and torch.equal(w.grad, torch.zeros(4, 4))
     z, info = deq_core.DEQ()(f, torch.zeros(0, 4), unroll=3)
     assert z.shape == (0, 4) and info.residual.shape == (0,)
+    z, info = deq_core.DEQ(backward=backward)(f, torch.zeros(0, 4), jacobian_loss=True)
+    assert info.jacobian_loss is not None and float(info.jacobian_loss.detach()) == 0.0  # empty average: 0, not NaN
 
 
 # --------------------------------------------------------------------------------------------------------------

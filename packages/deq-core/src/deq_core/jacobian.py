@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -67,7 +68,7 @@ def frobenius_from_graph(
     """
     if not (isinstance(n_samples, int) and n_samples >= 1):
         raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}.")
-    dim = sum(t[0].numel() for t in z)
+    dim = sum(math.prod(t.shape[1:]) for t in z)  # elements per sample (also for an empty batch)
     total = None
     for _ in range(n_samples):
         probes = [torch.randn_like(t) for t in fz]

@@ -283,7 +283,8 @@ class DEQ(nn.Module):
         fz_t = as_tensors(fz)
         if jacobian_loss:
             per_sample = frobenius_from_graph(fz_t, z_star, self.jacobian_samples)
-            info.jacobian_loss = (per_sample if bad is None else per_sample[~bad]).mean()
+            kept = per_sample if bad is None else per_sample[~bad]
+            info.jacobian_loss = kept.mean() if kept.numel() else kept.sum()  # no sample left: 0, not NaN
         if self.backward == "implicit":
             adjoint = _Adjoint(
                 fz=fz_t,
