@@ -92,6 +92,13 @@ def _dense_good_broyden_residuals(f, x0: Tensor, iters: int, line_search: bool =
     return torch.stack(out)[:, None]
 
 
+def _roundoff_floor(trace: Tensor) -> float:
+    """The absolute residual below which the product form and the dense method may differ by rounding alone: float64
+    eps times the first residual, amplified by at most 1e3 over the iterations (both are the same method, so their
+    iterates differ only by rounding; measured: at most about 1e-16 x ||g_0|| on the runs of these tests)."""
+    return 1e3 * torch.finfo(torch.float64).eps * float(trace[0].max())
+
+
 def _tanh_map(dim: int, batch: int, radius: float, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(dim, dim, generator=gen, dtype=torch.float64)
@@ -103,16 +110,17 @@ def _tanh_map(dim: int, batch: int, radius: float, seed: int = 0):
 @pytest.mark.parametrize("memory", [30, 7])
 def test_product_form_follows_the_dense_good_broyden_update(memory: int) -> None:
     """With the memory never full (30), every iterate is the textbook dense method's (residual norms equal to 1e-9
-    relative, or 1e-13 once converged to round-off, over 25 iterations of a non-contractive map); with memory 7 the
-    iterations up to the first rank reduction are, and later ones differ: the reduction is what changes them."""
+    relative, or to the round-off floor _roundoff_floor, over up to 25 iterations of a non-contractive map); with
+    memory 7 the iterations up to the first rank reduction are, and later ones differ: the reduction is what changes
+    them. The solve stops at an ordinary tol; the comparison covers the iterations it ran (counted, not assumed)."""
     f = _tanh_map(dim=20, batch=1, radius=1.4)
     x0 = torch.zeros(1, 20, dtype=torch.float64)
-    iters = 25
-    res = deq_core.solve(f, x0, method="broyden", max_iter=iters, tol=1e-300, stop_mode="abs", memory=memory)
-    assert res.iterations == iters
+    res = deq_core.solve(f, x0, method="broyden", max_iter=25, tol=1e-12, stop_mode="abs", memory=memory)
+    iters = res.iterations
+    assert iters > 8 + 5  # past the first reduction of memory 7, by several iterations
     dense = _dense_good_broyden_residuals(f, x0, iters)
     exact = min(memory + 1, iters)  # evaluations before the first reduction changes H
-    torch.testing.assert_close(res.trace[:exact], dense[:exact], rtol=1e-9, atol=1e-13)
+    torch.testing.assert_close(res.trace[:exact], dense[:exact], rtol=1e-9, atol=_roundoff_floor(dense))
     if memory + 1 < iters:
         assert not torch.allclose(res.trace[exact:], dense[exact:], rtol=1e-6, atol=0)
 
@@ -124,10 +132,11 @@ def test_product_form_with_line_search_follows_the_dense_update() -> None:
     x0 = torch.zeros(1, 12, dtype=torch.float64)
     iters = 20
     res = deq_core.solve(
-        f, x0, method="broyden", max_iter=iters, tol=1e-300, stop_mode="abs", line_search=True, memory=40
+        f, x0, method="broyden", max_iter=iters, tol=1e-12, stop_mode="abs", line_search=True, memory=40
     )
-    assert res.nfe > res.iterations  # some steps were shortened
-    torch.testing.assert_close(res.trace, _dense_good_broyden_residuals(f, x0, iters, True), rtol=1e-8, atol=0)
+    assert res.nfe > res.iterations > 12  # some steps were shortened; the comparison spans many iterations
+    dense = _dense_good_broyden_residuals(f, x0, res.iterations, True)
+    torch.testing.assert_close(res.trace, dense, rtol=1e-9, atol=_roundoff_floor(dense))
 
 
 def _truncated(mat: Tensor, rank: int) -> Tensor:

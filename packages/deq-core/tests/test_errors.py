@@ -49,7 +49,12 @@ SOLVE_ERRORS = [
     ("unknown_method", {"f": ident, "z0": Z, "method": "newton"}, ValueError, "unknown solver method"),
     ("unknown_stop_mode", {"f": ident, "z0": Z, "stop_mode": "max"}, ValueError, "stop_mode"),
     ("anderson_m_zero", {"f": ident, "z0": Z, "method": "anderson", "m": 0}, ValueError, "m"),
-    ("anderson_m_float", {"f": ident, "z0": Z, "method": "anderson", "m": 2.0}, ValueError, "m"),
+    (
+        "anderson_m_float",
+        {"f": ident, "z0": Z, "method": "anderson", "m": 2.0},
+        TypeError,
+        "m must be an int",
+    ),  # a type error since 0.2.2
     ("anderson_beta_zero", {"f": ident, "z0": Z, "method": "anderson", "beta": 0.0}, ValueError, "beta"),
     ("anderson_beta_big", {"f": ident, "z0": Z, "method": "anderson", "beta": 1.5}, ValueError, "beta"),
     ("anderson_reg_negative", {"f": ident, "z0": Z, "method": "anderson", "reg": -1.0}, ValueError, "reg"),

@@ -419,12 +419,15 @@ def test_info_statistics_name_the_forward_backward_and_jacobian_numbers() -> Non
     torch.manual_seed(0)
     W = 0.4 * torch.randn(6, 6) / 6**0.5
     x = torch.randn(3, 6, requires_grad=True)
-    deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-6, backward_solver="broyden", backward_tol=1e-8)
+    # float32: tolerances well above its rounding floor (about 1e-7 relative), so both solves converge on any CPU
+    deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward_solver="broyden", backward_tol=1e-5)
     z, info = deq(lambda z: torch.tanh(z @ W.T + x), torch.zeros(3, 6), jacobian_loss=True)
     stats = info.statistics()
     assert set(stats) == {"nfe_forward", "residual", "jacobian_loss"}
-    assert stats["nfe_forward"] == info.nfe and stats["residual"] == float(info.residual.mean()) < 1e-6
+    assert stats["nfe_forward"] == info.nfe and stats["residual"] == float(info.residual.mean()) <= 1e-5
     assert stats["jacobian_loss"] == pytest.approx(float(info.jacobian_loss))
     z.sum().backward()
     after = info.statistics()
-    assert after["nfe_backward"] == info.nfe_backward > 0 and after["residual_backward"] < 1e-7
+    assert bool(info.converged_backward.all())
+    assert after["nfe_backward"] == info.nfe_backward > 0
+    assert after["residual_backward"] == float(info.residual_backward.mean()) <= 1e-5

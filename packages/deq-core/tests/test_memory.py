@@ -37,10 +37,16 @@ def make_cell():
     return (lambda z: torch.tanh(z @ w.T + x)), (w, x)
 
 
+# An ordinary tolerance: the tests compare solves that ran different numbers of iterations (asserted from the counts
+# the solves report), never solves forced to run max_iter iterations by an unreachable tol (on some CPUs a solve
+# reaches a residual of exactly 0 and stops early).
+TOL = 1e-6
+
+
 def forward_and_backward(deq: deq_core.DEQ, max_iter: int, **call):
     f, leaves = make_cell()
     with saved_bytes() as fwd:
-        z, info = deq(f, torch.zeros(BATCH, DIM), max_iter=max_iter, tol=1e-30, **call)
+        z, info = deq(f, torch.zeros(BATCH, DIM), max_iter=max_iter, tol=TOL, **call)
     loss = z.square().sum() + (info.jacobian_loss if info.jacobian_loss is not None else 0)
     with saved_bytes() as bwd:
         loss.backward()
@@ -50,31 +56,32 @@ def forward_and_backward(deq: deq_core.DEQ, max_iter: int, **call):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_saved_bytes_do_not_depend_on_iterations(method):
-    deq = deq_core.DEQ(solver=method, backward_solver="broyden", backward_max_iter=40, backward_tol=1e-30)
+    deq = deq_core.DEQ(solver=method, backward_solver="broyden", backward_max_iter=40, backward_tol=TOL)
     fwd5, bwd5, info5 = forward_and_backward(deq, 5)
     fwd50, bwd50, info50 = forward_and_backward(deq, 50)
-    assert info5.iterations == 5 and info50.iterations == 50  # every iteration ran
+    assert info5.iterations < info50.iterations  # the second solve ran more iterations (counted by the solver)
     assert fwd5.count > 0  # the tracked call f(z*) saves its tensors
     assert fwd5.bytes == fwd50.bytes
     assert fwd5.count == fwd50.count
-    # the adjoint solve (40 vector-Jacobian products) saves nothing
-    assert info5.nfe_backward == 40
+    # the adjoint solve (several vector-Jacobian products) saves nothing
+    assert info5.nfe_backward > 1 and info50.nfe_backward > 1
     assert bwd5.bytes == bwd50.bytes == 0
 
 
 def test_saved_bytes_with_jacobian_loss_do_not_depend_on_iterations():
     deq = deq_core.DEQ(solver="anderson", backward_max_iter=20)
-    fwd5, _, _ = forward_and_backward(deq, 5, jacobian_loss=True)
-    fwd50, _, _ = forward_and_backward(deq, 50, jacobian_loss=True)
+    fwd5, _, info5 = forward_and_backward(deq, 5, jacobian_loss=True)
+    fwd50, _, info50 = forward_and_backward(deq, 50, jacobian_loss=True)
+    assert info5.iterations < info50.iterations
     assert fwd5.bytes == fwd50.bytes > 0
 
 
 def test_saved_bytes_do_not_depend_on_backward_iterations():
-    small = deq_core.DEQ(backward_solver="fixed_point", backward_max_iter=2, backward_tol=1e-30)
-    large = deq_core.DEQ(backward_solver="fixed_point", backward_max_iter=60, backward_tol=1e-30)
+    small = deq_core.DEQ(backward_solver="fixed_point", backward_max_iter=2, backward_tol=TOL)
+    large = deq_core.DEQ(backward_solver="fixed_point", backward_max_iter=60, backward_tol=TOL)
     fwd_s, bwd_s, info_s = forward_and_backward(small, 10)
     fwd_l, bwd_l, info_l = forward_and_backward(large, 10)
-    assert info_s.nfe_backward == 2 and info_l.nfe_backward == 60
+    assert info_s.nfe_backward < info_l.nfe_backward  # counted by the adjoint solve
     assert fwd_s.bytes == fwd_l.bytes
     assert bwd_s.bytes == bwd_l.bytes == 0
 
@@ -97,12 +104,13 @@ def test_saved_bytes_independent_of_iterations_with_tuple_state():
         y = torch.tanh(torch.cat([z[0].flatten(1), z[1]], 1) @ w.T + 1.0)
         return y[:, :4].reshape(-1, 2, 2), y[:, 4:]
 
-    sizes = []
+    sizes, iterations = [], []
     for max_iter in (3, 30):
         z0 = (torch.zeros(BATCH, 2, 2), torch.zeros(BATCH, 3))
         with saved_bytes() as saved:
-            out, info = deq_core.DEQ(solver="broyden")(f, z0, max_iter=max_iter, tol=1e-30)
-        assert info.iterations == max_iter
+            out, info = deq_core.DEQ(solver="broyden")(f, z0, max_iter=max_iter, tol=TOL)
         sizes.append(saved.bytes)
+        iterations.append(info.iterations)
         (out[0].sum() + out[1].sum()).backward()
+    assert iterations[0] < iterations[1]  # counted, not assumed: Broyden may stop before 30 on some CPUs
     assert sizes[0] == sizes[1] > 0

@@ -200,23 +200,27 @@ def deq_step(max_iter: int, unroll: bool):
     backpropagating through the unrolled iterations; and the leaves (parameter, input)."""
     w = scaled_to_norm(torch.randn(DIM, DIM), 0.9).requires_grad_()
     x = torch.randn(BATCH, DIM)
-    deq = deq_core.DEQ(solver="anderson", max_iter=max_iter, tol=1e-30, backward_max_iter=10, backward_tol=1e-30)
+    deq = deq_core.DEQ(solver="anderson", max_iter=max_iter, tol=1e-6, backward_max_iter=10, backward_tol=1e-6)
+    iterations: list[int] = []  # of every forward call (the solve stops at tol: counted, not assumed)
 
     def forward():
         f = lambda z: torch.tanh(z @ w.T + x)
-        z, _ = deq(f, torch.zeros(BATCH, DIM), unroll=max_iter if unroll else None)
+        z, info = deq(f, torch.zeros(BATCH, DIM), unroll=max_iter if unroll else None)
+        iterations.append(info.iterations)
         return z
 
-    return forward, (lambda: forward().square().sum().backward()), (w, x)
+    return forward, (lambda: forward().square().sum().backward()), (w, x), iterations
 
 
 @pytest.mark.parametrize("unroll", [False, True])
 def test_deq_saved_and_peak_bytes_against_iterations(unroll):
-    saved, peak = [], []
+    saved, peak, iterations = [], [], []
     for max_iter in (5, 40):
-        forward, step, leaves = deq_step(max_iter, unroll)
+        forward, step, leaves, counts = deq_step(max_iter, unroll)
         saved.append(deq_core.saved_tensor_bytes(forward, exclude=leaves)[1])
         peak.append(deq_core.peak_live_bytes(step)[1])
+        iterations.append(counts[-1])
+    assert iterations[0] < iterations[1]  # the second solve ran more iterations
     state = BATCH * DIM * FLOAT
     if unroll:  # every application of f saves its output (and its input)
         assert saved[1] - saved[0] >= 35 * state

@@ -20,8 +20,10 @@ def contractive_problems(draw):
     batch = draw(st.integers(1, 4))
     dim = draw(st.integers(1, 6))
     seed = draw(st.integers(0, 2**31 - 1))
-    norm = draw(st.floats(0.0, LIPSCHITZ))
-    bias_scale = draw(st.floats(0.0, 5.0))
+    # no subnormal draws: a process with flush-to-zero set (e.g. a library built with -ffast-math) cannot represent
+    # them, and hypothesis then refuses to run
+    norm = draw(st.floats(0.0, LIPSCHITZ, allow_subnormal=False))
+    bias_scale = draw(st.floats(0.0, 5.0, allow_subnormal=False))
     activation = draw(st.sampled_from(["affine", "tanh"]))
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(dim, dim, generator=gen, dtype=torch.float64)

@@ -129,7 +129,10 @@ def test_bfloat16_state_is_solved_in_float32(method, kind):
     z0 = make_state(kind, 2, torch.bfloat16, fill=0.0)
     counter = Counter(lambda z: torch.cos(z) if isinstance(z, torch.Tensor) else tuple(torch.cos(t) for t in z))
 
-    res = deq_core.solve(counter, z0, method=method, max_iter=50, tol=1e-2)
+    # The returned z is rounded to bfloat16 (relative spacing eps = 2^-7) and its residual is the one reported: with
+    # rounding errors of up to eps / 2 in z and in f(z), a tol of a few eps is what a bfloat16 state can meet.
+    tol = 4 * torch.finfo(torch.bfloat16).eps
+    res = deq_core.solve(counter, z0, method=method, max_iter=50, tol=tol)
 
     assert_same_structure(res.z, z0)  # bfloat16 out
     assert_same_structure(res.fz, z0)
@@ -138,8 +141,10 @@ def test_bfloat16_state_is_solved_in_float32(method, kind):
     assert all(d == (torch.bfloat16,) * len(tensors_of(z0)) for d in counter.input_dtypes)  # f runs in bf16
     assert res.all_converged, res.summary()
     assert res.nfe == counter.calls
+    # |z_i - z*| <= 3.07 |g_i| (see test_cosine_fixed_point) and |g_i| <= ||g|| <= tol ||f(z)||
+    bound = 3.2 * tol * float(torch.linalg.vector_norm(flat(res.fz, torch.float64), dim=1).max())
     for t in tensors_of(res.z):
-        assert float((t.float() - COS_FIXED_POINT).abs().max()) < 2e-2
+        assert float((t.double() - COS_FIXED_POINT).abs().max()) <= bound
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -210,16 +215,20 @@ def test_residual_is_that_of_returned_z_in_stop_mode(method, kind, stop_mode):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_residual_trace_of_unconverged_solve(method):
-    """Also when nothing converges: trace min is the residual, and the residual is that of res.z."""
+    """Also when nothing converges: trace min is the residual, and the residual is that of res.z.
+
+    The map has no fixed point (every component of f(z) - z is >= 0.099 x 0.5), so no solve can converge on any CPU:
+    not an unreachable tol, a residual bounded below (abs residual >= 0.099 for 4 components)."""
     batch = 2
     scale = torch.tensor([[0.99], [0.995]], dtype=torch.float64)
-    f = lambda z: scale * torch.sin(z) + 0.01  # slow contraction, near-flat direction
+    f = lambda z: z + 0.1 * scale * (1 + 0.5 * torch.sin(z))  # nonlinear, no fixed point
     counter = Counter(f)
     z0 = torch.full((batch, 4), 3.0, dtype=torch.float64)
-    res = deq_core.solve(counter, z0, method=method, max_iter=6, tol=1e-14)
+    res = deq_core.solve(counter, z0, method=method, max_iter=6, tol=1e-3, stop_mode="abs")
     assert_consistent_stats(res, counter, batch)
-    assert res.iterations == 6
-    torch.testing.assert_close(res.residual, recomputed_residual(f, res.z, "rel"), rtol=1e-10, atol=0)
+    assert res.iterations == 6 and not bool(res.converged.any())
+    assert bool((res.residual >= 0.099).all())
+    torch.testing.assert_close(res.residual, recomputed_residual(f, res.z, "abs"), rtol=1e-10, atol=0)
 
 
 @pytest.mark.parametrize("method", METHODS)

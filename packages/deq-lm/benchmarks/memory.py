@@ -167,18 +167,26 @@ def state_width(cfg: Config) -> int:
     return 2 * cfg.d_model if cfg.model in ("deq_trellisnet", "trellisnet") else cfg.d_model
 
 
-def history_bytes(solver: str, options: dict[str, Any], vector_bytes: int, iterations: int) -> int:
-    """Bytes of a solver's history buffers for iterates of ``vector_bytes``, after ``iterations`` iterations: Anderson
-    keeps 2 (m - 1) vectors from the start; Broyden memory + 1 directions from the start, plus 2 (memory // 2) vectors
-    of its rank-reduced base from its first reduction on (after memory updates, i.e. from iteration memory + 2);
-    fixed-point iteration none. Options not given take deq-core's defaults (m = 8, memory = 20)."""
+def history_bytes(
+    solver: str, options: dict[str, Any], vector_bytes: int, iterations: int, max_iter: int | None = None
+) -> int:
+    """Bytes of a solver's history buffers for iterates of ``vector_bytes``, after ``iterations`` iterations of a solve
+    limited to ``max_iter`` (None: no limit): deq-core (>= 0.2.2) sizes them by min(m or memory, max_iter). Anderson
+    keeps 2 (min(m, max_iter) - 1) vectors from the start; Broyden min(memory, max_iter) + 1 directions from the
+    start, plus 2 (memory // 2) vectors of its rank-reduced base from its first reduction on (after memory updates,
+    i.e. from iteration memory + 2); fixed-point iteration none. Options not given take deq-core's defaults (m = 8,
+    memory = 20)."""
     settings = {**deq_core.solver_options(solver), **options}
+
+    def sized(entries: int) -> int:
+        return entries if max_iter is None else min(entries, max_iter)
+
     if solver == "anderson":
-        return 2 * (int(settings["m"]) - 1) * vector_bytes
+        return 2 * (sized(int(settings["m"])) - 1) * vector_bytes
     if solver == "broyden":
         memory = int(settings["memory"])
         base = 2 * (memory // 2) if iterations >= memory + 2 else 0
-        return (memory + 1 + base) * vector_bytes
+        return (sized(memory) + 1 + base) * vector_bytes
     return 0
 
 
@@ -311,8 +319,8 @@ def measure_deq(cfg: Config, proto: Protocol, limit: int | None, jacobian: bool 
     deq: Any = body.deq  # type: ignore[union-attr]
     vector = x.shape[0] * x.shape[1] * state_width(cfg) * x.element_size()
     histories = (
-        history_bytes(deq.solver, deq.solver_options, vector, nfe[0]),
-        history_bytes(deq.backward_solver, deq.backward_options, vector, nfe[1]),
+        history_bytes(deq.solver, deq.solver_options, vector, nfe[0], cfg.max_iter),
+        history_bytes(deq.backward_solver, deq.backward_options, vector, nfe[1], cfg.backward_max_iter),
     )
     return BodyMemory(saved, peak, param_bytes(body), solve_peak, nfe, histories)
 

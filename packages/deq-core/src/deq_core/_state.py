@@ -6,6 +6,7 @@ tensors of the state. This module checks states, flattens them and rebuilds them
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -119,12 +120,17 @@ def detached_leaves(state: State) -> tuple[Tensor, ...]:
     return tuple(t.detach().requires_grad_() for t in as_tensors(state))
 
 
+def as_rows(t: Tensor) -> Tensor:
+    """(B, ...) -> (B, D), also for B = 0 (where reshape(0, -1) cannot infer D)."""
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
+
+
 def flatten(state: State, dtype: torch.dtype) -> Tensor:
     """State -> Tensor (B, D) of ``dtype`` (a copy when the dtype or layout requires one)."""
     tensors = as_tensors(state)
     if len(tensors) == 1:
-        return tensors[0].reshape(tensors[0].shape[0], -1).to(dtype)
-    return torch.cat([t.reshape(t.shape[0], -1).to(dtype) for t in tensors], dim=1)
+        return as_rows(tensors[0]).to(dtype)
+    return torch.cat([as_rows(t).to(dtype) for t in tensors], dim=1)
 
 
 def unflatten(flat: Tensor, spec: StateSpec) -> State:
@@ -136,42 +142,82 @@ def unflatten(flat: Tensor, spec: StateSpec) -> State:
     return spec.kind(tensors)
 
 
-def check_same_structure(out: object, spec: StateSpec, what: str = "f(z)") -> None:
-    """Raise a clear error when ``out`` does not have the structure and shapes described by ``spec``."""
+def describe_callable(f: object) -> str:
+    """A short name for a user's function in error messages: its qualified name, else its repr."""
+    name = getattr(f, "__qualname__", None) or getattr(type(f), "__qualname__", None)
+    return f"f ({name})" if name else "f"
+
+
+def check_same_structure(out: object, spec: StateSpec, what: str = "f(z)", f: object = None) -> None:
+    """Raise a clear error when ``out`` does not have the structure and shapes described by ``spec``; ``f`` (the
+    function that returned ``out``) is named in the message when given."""
+    who = f"{describe_callable(f)} returned {what}" if f is not None else what
     expected = "Tensor" if spec.kind is Tensor else f"{spec.kind.__name__} of {len(spec.shapes)} Tensors"
     if spec.kind is Tensor:
         ok_kind = isinstance(out, Tensor)
     else:
         ok_kind = isinstance(out, (tuple, list)) and len(out) == len(spec.shapes)
     if not ok_kind:
-        raise TypeError(f"{what} must return the same structure as the state ({expected}); got {_describe(out)}.")
+        raise TypeError(f"{who}: must return the same structure as the state ({expected}); got {_describe(out)}.")
     for i, (t, shape) in enumerate(zip(as_tensors(out), spec.shapes)):  # type: ignore[arg-type]
+        where = who if spec.kind is Tensor else f"{who}[{i}]"
         if not isinstance(t, Tensor):
-            raise TypeError(f"{what}[{i}] must be a Tensor, got {_describe(t)}.")
+            raise TypeError(f"{where} must be a Tensor, got {_describe(t)}.")
         if t.shape != shape:
-            where = what if spec.kind is Tensor else f"{what}[{i}]"
             raise ValueError(
                 f"{where} has shape {tuple(t.shape)} but the state has shape {tuple(shape)}: "
                 "f must map a state to a state of the same shape (z* = f(z*))."
             )
 
 
+def check_output(out: object, spec: StateSpec, f: object, what: str = "f(z)") -> None:
+    """Everything :func:`check_same_structure` checks, plus each tensor's device and dtype against the state's.
+
+    Under autocast (for the state's device) a floating dtype other than the state's is expected (e.g. a Linear
+    returning bfloat16 for a float32 state) and is accepted: the solver casts it back. Called on the first call of f
+    only; the solver loop does not repeat it.
+    """
+    check_same_structure(out, spec, what, f)
+    who = f"{describe_callable(f)} returned {what}"
+    autocast = torch.is_autocast_enabled(spec.device.type)
+    for i, (t, dtype) in enumerate(zip(as_tensors(out), spec.dtypes)):  # type: ignore[arg-type]
+        where = who if spec.kind is Tensor else f"{who}[{i}]"
+        if t.device != spec.device:
+            raise ValueError(
+                f"{where} on device {t.device} for a state on {spec.device}; f must return its result on the state's "
+                f"device (move f's parameters and inputs there, e.g. module.to({str(spec.device)!r}))."
+            )
+        if t.dtype != dtype and not (autocast and t.is_floating_point()):
+            raise TypeError(
+                f"{where} of dtype {t.dtype} for a state of dtype {dtype}; f must return the state's dtype "
+                f"(cast its result with .to({dtype}) or start from z0 of the dtype f computes in)."
+            )
+
+
 def flat_map(f: Callable[[State], State], spec: StateSpec, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
-    """Wrap ``f`` (state -> state) as a map on flat (B, D) tensors of ``dtype``, checking f's output structure."""
+    """Wrap ``f`` (state -> state) as a map on flat (B, D) tensors of ``dtype``. f's output (structure, shapes,
+    dtypes, device) is checked at the first call only, so that the solver loop pays nothing for it."""
+    checked = False
+
+    def check(out: State) -> None:
+        nonlocal checked
+        if not checked:
+            check_output(out, spec, f)
+            checked = True
 
     if spec.kind is Tensor:  # one tensor: a view in and out (a cast only when its dtype differs)
-        shape, own_dtype, batch = spec.shapes[0], spec.dtypes[0], spec.batch_size
+        shape, own_dtype, batch, dim = spec.shapes[0], spec.dtypes[0], spec.batch_size, spec.dim
 
         def g_tensor(x: Tensor) -> Tensor:
             out = f(x.view(shape).to(own_dtype))
-            check_same_structure(out, spec)
-            return out.reshape(batch, -1).to(dtype)
+            check(out)
+            return out.reshape(batch, dim).to(dtype)
 
         return g_tensor
 
     def g(x: Tensor) -> Tensor:
         out = f(unflatten(x, spec))
-        check_same_structure(out, spec)
+        check(out)
         return flatten(out, dtype)
 
     return g

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -15,8 +16,9 @@ from torch import Tensor
 
 from ._state import (
     State,
+    as_rows,
     as_tensors,
-    check_same_structure,
+    check_output,
     detached_leaves,
     flatten,
     rebuild,
@@ -66,15 +68,12 @@ def frobenius_from_graph(
     """
     if not (isinstance(n_samples, int) and n_samples >= 1):
         raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}.")
-    dim = sum(t[0].numel() for t in z)
+    dim = sum(math.prod(t.shape[1:]) for t in z)  # elements per sample (also for an empty batch)
     total = None
     for _ in range(n_samples):
         probes = [torch.randn_like(t) for t in fz]
         vjps = vector_jacobian(fz, z, probes, create_graph=create_graph)
-        sq = sum(
-            (g.float() if g.dtype in (torch.float16, torch.bfloat16) else g).pow(2).reshape(g.shape[0], -1).sum(1)
-            for g in vjps
-        )
+        sq = sum(as_rows(g.float() if g.dtype in (torch.float16, torch.bfloat16) else g).pow(2).sum(1) for g in vjps)
         total = sq if total is None else total + sq
     assert total is not None
     return total / (n_samples * dim)
@@ -98,7 +97,7 @@ def jacobian_frobenius(f: Callable[[State], State], z: State, n_samples: int = 1
         raise RuntimeError("jacobian_frobenius needs autograd; call it outside torch.no_grad().")
     leaves = detached_leaves(z)
     fz = f(rebuild(z, leaves))
-    check_same_structure(fz, spec)
+    check_output(fz, spec, f)
     per_sample = frobenius_from_graph(as_tensors(fz), leaves, n_samples=n_samples, create_graph=True)
     return per_sample.mean() if reduction == "mean" else per_sample
 
@@ -126,7 +125,7 @@ def spectral_radius(f: Callable[[State], State], z: State, n_iters: int = 20, se
     leaves = detached_leaves(z)
     with torch.enable_grad():
         fz = f(rebuild(z, leaves))
-    check_same_structure(fz, spec)
+    check_output(fz, spec, f)
     fz_t = as_tensors(fz)
 
     def vjp(v: Tensor) -> Tensor:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ._solvers._options import check_int, check_number
 from ._state import (
     State,
     as_tensors,
-    check_same_structure,
+    check_output,
     detached_leaves,
     flatten,
     rebuild,
@@ -155,7 +157,9 @@ class DEQ(nn.Module):
             the training ones.
         jacobian_samples: Hutchinson probes for ``jacobian_loss=True``.
         on_nonfinite: what to do when f returns NaN/Inf during the forward solve: "raise" (FloatingPointError),
-            "warn" or "ignore" (the statistics in ``info.nonfinite`` always say it).
+            "warn" or "ignore" (the statistics in ``info.nonfinite`` always say it). With "warn" / "ignore" those
+            samples are excluded from the gradient: their rows of z_out are their best finite values, detached, and
+            the other samples get the gradients of the batch without them (for f whose samples do not interact).
 
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
     does not grow with the number of solver iterations. In eval mode z_out is still differentiable when autograd
@@ -196,12 +200,10 @@ class DEQ(nn.Module):
         )
         if backward not in BACKWARDS:
             raise ValueError(f"unknown backward {backward!r}; choose one of {list(BACKWARDS)}.")
-        if not (isinstance(phantom_steps, int) and phantom_steps >= 1):
-            raise ValueError(f"phantom_steps must be an int >= 1, got {phantom_steps!r}.")
-        if not 0.0 < phantom_damping <= 1.0:
-            raise ValueError(f"phantom_damping must be in (0, 1], got {phantom_damping}.")
-        if not (isinstance(jacobian_samples, int) and jacobian_samples >= 1):
-            raise ValueError(f"jacobian_samples must be an int >= 1, got {jacobian_samples!r}.")
+        check_int("DEQ", "phantom_steps", phantom_steps, 1)
+        if not 0.0 < check_number("DEQ", "phantom_damping", phantom_damping) <= 1.0:
+            raise ValueError(f"DEQ: phantom_damping must be in (0, 1], got {phantom_damping}.")
+        check_int("DEQ", "jacobian_samples", jacobian_samples, 1)
         if on_nonfinite not in ("raise", "warn", "ignore"):
             raise ValueError(f"on_nonfinite must be 'raise', 'warn' or 'ignore', got {on_nonfinite!r}.")
         self.solver, self.max_iter, self.tol, self.stop_mode = solver, max_iter, tol, stop_mode
@@ -260,15 +262,29 @@ class DEQ(nn.Module):
             **self.solver_options,
         )
         info = DEQInfo.from_result(res)
-        self._report_nonfinite(res)
+        bad = self._report_nonfinite(res)
         if not torch.is_grad_enabled():
             return res.fz, info
+        with _nonfinite_rows_sanitized(bad is not None):
+            out = self._tracked(f, z0, res, info, jacobian_loss, bad)
+        if bad is not None:  # the samples f produced NaN/Inf for: their best finite value, no gradient through them
+            out = tuple(torch.where(_rows_mask(bad, t), r.detach(), t) for t, r in zip(out, as_tensors(res.fz)))
+        return rebuild(z0, out), info
+
+    def _tracked(
+        self, f: Callable[[State], State], z0: State, res: SolverResult, info: DEQInfo, jacobian_loss: bool,
+        bad: Tensor | None,
+    ) -> tuple[Tensor, ...]:  # fmt: skip
+        """The differentiable output from the solver's z*: the one tracked call f(z*) (and the phantom steps), with
+        the backward strategy attached; sets ``info.jacobian_loss`` (averaged over the samples not in ``bad``)."""
         z_star = detached_leaves(res.z)
         fz = f(rebuild(z0, z_star))
-        check_same_structure(fz, state_spec(z0))
+        check_output(fz, state_spec(z0), f, "f(z*)")
         fz_t = as_tensors(fz)
         if jacobian_loss:
-            info.jacobian_loss = frobenius_from_graph(fz_t, z_star, self.jacobian_samples).mean()
+            per_sample = frobenius_from_graph(fz_t, z_star, self.jacobian_samples)
+            kept = per_sample if bad is None else per_sample[~bad]
+            info.jacobian_loss = kept.mean() if kept.numel() else kept.sum()  # no sample left: 0, not NaN
         if self.backward == "implicit":
             adjoint = _Adjoint(
                 fz=fz_t,
@@ -280,16 +296,15 @@ class DEQ(nn.Module):
                 stop_mode=self.backward_stop_mode,
                 options=self.backward_options,
             )
-            out: tuple[Tensor, ...] = _ImplicitGradient.apply(adjoint, *fz_t)
-        elif self.backward == "jfb":
-            out = fz_t
-        else:  # phantom
-            tau = self.phantom_damping
-            out = tuple((1 - tau) * z + tau * y for z, y in zip(z_star, fz_t))
-            for _ in range(self.phantom_steps - 1):
-                step = as_tensors(f(rebuild(z0, out)))
-                out = tuple((1 - tau) * z + tau * y for z, y in zip(out, step))
-        return rebuild(z0, out), info
+            return _ImplicitGradient.apply(adjoint, *fz_t)
+        if self.backward == "jfb":
+            return fz_t
+        tau = self.phantom_damping  # phantom
+        out = tuple((1 - tau) * z + tau * y for z, y in zip(z_star, fz_t))
+        for _ in range(self.phantom_steps - 1):
+            step = as_tensors(f(rebuild(z0, out)))
+            out = tuple((1 - tau) * z + tau * y for z, y in zip(out, step))
+        return out
 
     def _unrolled(
         self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool
@@ -302,7 +317,7 @@ class DEQ(nn.Module):
             if jacobian_loss and i == steps - 1:  # the last step's input must be in the graph to take J there
                 z = rebuild(z0, tuple(t if t.requires_grad else t.detach().requires_grad_() for t in as_tensors(z)))
             prev, z = z, f(z)
-            check_same_structure(z, spec)
+            check_output(z, spec, f)
         jac = None
         if jacobian_loss:
             jac = frobenius_from_graph(as_tensors(z), as_tensors(prev), self.jacobian_samples).mean()
@@ -331,10 +346,51 @@ class DEQ(nn.Module):
         tolerance = self.tol if self.eval_tol is None else self.eval_tol
         return limit, tolerance
 
-    def _report_nonfinite(self, res: SolverResult) -> None:
-        if self.on_nonfinite == "ignore" or not bool(res.nonfinite.any()):
-            return
-        message = "DEQ forward solve: " + res.summary()
+    def _report_nonfinite(self, res: SolverResult) -> Tensor | None:
+        """Raise, warn or stay silent (``on_nonfinite``) when f produced NaN/Inf; return the (B,) mask of those
+        samples, or None when there are none."""
+        if not bool(res.nonfinite.any()):
+            return None
+        rows = res.nonfinite.nonzero().flatten().tolist()
+        message = f"DEQ forward solve: f produced NaN/Inf for sample(s) {rows}; " + res.summary()
         if self.on_nonfinite == "raise":
-            raise FloatingPointError(message + " (set on_nonfinite='warn' to continue with the best finite iterate)")
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+            raise FloatingPointError(message + " (set on_nonfinite='warn' to continue without these samples)")
+        if self.on_nonfinite == "warn":
+            warnings.warn(
+                message + ". They are excluded from the gradient: their outputs are their best finite values, "
+                "detached, and give the other samples' gradients as if they were not in the batch.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return res.nonfinite
+
+
+def _rows_mask(rows: Tensor, like: Tensor) -> Tensor:
+    """(B,) bool -> (B, 1, ..., 1), broadcastable against ``like``."""
+    return rows.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _finite_or_one(t: Tensor) -> Tensor:
+    """A tensor saved for backward, with NaN/Inf entries replaced by 1 (only rows of excluded samples hold them)."""
+    if not t.is_floating_point():
+        return t
+    with torch.no_grad():
+        finite = torch.isfinite(t)
+        return t if bool(finite.all()) else torch.where(finite, t, torch.ones((), dtype=t.dtype, device=t.device))
+
+
+@contextlib.contextmanager
+def _nonfinite_rows_sanitized(active: bool) -> Iterator[None]:
+    """While active, tensors autograd saves for backward have their NaN/Inf entries replaced by 1.
+
+    A sample for which f is NaN (e.g. a NaN in its input) makes the values f saves for backward NaN in that sample's
+    rows; the gradient reaching those rows is zero (the sample is excluded), but 0 x NaN = NaN would still reach
+    every parameter through the batch sums of the backward (e.g. W's gradient g^T x). With finite stand-ins the
+    excluded rows contribute exactly 0, and the other rows, whose saved values are finite, are untouched. Only used
+    when a sample is non-finite, so an ordinary step pays nothing.
+    """
+    if not active:
+        yield
+        return
+    with torch.autograd.graph.saved_tensors_hooks(_finite_or_one, lambda t: t):
+        yield

@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from ._solvers import OPTION_CHECKS, SOLVERS
-from ._solvers._run import SolveRun
-from ._state import State, flat_map, flatten, solver_dtype, state_spec, unflatten
+from ._solvers._run import SolveRun, residual_norms
+from ._state import State, StateSpec, flat_map, flatten, solver_dtype, state_spec, unflatten
 
 STOP_MODES = ("rel", "abs")
 
@@ -27,6 +27,8 @@ class SolverResult:
         nfe: number of calls of f made by the solver.
         iterations: number of iterations (entries of ``trace``); <= max_iter.
         residual: residual of ``z`` per sample, in ``stop_mode`` (inf for a sample whose first f(z) was non-finite).
+            For a state of lower precision than the solver's (e.g. bfloat16), that of z as returned (rounded), from
+            one more call of f; ``trace`` holds the residuals of the solver's own iterates.
         converged: residual <= tol, per sample.
         nonfinite: per sample, whether f produced a NaN or Inf (the sample was frozen at its best finite iterate).
         trace: (iterations, B) residual of the iterate of every iteration, in ``stop_mode``.
@@ -123,8 +125,14 @@ def solve(
         **options: method-specific options, checked by name (see :func:`solver_options`).
 
     The solver computes in float64 when the state has a float64 tensor and in float32 otherwise (also for
-    bfloat16/float16 states); f itself runs in the state's dtypes. The solve stops when every sample has converged
-    or produced a NaN/Inf, or after ``max_iter`` iterations.
+    bfloat16/float16 states); f itself runs in the state's dtypes and must return them, on the state's device
+    (checked at the first call; under autocast a lower-precision float result is accepted). The solve stops when
+    every sample has converged or produced a NaN/Inf, or after ``max_iter`` iterations. An empty batch (B = 0)
+    returns an empty, converged result without calling f.
+
+    Raises:
+        TypeError / ValueError: bad settings or options (naming them), or f's first result of another structure,
+            shape, dtype or device than the state (naming f).
 
     Returns:
         SolverResult with the best iterate per sample and its statistics.
@@ -133,28 +141,44 @@ def solve(
     check_settings(method, max_iter, tol, stop_mode, options)
     spec = state_spec(z0)
     dtype = solver_dtype(spec.dtypes)
+    settings = dict(method=method, stop_mode=stop_mode, tol=float(tol), max_iter=max_iter)
     with torch.no_grad():
         x0 = flatten(z0, dtype).clone()  # never alias the caller's z0 (results would change if it did)
         if not bool(torch.isfinite(x0).all()):
             raise ValueError("z0 contains NaN or Inf; start the solver from a finite state (e.g. zeros).")
+        if spec.batch_size == 0:  # nothing to solve (e.g. an empty last batch): f is not called
+            empty = x0.new_zeros(0)
+            return SolverResult(
+                z=unflatten(x0, spec), fz=unflatten(x0, spec), nfe=0, iterations=0, residual=empty,
+                converged=empty.bool(), nonfinite=empty.bool(), trace=x0.new_zeros(0, 0),
+                iterations_per_sample=empty.long(), **settings,
+            )  # fmt: skip
         run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode)
         SOLVERS[method](run, x0, **options)
+        z, fz, residual, nonfinite = _returned(run, spec, dtype)
+        converged = residual <= float(tol)
         trace = torch.stack(run.trace) if run.trace else x0.new_zeros(0, spec.batch_size)
         reached = trace <= float(tol)  # (iterations, B)
         first = reached.to(torch.int64).argmax(dim=0) + 1
-        per_sample = torch.where(reached.any(dim=0), first, torch.full_like(first, run.iterations))
+        per_sample = torch.where(reached.any(dim=0) & converged, first, torch.full_like(first, run.iterations))
         return SolverResult(
-            z=unflatten(run.best_x, spec),
-            fz=unflatten(run.best_fx, spec),
-            nfe=run.nfe,
-            iterations=run.iterations,
-            residual=run.best_residual,
-            converged=run.converged,
-            nonfinite=run.nonfinite,
-            trace=trace,
-            iterations_per_sample=per_sample,
-            method=method,
-            stop_mode=stop_mode,
-            tol=float(tol),
-            max_iter=max_iter,
-        )
+            z=z, fz=fz, nfe=run.nfe, iterations=run.iterations, residual=residual, converged=converged,
+            nonfinite=nonfinite, trace=trace, iterations_per_sample=per_sample, **settings,
+        )  # fmt: skip
+
+
+def _returned(run: SolveRun, spec: StateSpec, dtype: torch.dtype) -> tuple[State, State, Tensor, Tensor]:
+    """(z, f(z), residual, nonfinite) of the iterate returned to the user.
+
+    When a tensor of the state has a lower precision than the solver's dtype (bfloat16 / float16 states, or the
+    float32 part of a mixed float32 / float64 tuple), the returned z is the best iterate rounded to the state's
+    dtypes, whose residual can be well above that of the solver's iterate: f is called once more (counted in nfe)
+    at the rounded z, and its residual, f(z) and non-finite flag are the ones reported.
+    """
+    z = unflatten(run.best_x, spec)
+    if all(d == dtype for d in spec.dtypes):
+        return z, unflatten(run.best_fx, spec), run.best_residual, run.nonfinite
+    x = flatten(z, dtype)
+    fx = run.call(x)
+    _, residual, good = residual_norms(x, fx, run.stop_mode)
+    return z, unflatten(fx, spec), torch.where(good, residual, math.inf), run.nonfinite | ~good

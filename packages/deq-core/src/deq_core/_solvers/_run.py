@@ -52,6 +52,21 @@ def copy_rows(dst: Tensor, src: Tensor, rows: Sequence[int]) -> Tensor:
     return dst
 
 
+def residual_norms(x: Tensor, fx: Tensor, stop_mode: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(g, residual, good) for iterates x and f(x), (B, D): g = f(x) - x, the residual per sample in ``stop_mode``
+    ("rel": ||g|| / ||f(x)||, 0 where x = f(x) = 0; "abs": ||g||), and whether both norms are finite (where not,
+    the residual is meaningless: callers replace it by inf)."""
+    gx = fx - x
+    res = torch.linalg.vector_norm(gx, dim=1)
+    if stop_mode == "rel":
+        f_norm = torch.linalg.vector_norm(fx, dim=1)
+        good = torch.maximum(res, f_norm) < _INF  # maximum propagates NaN: both norms are finite
+        res = (res / f_norm).nan_to_num_(nan=0.0, posinf=_INF)  # a NaN here is 0/0 (x = f(x) = 0) or not good
+    else:
+        good = res < _INF
+    return gx, res, good
+
+
 def rowwise_copies(t: Tensor) -> bool:
     """Whether rows of ``t`` are selected by host-indexed copies (CPU) rather than torch.where (other devices)."""
     return t.device.type == "cpu"
@@ -149,14 +164,7 @@ class SolveRun:
         """
         if fx is None:
             fx = self.call(x)
-        gx = fx - x
-        res = torch.linalg.vector_norm(gx, dim=1)
-        if self.stop_mode == "rel":
-            f_norm = torch.linalg.vector_norm(fx, dim=1)
-            good = torch.maximum(res, f_norm) < _INF  # maximum propagates NaN: both norms are finite
-            res = (res / f_norm).nan_to_num_(nan=0.0, posinf=_INF)  # a NaN here is 0/0 (x = f(x) = 0) or not good
-        else:
-            good = res < _INF
+        gx, res, good = residual_norms(x, fx, self.stop_mode)
         finite = self._finite & good
         res = torch.where(finite, res, _INF)
         better = res < self.best_residual

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._options import check_int, check_number
 from ._run import SolveRun
 
 _TINY = torch.finfo(torch.float64).tiny
@@ -40,12 +41,11 @@ def _mixing_weights(gram: Tensor, rhs: Tensor, reg: float) -> Tensor:
 
 
 def check_options(*, m: int, beta: float, reg: float) -> None:
-    """Raise ValueError for option values :func:`anderson` cannot use."""
-    if isinstance(m, bool) or not (isinstance(m, int) and m >= 1):
-        raise ValueError(f"anderson: m (history size) must be an int >= 1, got {m!r}.")
-    if not 0.0 < beta <= 1.0:
+    """Raise TypeError / ValueError for option types / values :func:`anderson` cannot use."""
+    check_int("anderson", "m", m, 1)
+    if not 0.0 < check_number("anderson", "beta", beta) <= 1.0:
         raise ValueError(f"anderson: beta must be in (0, 1], got {beta}.")
-    if not reg >= 0.0:
+    if not check_number("anderson", "reg", reg) >= 0.0:
         raise ValueError(f"anderson: reg must be >= 0, got {reg}.")
 
 
@@ -59,7 +59,7 @@ def anderson(run: SolveRun, x0: Tensor, *, m: int = 8, beta: float = 1.0, reg: f
     """
     check_options(m=m, beta=beta, reg=reg)
     batch, dim = x0.shape
-    slots = m - 1
+    slots = min(m, run.max_iter) - 1  # a solve stores at most max_iter - 1 differences: no larger buffer is needed
     width = max(slots, 1)
     # Rows 0..slots-1: the differences dG_i; row ``width``: the current g, so that one batched product over the rows
     # gives both the new row of the Gram matrix (dG_new . dG_j) and the next right-hand side (g . dG_j).

@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._options import check_int, check_number
 from ._run import SolveRun
 
 
@@ -71,14 +72,12 @@ def _best_low_rank(gram_u: Tensor, gram_v: Tensor, keep: int, dtype: torch.dtype
 
 
 def check_options(*, memory: int, line_search: bool, ls_steps: int, armijo: float) -> None:
-    """Raise ValueError for option values :func:`broyden` cannot use."""
-    if isinstance(memory, bool) or not (isinstance(memory, int) and memory >= 1):
-        raise ValueError(f"broyden: memory must be an int >= 1, got {memory!r}.")
+    """Raise TypeError / ValueError for option types / values :func:`broyden` cannot use."""
+    check_int("broyden", "memory", memory, 1)
     if not isinstance(line_search, bool):
-        raise ValueError(f"broyden: line_search must be True or False, got {line_search!r}.")
-    if isinstance(ls_steps, bool) or not (isinstance(ls_steps, int) and ls_steps >= 0):
-        raise ValueError(f"broyden: ls_steps must be an int >= 0, got {ls_steps!r}.")
-    if not 0.0 < armijo < 0.5:
+        raise TypeError(f"broyden: line_search must be True or False, got {line_search!r}.")
+    check_int("broyden", "ls_steps", ls_steps, 0)
+    if not 0.0 < check_number("broyden", "armijo", armijo) < 0.5:
         raise ValueError(f"broyden: armijo must be in (0, 0.5), got {armijo}.")
 
 
@@ -261,7 +260,9 @@ def broyden(
         armijo: sufficient-decrease constant of the Armijo condition.
     """
     check_options(memory=memory, line_search=line_search, ls_steps=ls_steps, armijo=armijo)
-    inverse = _InverseJacobian(x0, memory)
+    # A solve makes at most max_iter - 2 updates, so with memory >= max_iter the buffer never fills: sizing it by
+    # max_iter gives the same iterates without allocating memory + 1 rows that are never used.
+    inverse = _InverseJacobian(x0, min(memory, run.max_iter))
     x, _, gx = run.evaluate(x0)
     inverse.set_direction(gx)  # H_0 = I: the first step is f(z0)
     while not run.finished:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from ._options import check_number
 from ._run import SolveRun
 
 
 def check_options(*, damping: float) -> None:
-    """Raise ValueError for option values :func:`fixed_point` cannot use."""
-    if not 0.0 < damping <= 1.0:
+    """Raise TypeError / ValueError for option types / values :func:`fixed_point` cannot use."""
+    if not 0.0 < check_number("fixed_point", "damping", damping) <= 1.0:
         raise ValueError(f"fixed_point: damping must be in (0, 1], got {damping}.")
 
 
