@@ -49,6 +49,8 @@ def _evals(acc: dict[str, float], nfe: dict[str, float], growths: dict[str, floa
     evals = {}
     for run in plan([0]):
         key = run.kind if run.kind != "jr" else f"jr{run.gamma:g}"
+        if key not in acc:  # a run not made
+            continue
         a = acc[key]
         stops = [{"max_iter": k, "acc": a - (5.0 if run.kind == "mdeq" else 0.0) + 0.1 * k} for k in range(1, 7)]
         g = growths.get(key, 1.0)
@@ -76,3 +78,14 @@ def test_growth_ignores_pretraining_and_compares_ends() -> None:
     assert growth(curve, after=100) == pytest.approx(3.5 / 1.5)  # last two / first two after step 100
     assert growth(curve[:3], after=100) == pytest.approx(2.0)  # fewer than four: last / first
     assert Run("jr", 2, 0.6).name == "jr0.6-s2" and Run("mdeq", 1).preset == "glyphs-mdeq"
+
+
+def test_gamma_ablation_not_measured_without_every_gamma(capsys: pytest.CaptureFixture) -> None:
+    acc = {"mdeq": 90.0, "resnet": 90.5, "jr0.6": 89.5}
+    evals = _evals(acc, {"mdeq": 15.0, "jr0.6": 6.0}, {"mdeq": 2.0, "jr0.6": 1.0})
+    verdicts = {r.claim.key: r.verdict for r in claim_results(plan([0], [0.6]), evals, "cmd", pretrain_steps=5)[0]}
+    assert verdicts.pop("gamma_ablation") == "NOT MEASURED"
+    assert set(verdicts.values()) == {HOLDS}
+    assert reproduce.main(["commands", "--output-dir", "out", "--seeds", "0", "--gammas", "0.6"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 + 3 and "jac_weight=0.6" in lines[3] and lines[-1].endswith("--gammas 0.6")

@@ -144,6 +144,10 @@ def claim_results(
 
 
 def _gamma_result(runs: Sequence[RunLike], evals: dict[str, Any], command: str) -> ClaimResult:
+    missing = [g for g in GAMMAS if not _group(runs, "jr", g)]
+    if missing:
+        gammas = ", ".join(f"{g:g}" for g in missing)
+        return ClaimResult(GAMMA_ABLATION, ours=f"not run (no runs at gamma {gammas})", holds=None, command=command)
     at1 = {g: _mean(stop_acc(evals, _group(runs, "jr", g), 1)) for g in GAMMAS}
     at6 = {g: _mean(stop_acc(evals, _group(runs, "jr", g), STOP)) for g in GAMMAS}
     holds = at1[0.1] < at1[0.6] and at1[0.1] < at1[1.2] and at6[1.2] <= at6[0.6]

@@ -169,31 +169,41 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
     return result
 
 
-def reproduce_command(out: Path, seeds: Sequence[int], quick: bool, data_dir: Path | None) -> str:
+def reproduce_command(
+    out: Path, seeds: Sequence[int], quick: bool, data_dir: Path | None, gammas: Sequence[float] = GAMMAS
+) -> str:
     parts = ["python", "-m", "deq_vision.reproduce", "claims", "--output-dir", str(out)]
     parts += ["--seeds", *map(str, seeds)] + (["--data-dir", str(data_dir)] if data_dir else [])
+    if sorted(gammas) != sorted(GAMMAS):
+        parts += ["--gammas", *(f"{g:g}" for g in gammas)]
     return shlex.join(parts + (["--quick"] if quick else []))
 
 
-def print_commands(out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool) -> None:
+def print_commands(
+    out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool,
+    gammas: Sequence[float] = GAMMAS,
+) -> None:
     """One line per step: write the data, one training command per run, then the claims command."""
     sizes = QUICK_DATA if quick else FULL_DATA
     print(shlex.join(["python", "-m", "deq_vision.data", "glyphs", "--output-dir", str(data_dir),
                       "--train", str(sizes["n_train"]), "--test", str(sizes["n_test"])]))  # fmt: skip
-    for run in plan(seeds):
+    for run in plan(seeds, gammas):
         print(shlex.join(["python", "-m", "deq_vision.train", *train_argv(run, out, data_dir, quick, threads)]))
-    print(reproduce_command(out, seeds, quick, data_dir if given else None))
+    print(reproduce_command(out, seeds, quick, data_dir if given else None, gammas))
 
 
-def claims(out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool) -> str:
+def claims(
+    out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool,
+    gammas: Sequence[float] = GAMMAS,
+) -> str:
     """Train what is missing, evaluate every run, write the claims table and its companions; return claims.md."""
     ensure_data(data_dir, quick)
-    runs = plan(seeds)
+    runs = plan(seeds, gammas)
     for run in runs:
         ensure_trained(run, out, data_dir, quick, threads)
     fixed_t = get_config("glyphs-mdeq").max_iter  # the unregularized MDEQ's training limit (Fig. 1a: T fixed)
     evals = {run.name: evaluate_run(run, out, data_dir, quick, fixed_t) for run in runs}
-    command = reproduce_command(out, seeds, quick, data_dir if given else None)
+    command = reproduce_command(out, seeds, quick, data_dir if given else None, gammas)
     pretrain = run_config(runs[0], quick).pretrain_steps
     results, summary = claim_results(runs, evals, command, pretrain)
     (out / "results.json").write_text(json.dumps({"summary": summary, "runs": evals}, indent=1) + "\n")
@@ -227,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(SEEDS)} ([0] if --quick)")
     parser.add_argument("--quick", action="store_true", help="tiny data, a few steps: a smoke test")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per training (default 1)")
+    parser.add_argument(
+        "--gammas", type=float, nargs="+", default=list(GAMMAS),
+        help=f"JR weights trained (default {list(GAMMAS)}, Table 3's; the ablation row needs all of them)",
+    )  # fmt: skip
     return parser
 
 
@@ -239,11 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = args.data_dir or args.output_dir / "data"
     given = args.data_dir is not None
     if args.what == "commands":
-        print_commands(args.output_dir, data_dir, seeds, args.quick, args.threads, given)
+        print_commands(args.output_dir, data_dir, seeds, args.quick, args.threads, given, args.gammas)
         return 0
     torch.set_num_threads(args.threads)
     try:
-        text = claims(args.output_dir, data_dir, seeds, args.quick, args.threads, given)
+        text = claims(args.output_dir, data_dir, seeds, args.quick, args.threads, given, args.gammas)
     except (FileNotFoundError, ResumeConfigError) as err:  # DatasetError is a FileNotFoundError
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(text)
