@@ -60,7 +60,7 @@ def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests (deq-core: against its built wheel, after the install check)."""
     if package == "deq-core":
         _check_wheel(session)
-        session.install("pytest>=8", "hypothesis>=6.100")
+        session.install("pytest>=8", "hypothesis>=6.100", "numpy")  # numpy: the random-state tests
     else:
         _install_package(session, package)
     session.run("python", "-m", "pytest", str(ROOT / "packages" / package), "-q", *session.posargs)

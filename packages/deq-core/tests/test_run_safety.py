@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,19 @@ def test_random_states_round_trip_as_plain_data(tmp_path: Path) -> None:
     first = (random.random(), float(np.random.rand()), float(torch.rand(())))
     set_rng_state(safe_load(tmp_path / "rng.pt"))  # weights_only=True: nothing but tensors and plain data
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == first
+
+
+def test_random_states_without_numpy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deq-core needs torch only: without NumPy the Python and torch states still round-trip."""
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy raises ImportError
+    random.seed(1)
+    torch.manual_seed(3)
+    state = rng_state()
+    assert "numpy" not in state
+    torch.save(state, tmp_path / "rng.pt")
+    first = (random.random(), float(torch.rand(())))
+    set_rng_state(safe_load(tmp_path / "rng.pt"))
+    assert (random.random(), float(torch.rand(()))) == first
 
 
 def test_the_processes_of_a_checkpoint_must_match(tmp_path: Path) -> None:
