@@ -1,7 +1,7 @@
 """``python -m deq_toy.reproduce synthetic|arithmetic|claims --output-dir DIR [options] [key=value ...]``
 
 ``claims`` trains what the papers' claims need and writes DIR/claims.md (``--quick``: a minutes-long smoke version
-on tiny data; ``--claims synthetic`` or ``arithmetic`` measures one group, the other's rows are NOT MEASURED); see
+on tiny data; ``--claims synthetic,arithmetic,repeated`` selects groups, the others' rows are NOT MEASURED); see
 :mod:`deq_toy.claims`. The other two write the papers' tables:
 
 Trains every run of one table (skipping runs that already have results.json, resuming interrupted ones), then writes
@@ -185,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("table", choices=("synthetic", "arithmetic", "claims"))
     parser.add_argument("--quick", action="store_true", help="claims: minutes-long smoke version (tiny data)")
     parser.add_argument(
-        "--claims", default=None, help="claims: comma-separated groups to measure (default: synthetic,arithmetic)"
+        "--claims",
+        default=None,
+        help="claims: comma-separated groups to measure (default: synthetic,arithmetic,repeated)",
     )
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--data-dir", default=None, help="arithmetic data (default: OUTPUT_DIR/data)")

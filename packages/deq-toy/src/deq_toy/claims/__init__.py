@@ -1,8 +1,9 @@
 """``python -m deq_toy.reproduce claims``: train what the papers' claims need and write DIR/claims.md.
 
-Claim 1 (synthetic 1D, Jacobian-regularization paper Fig. 5) and claim 2 (the student report's nested arithmetic)
-are measured by the runs of :mod:`.synthetic` and :mod:`.arithmetic`; finished runs are read, interrupted ones
-resumed (see :func:`deq_toy.runs.ensure_run`). The table is written with :func:`deq_core.claims.write_claims`.
+Claim 1 (synthetic 1D, Jacobian-regularization paper Fig. 5) and claim 2 (the student report's nested arithmetic;
+group "repeated" adds its 50x repeated GRU) are measured by the runs of :mod:`.synthetic` and :mod:`.arithmetic`;
+finished runs are read, interrupted ones resumed (see :func:`deq_toy.runs.ensure_run`). The table is written with
+:func:`deq_core.claims.write_claims`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pathlib import Path
 
 from deq_core.claims import ClaimResult, write_claims
 
+from ..errors import UserError
 from . import arithmetic, synthetic
 
-GROUPS = ("synthetic", "arithmetic")
+GROUPS = ("synthetic", "arithmetic", "repeated")
 
 PREAMBLE = """Every verdict is computed by a threshold fixed in `deq_toy/claims/` before the runs. Claim 1: seeds 0-2 of
 each gamma, 400 epochs of 16 batches of 256 (Adam 5e-3, cosine), numbers as mean ± std over seeds; the ablation at
@@ -38,8 +40,10 @@ def run_claims(
         rows.append(row)
     else:
         rows.append(ClaimResult(synthetic.CLAIM, "not run", None, full, "run with --claims synthetic"))
+    if "repeated" in groups and "arithmetic" not in groups:
+        raise UserError("--claims repeated compares with the GRU-DEQ: give it with arithmetic.")
     if "arithmetic" in groups:
-        rows += arithmetic.arithmetic_claims(output_dir, quick, progress, command)
+        rows += arithmetic.arithmetic_claims(output_dir, quick, progress, command, "repeated" in groups)
     else:
         claims = (*arithmetic.MEASURED, arithmetic.BIASED, arithmetic.TWO_OPS, arithmetic.REPEATED)
         rows += arithmetic.not_measured_rows(claims, full, "run with --claims arithmetic")
