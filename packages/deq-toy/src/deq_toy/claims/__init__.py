@@ -24,7 +24,7 @@ the earlier 100-epoch budget is in `synthetic_ablation.md`. Claim 2: the report'
 symbols, hidden size 50 (the report's), Adam with batch 512 and lr 2.8e-3 (the preset's batch 64 / lr 1e-3 scaled
 by sqrt(8)), cosine schedule, gradient clipping 1; epochs: FC and GRU 40 (the report's), stacked GRU 20, GRU-DEQ 3
 (what fitted in this session on 2 CPU cores shared by about ten processes: the GRU-DEQ step took about 10 s at
-batch 512); the batch-64 check on the GRU at 10 epochs; one seed (0)."""
+batch 512); the batch-64 check on the GRU at 40 epochs; one seed (0)."""
 
 
 def run_claims(
