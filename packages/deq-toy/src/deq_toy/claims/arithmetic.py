@@ -44,11 +44,17 @@ CONVERGED = Claim(
 BATCH = Claim(
     key="batch-schedule",
     statement="The large-batch schedule used for these runs reaches the accuracy of the report's batch 64 (on the "
-    "GRU, at equal epochs); and every run has reached a plateau.",
+    "GRU, at equal epochs).",
     paper="batch 64, 40 epochs; 'accuracies began to plateau around epoch 40'",
     source=f"{REPORT}, section 5, first paragraph",
-    threshold=f"abs(GRU test acc, batch 512 - batch 64) <= {BATCH_GAP:g} points and each run's valid acc gains "
-    f"<= {PLATEAU_GAIN:g} point over its last quarter of epochs",
+    threshold=f"abs(GRU test acc, batch 512 - batch 64) <= {BATCH_GAP:g} points",
+)
+PLATEAU = Claim(
+    key="plateau",
+    statement="Every model was trained to a plateau, as the report's were.",
+    paper="'the models' accuracies began to plateau around epoch 40'",
+    source=f"{REPORT}, section 5, first paragraph",
+    threshold=f"each run's valid acc gains <= {PLATEAU_GAIN:g} point over its last quarter of epochs",
 )
 BIASED = Claim(
     key="biased",
@@ -74,7 +80,7 @@ REPEATED = Claim(
 )
 
 
-MEASURED = (ORDERING, DEQ_ACC, CONVERGED, BATCH)
+MEASURED = (ORDERING, DEQ_ACC, CONVERGED, BATCH, PLATEAU)
 
 
 @dataclass(frozen=True)
@@ -164,11 +170,11 @@ def measured_rows(res: dict[str, dict[str, Any]], gains: dict[str, float], comma
         ),
         ClaimResult(
             BATCH,
-            ours=f"GRU, 40 epochs: batch 512 {gru:.2f} %, batch 64 {gru64:.2f} %; valid acc gain over the last "
-            f"quarter of the epochs: {gain_text} points",
-            holds=abs(gru - gru64) <= BATCH_GAP and plateau,
+            ours=f"GRU, 40 epochs: batch 512 {gru:.2f} %, batch 64 {gru64:.2f} %",
+            holds=abs(gru - gru64) <= BATCH_GAP,
             command=command,
         ),
+        ClaimResult(PLATEAU, ours=f"valid acc gain (points): {gain_text}", holds=plateau, command=command),
     ]
 
 
