@@ -100,3 +100,17 @@ def test_explicit_reference_ignores_z(tmp_path):
     results = run_training(config, tmp_path / "run", progress=False)
     assert results["dfdz_max"] == 0.0 and results["nfe_fixed_point_max"] <= 2
     assert json.loads((tmp_path / "run" / "config.json").read_text())["feedback"] is False
+
+
+def _valid_log(path, accs):
+    path.mkdir()
+    lines = [json.dumps({"step": 10 * (i + 1), "split": "valid", "acc": a}) for i, a in enumerate(accs)]
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_plateau_gain_spans_a_quarter_of_the_epochs_and_at_least_two(tmp_path):
+    flat = _valid_log(tmp_path / "flat", [60.0 + min(i, 20) for i in range(40)])
+    assert arithmetic._plateau_gain(flat) == 0.0  # the last 10 of 40 epochs are flat
+    short = _valid_log(tmp_path / "short", [67.0, 70.0, 71.0])
+    assert arithmetic._plateau_gain(short) == 4.0  # 3 epochs: the last 2 count, not only the last one

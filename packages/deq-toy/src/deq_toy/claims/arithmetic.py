@@ -54,7 +54,8 @@ PLATEAU = Claim(
     statement="Every model was trained to a plateau, as the report's were.",
     paper="'the models' accuracies began to plateau around epoch 40'",
     source=f"{REPORT}, section 5, first paragraph",
-    threshold=f"each run's valid acc gains <= {PLATEAU_GAIN:g} point over its last quarter of epochs",
+    threshold=f"each run's valid acc gains <= {PLATEAU_GAIN:g} point over its last quarter of epochs (at least "
+    "its last 2 epochs)",
 )
 BIASED = Claim(
     key="biased",
@@ -113,11 +114,12 @@ QUICK = ArithmeticPlan(
 
 
 def _plateau_gain(run_dir: Path) -> float:
-    """Validation accuracy of the last evaluation minus that of the last one at or before 3/4 of the steps."""
+    """Validation accuracy of the last evaluation minus that of the evaluation PLATEAU_EVALS evaluations earlier,
+    where PLATEAU_EVALS is a quarter of the evaluations but at least 2 (one evaluation per epoch: the last quarter
+    of the epochs, at least the last 2 epochs)."""
     valid = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("split") == "valid"]
-    end = valid[-1]["step"]
-    before = [r for r in valid if r["step"] <= 0.75 * end] or valid[:1]
-    return valid[-1]["acc"] - before[-1]["acc"]
+    back = max(len(valid) // 4, 2)
+    return valid[-1]["acc"] - valid[max(len(valid) - 1 - back, 0)]["acc"]
 
 
 def _acc(res: dict[str, Any]) -> float:
