@@ -17,9 +17,9 @@ def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
     text = (out / "claims.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert len(rows) == 8
+    assert len(rows) == 9
     assert all(any(f"**{v}**" in r for v in ("HOLDS", "DOES NOT HOLD", "NOT MEASURED")) for r in rows)
-    assert sum("**NOT MEASURED**" in r for r in rows) == 2  # biased, two-op: not in the plan
+    assert sum("**NOT MEASURED**" in r for r in rows) == 1  # two-op: not in the plan
     assert "jacobian-regularization-icml2021.txt" in rows[0] and "Figure 10" in rows[1]
     assert "reproduce claims --quick" in rows[0]
     assert (out / "synthetic_ablation.md").read_text().count("\n| ") == 7  # header + 6 settings
@@ -73,14 +73,26 @@ def test_arithmetic_verdicts_follow_their_thresholds():
     }
     gains = dict.fromkeys(res, 0.2)
     rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, gains, "cmd")}
-    assert rows == {"ordering": True, "deq-accuracy": True, "deq-converges": True, "batch-schedule": True}
+    assert rows == {
+        "ordering": True,
+        "deq-accuracy": True,
+        "deq-converges": True,
+        "batch-schedule": True,
+        "plateau": True,
+    }
     res["arith-deq"] = _arith(84.0, residual=2e-3)
     res["arith-gru-batch64"] = _arith(82.0)
     rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, gains, "cmd")}
-    assert rows == {"ordering": False, "deq-accuracy": False, "deq-converges": False, "batch-schedule": False}
+    assert rows == {
+        "ordering": False,
+        "deq-accuracy": False,
+        "deq-converges": False,
+        "batch-schedule": False,
+        "plateau": True,
+    }
     res["arith-gru-batch64"] = _arith(80.5)  # within 1.5 points of arith-gru again
     rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, {**gains, "arith-gru": 1.5}, "cmd")}
-    assert rows["batch-schedule"] is False  # not at a plateau
+    assert rows["batch-schedule"] is True and rows["plateau"] is False
 
 
 def test_explicit_reference_ignores_z(tmp_path):
@@ -88,3 +100,17 @@ def test_explicit_reference_ignores_z(tmp_path):
     results = run_training(config, tmp_path / "run", progress=False)
     assert results["dfdz_max"] == 0.0 and results["nfe_fixed_point_max"] <= 2
     assert json.loads((tmp_path / "run" / "config.json").read_text())["feedback"] is False
+
+
+def _valid_log(path, accs):
+    path.mkdir()
+    lines = [json.dumps({"step": 10 * (i + 1), "split": "valid", "acc": a}) for i, a in enumerate(accs)]
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_plateau_gain_spans_a_quarter_of_the_epochs_and_at_least_two(tmp_path):
+    flat = _valid_log(tmp_path / "flat", [60.0 + min(i, 20) for i in range(40)])
+    assert arithmetic._plateau_gain(flat) == 0.0  # the last 10 of 40 epochs are flat
+    short = _valid_log(tmp_path / "short", [67.0, 70.0, 71.0])
+    assert arithmetic._plateau_gain(short) == 4.0  # 3 epochs: the last 2 count, not only the last one

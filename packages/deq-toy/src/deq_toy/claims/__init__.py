@@ -18,13 +18,17 @@ from . import arithmetic, synthetic
 
 GROUPS = ("synthetic", "arithmetic", "repeated")
 
-PREAMBLE = """Every verdict is computed by a threshold fixed in `deq_toy/claims/` before the runs. Claim 1: seeds 0-2 of
+PREAMBLE = """Every verdict is computed by a threshold fixed in `deq_toy/claims/` before the runs, with two exceptions
+changed after the arithmetic runs: the plateau check now spans at least the last 2 epochs (for the 3-epoch GRU-DEQ
+the last quarter was a single evaluation, which let a still-rising run pass), and the biased-set row is measured
+from the 4-operation models (the report's Figure 11 tests those on the biased set; it was a NOT MEASURED row
+that assumed training on the biased data). Claim 1: seeds 0-2 of
 each gamma, 400 epochs of 16 batches of 256 (Adam 5e-3, cosine), numbers as mean ± std over seeds; the ablation at
 the earlier 100-epoch budget is in `synthetic_ablation.md`. Claim 2: the report's 50K / 5K / 5K expressions of 31
 symbols, hidden size 50 (the report's), Adam with batch 512 and lr 2.8e-3 (the preset's batch 64 / lr 1e-3 scaled
 by sqrt(8)), cosine schedule, gradient clipping 1; epochs: FC and GRU 40 (the report's), stacked GRU 20, GRU-DEQ 3
-(what fitted in this session on 2 CPU cores shared by about ten processes: the GRU-DEQ step took about 10 s at
-batch 512); the batch-64 check on the GRU at 40 epochs; one seed (0)."""
+and the repeated GRU 3 (what fitted in this session on 2 CPU cores shared by about ten processes: the GRU-DEQ step
+took 7.5 s on average at batch 512); the batch-64 check on the GRU at 40 epochs; one seed (0)."""
 
 
 def run_claims(
