@@ -1,4 +1,8 @@
-"""``python -m deq_toy.reproduce synthetic|arithmetic --output-dir DIR [options] [key=value ...]``
+"""``python -m deq_toy.reproduce synthetic|arithmetic|claims --output-dir DIR [options] [key=value ...]``
+
+``claims`` trains what the papers' claims need and writes DIR/claims.md (``--quick``: a minutes-long smoke version
+on tiny data; ``--claims synthetic,arithmetic,repeated`` selects groups, the others' rows are NOT MEASURED); see
+:mod:`deq_toy.claims`. The other two write the papers' tables:
 
 Trains every run of one table (skipping runs that already have results.json, resuming interrupted ones), then writes
 the table and the figures: synthetic -> DIR/table.md, DIR/figure5.png; arithmetic -> DIR/NAME.md (``--name``,
@@ -15,7 +19,6 @@ trains each run on each listed data variant, in DIR/VARIANT/PRESET (without it: 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -23,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from deq_core.experiment import read_metrics
-from deq_core.runs import latest_complete_checkpoint
 
+from .claims import GROUPS, run_claims
 from .configs import ArithmeticConfig, load_config
 from .errors import UserError
 from .evaluate import load_task
-from .loop import run_training
 from .plots import plot_figure5, plot_residuals
+from .runs import ensure_run as ensure_run_at
 from .tasks.arithmetic import prepare_data
 
 SYNTHETIC_RUNS = ("synthetic-gamma0", "synthetic-gamma2", "synthetic-gamma4")
@@ -55,20 +58,8 @@ VARIANT_LABELS = {"four": "4 ops", "four_biased": "4 ops biased", "two": "2 ops"
 
 
 def ensure_run(name: str, overrides: Sequence[str], output_dir: Path, data_dir: Path, progress: bool) -> dict[str, Any]:
-    """The results of run ``name``: read from OUTPUT/name/results.json, or trained (resumed) first."""
-    run_dir = output_dir / name
-    results_path = run_dir / "results.json"
-    config = load_config(name, overrides)
-    if results_path.exists():
-        stored = json.loads((run_dir / "config.json").read_text())
-        if stored != json.loads(json.dumps(dataclasses.asdict(config))):
-            raise UserError(
-                f"{run_dir} holds a finished run with another config; use the same overrides as that "
-                "run, or another --output-dir."
-            )
-        return json.loads(results_path.read_text())
-    resume = latest_complete_checkpoint(run_dir) is not None
-    return run_training(config, run_dir, data_dir, resume=resume, progress=progress)
+    """The results of run ``name`` in OUTPUT/name (see :func:`deq_toy.runs.ensure_run`)."""
+    return ensure_run_at(output_dir / name, name, overrides, data_dir, progress)
 
 
 def synthetic(output_dir: Path, overrides: Sequence[str], progress: bool) -> str:
@@ -191,7 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m deq_toy.reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("table", choices=("synthetic", "arithmetic"))
+    parser.add_argument("table", choices=("synthetic", "arithmetic", "claims"))
+    parser.add_argument("--quick", action="store_true", help="claims: minutes-long smoke version (tiny data)")
+    parser.add_argument(
+        "--claims",
+        default=None,
+        help="claims: comma-separated groups to measure (default: synthetic,arithmetic,repeated)",
+    )
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--data-dir", default=None, help="arithmetic data (default: OUTPUT_DIR/data)")
     parser.add_argument("--no-progress", action="store_true")
@@ -208,7 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     name = "table"
+    command = "python -m deq_toy.reproduce " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
+        if args.table == "claims":
+            if args.overrides or args.runs or args.variants or args.prepare_data or args.data_dir:
+                raise UserError("claims takes only --output-dir, --quick, --claims and --no-progress.")
+            groups = _names(args.claims, GROUPS, "claim groups")
+            run_claims(output_dir, args.quick, not args.no_progress, command, groups)
+            print((output_dir / "claims.md").read_text())
+            return 0
+        if args.quick or args.claims:
+            raise UserError("--quick and --claims apply to 'claims' only.")
         if args.table == "synthetic":
             if args.runs or args.variants or args.prepare_data or args.name != "table":
                 raise UserError("--runs, --variants, --name and --prepare-data apply to the arithmetic tables only.")
@@ -228,7 +235,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    command = "python -m deq_toy.reproduce " + " ".join(argv if argv is not None else sys.argv[1:])
     (output_dir / f"{name}.md").write_text(f"Command: `{command}`\n\n{table}")
     print(table)
     return 0

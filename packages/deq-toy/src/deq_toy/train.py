@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="preset name (see the list above)")
     parser.add_argument("--data-dir", default="data", help="arithmetic data files are read here, generated if missing")
     parser.add_argument("--output-dir", default=None, help="run folder (default: runs/NAME)")
-    parser.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/checkpoint.pt")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     parser.add_argument("--stop-after", type=int, default=None, help="stop after this many steps in all (resumable)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. lr=1e-3 epochs=5")

@@ -53,6 +53,7 @@ def build_scalar_model(config: SyntheticConfig) -> ScalarDEQ:
         backward_max_iter=config.backward_max_iter,
         backward_tol=config.backward_tol,
         jacobian_samples=config.jacobian_samples,
+        feedback=config.feedback,
     )
 
 

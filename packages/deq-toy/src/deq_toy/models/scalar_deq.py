@@ -21,6 +21,8 @@ class ScalarDEQ(nn.Module):
         solver, max_iter, tol: forward solve to absolute residual |f(z) - z| <= tol.
         backward_max_iter, backward_tol: implicit backward (Broyden, absolute residual).
         jacobian_samples: Hutchinson probes for the Jacobian loss.
+        feedback: False fixes W1 at 0 (not trained), so f ignores z and z* = f(0; x) = W2^T ReLU(U x + b): the
+            explicit 150-parameter network that a fully flattened DEQ becomes (a reference for the fit alone).
     """
 
     def __init__(
@@ -32,9 +34,11 @@ class ScalarDEQ(nn.Module):
         backward_max_iter: int = 50,
         backward_tol: float = 1e-6,
         jacobian_samples: int = 1,
+        feedback: bool = True,
     ) -> None:
         super().__init__()
-        self.w1 = nn.Parameter(torch.randn(width) / math.sqrt(width))
+        w1 = torch.randn(width) / math.sqrt(width)
+        self.w1 = nn.Parameter(w1 if feedback else torch.zeros(width), requires_grad=feedback)
         self.w2 = nn.Parameter(torch.randn(width) / math.sqrt(width))
         self.u = nn.Parameter(torch.randn(width))
         self.b = nn.Parameter(torch.randn(width))

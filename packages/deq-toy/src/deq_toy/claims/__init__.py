@@ -1,0 +1,59 @@
+"""``python -m deq_toy.reproduce claims``: train what the papers' claims need and write DIR/claims.md.
+
+Claim 1 (synthetic 1D, Jacobian-regularization paper Fig. 5) and claim 2 (the student report's nested arithmetic;
+group "repeated" adds its 50x repeated GRU) are measured by the runs of :mod:`.synthetic` and :mod:`.arithmetic`;
+finished runs are read, interrupted ones resumed (see :func:`deq_toy.runs.ensure_run`). The table is written with
+:func:`deq_core.claims.write_claims`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from deq_core.claims import ClaimResult, write_claims
+
+from ..errors import UserError
+from . import arithmetic, synthetic
+
+GROUPS = ("synthetic", "arithmetic", "repeated")
+
+PREAMBLE = """Every verdict is computed by a threshold fixed in `deq_toy/claims/` before the runs, with two exceptions
+changed after the arithmetic runs: the plateau check now spans at least the last 2 epochs (for the 3-epoch GRU-DEQ
+the last quarter was a single evaluation, which let a still-rising run pass), and the biased-set row is measured
+from the 4-operation models (the report's Figure 11 tests those on the biased set; it was a NOT MEASURED row
+that assumed training on the biased data). Claim 1: seeds 0-2 of
+each gamma, 400 epochs of 16 batches of 256 (Adam 5e-3, cosine), numbers as mean ± std over seeds; the ablation at
+the earlier 100-epoch budget is in `synthetic_ablation.md`. Claim 2: the report's 50K / 5K / 5K expressions of 31
+symbols, hidden size 50 (the report's), Adam with batch 512 and lr 2.8e-3 (the preset's batch 64 / lr 1e-3 scaled
+by sqrt(8)), cosine schedule, gradient clipping 1; epochs: FC and GRU 40 (the report's), stacked GRU 20, GRU-DEQ 3
+and the repeated GRU 3 (what fitted in this session on 2 CPU cores shared by about ten processes: the GRU-DEQ step
+took 7.5 s on average at batch 512); the batch-64 check on the GRU at 40 epochs; one seed (0)."""
+
+
+def run_claims(
+    output_dir: Path, quick: bool, progress: bool, command: str, groups: Sequence[str] = GROUPS
+) -> list[ClaimResult]:
+    """Train (or read) the runs of the selected claim groups and write OUTPUT_DIR/claims.md (and, for the
+    synthetic group, OUTPUT_DIR/synthetic_ablation.md); claims of unselected groups are NOT MEASURED rows."""
+    rows: list[ClaimResult] = []
+    full = command.replace(" --quick", "")
+    if "synthetic" in groups:
+        row, table = synthetic.synthetic_claim(output_dir / "synthetic", quick, progress, command)
+        (output_dir / "synthetic_ablation.md").write_text(f"Command: `{command}`\n\n{table}")
+        rows.append(row)
+    else:
+        rows.append(ClaimResult(synthetic.CLAIM, "not run", None, full, "run with --claims synthetic"))
+    if "repeated" in groups and "arithmetic" not in groups:
+        raise UserError("--claims repeated compares with the GRU-DEQ: give it with arithmetic.")
+    if "arithmetic" in groups:
+        rows += arithmetic.arithmetic_claims(output_dir, quick, progress, command, "repeated" in groups)
+    else:
+        claims = (*arithmetic.MEASURED, arithmetic.BIASED, arithmetic.TWO_OPS, arithmetic.REPEATED)
+        rows += arithmetic.not_measured_rows(claims, full, "run with --claims arithmetic")
+    title = "deq-toy claims" + (" (--quick smoke run: tiny data, not a result)" if quick else "")
+    write_claims(output_dir / "claims.md", rows, title=title, preamble="" if quick else PREAMBLE)
+    return rows
+
+
+__all__ = ["GROUPS", "run_claims"]

@@ -1,0 +1,33 @@
+"""Train-or-read one run folder: the resumable building block of ``reproduce``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from deq_core.runs import latest_complete_checkpoint
+
+from .configs import load_config
+from .errors import UserError
+from .loop import run_training
+
+
+def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: Path, progress: bool) -> dict[str, Any]:
+    """The results of the run of ``preset`` + ``overrides`` in ``run_dir``: read from RUN_DIR/results.json when the
+    run finished (with the same config), resumed from its checkpoint when interrupted, else trained from scratch."""
+    run_dir = Path(run_dir)
+    results_path = run_dir / "results.json"
+    config = load_config(preset, overrides)
+    if results_path.exists():
+        stored = json.loads((run_dir / "config.json").read_text())
+        if stored != json.loads(json.dumps(dataclasses.asdict(config))):
+            raise UserError(
+                f"{run_dir} holds a finished run with another config; use the same overrides as that "
+                "run, or another --output-dir."
+            )
+        return json.loads(results_path.read_text())
+    resume = latest_complete_checkpoint(run_dir) is not None
+    return run_training(config, run_dir, data_dir, resume=resume, progress=progress)

@@ -1,0 +1,116 @@
+"""``reproduce claims``: the quick smoke run writes the claims table, finished runs are read back, interrupted runs
+are resumed, and the verdicts follow the thresholds fixed in deq_toy.claims."""
+
+import json
+
+from deq_toy import reproduce
+from deq_toy.claims import arithmetic, synthetic
+from deq_toy.configs import load_config
+from deq_toy.loop import run_training
+from deq_toy.runs import ensure_run
+
+TINY_SYNTHETIC = ["n_train=256", "n_valid=64", "epochs=2", "batch_size=64", "log_every=2", "eval_every=4"]
+
+
+def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_path, capsys):
+    out = tmp_path / "claims"
+    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
+    text = (out / "claims.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 9
+    assert all(any(f"**{v}**" in r for v in ("HOLDS", "DOES NOT HOLD", "NOT MEASURED")) for r in rows)
+    assert sum("**NOT MEASURED**" in r for r in rows) == 1  # two-op: not in the plan
+    assert "jacobian-regularization-icml2021.txt" in rows[0] and "Figure 10" in rows[1]
+    assert "reproduce claims --quick" in rows[0]
+    assert (out / "synthetic_ablation.md").read_text().count("\n| ") == 7  # header + 6 settings
+    first = out / "synthetic" / "gamma2_seed1" / "results.json"
+    stamp = first.stat().st_mtime_ns
+    capsys.readouterr()
+    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
+    assert first.stat().st_mtime_ns == stamp  # read, not retrained
+    assert (out / "claims.md").read_text() == text
+
+
+def test_claims_rejects_run_overrides(tmp_path, capsys):
+    assert reproduce.main(["claims", "--quick", "--output-dir", str(tmp_path), "lr=1"]) == 2
+    assert "claims takes only" in capsys.readouterr().err
+
+
+def test_interrupted_run_is_resumed_to_the_uninterrupted_result(tmp_path):
+    config = load_config("synthetic-gamma2", TINY_SYNTHETIC)
+    whole = run_training(config, tmp_path / "whole", progress=False)
+    assert run_training(config, tmp_path / "cut", stop_after=3, progress=False) == {}
+    resumed = ensure_run(tmp_path / "cut", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False)
+    assert resumed == whole
+    assert ensure_run(tmp_path / "cut", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
+
+
+def _synthetic(nfe: float, slope: float, mse: float) -> dict:
+    return {"nfe_fixed_point_mean": nfe, "dfdz_mean": slope, "mse": mse}
+
+
+def test_synthetic_verdict_follows_its_thresholds():
+    base = [_synthetic(12.0, 0.5, 0.0030), _synthetic(14.0, 0.5, 0.0032)]
+    good = {0.0: base, 2.0: [_synthetic(4.0, 0.05, 0.0040)] * 2, 4.0: [_synthetic(3.0, 0.02, 0.0045)] * 2}
+    assert synthetic.verdict(good)[0]
+    worse_fit = {**good, 4.0: [_synthetic(3.0, 0.02, 0.0047)] * 2}  # 0.0047 > 1.5 x 0.0031
+    assert not synthetic.verdict(worse_fit)[0]
+    slow = {**good, 2.0: [_synthetic(4.5, 0.05, 0.0040)] * 2}  # 13 / 4.5 < 3
+    assert not synthetic.verdict(slow)[0]
+
+
+def _arith(acc: float, residual: float = 5e-4, converged: float = 1.0) -> dict:
+    return {"test_four": {"acc": acc, "residual": residual, "converged": converged, "nfe_forward": 20.0}}
+
+
+def test_arithmetic_verdicts_follow_their_thresholds():
+    res = {
+        "arith-fc": _arith(64.0),
+        "arith-gru": _arith(80.0),
+        "arith-stacked-gru": _arith(85.0),
+        "arith-deq": _arith(87.0),
+        "arith-gru-batch64": _arith(81.0),
+    }
+    gains = dict.fromkeys(res, 0.2)
+    rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, gains, "cmd")}
+    assert rows == {
+        "ordering": True,
+        "deq-accuracy": True,
+        "deq-converges": True,
+        "batch-schedule": True,
+        "plateau": True,
+    }
+    res["arith-deq"] = _arith(84.0, residual=2e-3)
+    res["arith-gru-batch64"] = _arith(82.0)
+    rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, gains, "cmd")}
+    assert rows == {
+        "ordering": False,
+        "deq-accuracy": False,
+        "deq-converges": False,
+        "batch-schedule": False,
+        "plateau": True,
+    }
+    res["arith-gru-batch64"] = _arith(80.5)  # within 1.5 points of arith-gru again
+    rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, {**gains, "arith-gru": 1.5}, "cmd")}
+    assert rows["batch-schedule"] is True and rows["plateau"] is False
+
+
+def test_explicit_reference_ignores_z(tmp_path):
+    config = load_config("synthetic-gamma0", [*TINY_SYNTHETIC, "feedback=false"])
+    results = run_training(config, tmp_path / "run", progress=False)
+    assert results["dfdz_max"] == 0.0 and results["nfe_fixed_point_max"] <= 2
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["feedback"] is False
+
+
+def _valid_log(path, accs):
+    path.mkdir()
+    lines = [json.dumps({"step": 10 * (i + 1), "split": "valid", "acc": a}) for i, a in enumerate(accs)]
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_plateau_gain_spans_a_quarter_of_the_epochs_and_at_least_two(tmp_path):
+    flat = _valid_log(tmp_path / "flat", [60.0 + min(i, 20) for i in range(40)])
+    assert arithmetic._plateau_gain(flat) == 0.0  # the last 10 of 40 epochs are flat
+    short = _valid_log(tmp_path / "short", [67.0, 70.0, 71.0])
+    assert arithmetic._plateau_gain(short) == 4.0  # 3 epochs: the last 2 count, not only the last one
