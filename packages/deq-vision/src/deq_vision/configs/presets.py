@@ -127,8 +127,9 @@ _DIGITS = dict(
     log_every=20,
     save_every=200,
 )
-_DIGITS_MDEQ = dict(
-    _DIGITS,
+# The CPU-scale MDEQ's solver settings (digits and glyphs): Broyden both ways, 12 / 12 iterations to 1e-3 in
+# training, inference to 1e-3 with a limit of 30, pretraining unrolled 4 deep.
+_MINI_MDEQ = dict(
     model="mdeq_mini",
     solver="broyden",
     backward_solver="broyden",
@@ -137,9 +138,9 @@ _DIGITS_MDEQ = dict(
     tol=1e-3,
     backward_tol=1e-3,
     eval_max_iter=30,
-    pretrain_steps=100,
     pretrain_depth=4,
 )
+_DIGITS_MDEQ = dict(_DIGITS, **_MINI_MDEQ, pretrain_steps=100)
 CPU: dict[str, dict[str, object]] = {
     "digits-mdeq": _DIGITS_MDEQ,
     "digits-mdeq-jr": dict(_DIGITS_MDEQ, jac_weight=1.0, jac_prob=0.5),
@@ -169,19 +170,7 @@ _GLYPHS = dict(
     save_every=GLYPHS_STEPS // 10,
     keep_checkpoints=11,  # every tenth of training: the forward-residual-over-training figure (JR paper Fig. 1a)
 )
-_GLYPHS_MDEQ = dict(
-    _GLYPHS,
-    model="mdeq_mini",
-    solver="broyden",
-    backward_solver="broyden",
-    max_iter=12,
-    backward_max_iter=12,
-    tol=1e-3,
-    backward_tol=1e-3,
-    eval_max_iter=30,
-    pretrain_steps=GLYPHS_STEPS // 15,
-    pretrain_depth=4,
-)
+_GLYPHS_MDEQ = dict(_GLYPHS, **_MINI_MDEQ, pretrain_steps=GLYPHS_STEPS // 15)
 CPU.update(
     {
         "glyphs-mdeq": _GLYPHS_MDEQ,
