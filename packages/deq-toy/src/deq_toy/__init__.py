@@ -5,6 +5,6 @@ Entry points: ``python -m deq_toy.train``, ``python -m deq_toy.evaluate``, ``pyt
 
 from .errors import UserError
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["UserError", "__version__"]
