@@ -89,3 +89,17 @@ def test_gamma_ablation_not_measured_without_every_gamma(capsys: pytest.CaptureF
     assert reproduce.main(["commands", "--output-dir", "out", "--seeds", "0", "--gammas", "0.6"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 + 3 and "jac_weight=0.6" in lines[3] and lines[-1].endswith("--gammas 0.6")
+
+
+def test_rows_that_do_not_hold_carry_the_measured_reason() -> None:
+    acc = {"mdeq": 90.0, "resnet": 90.5, "jr0.6": 89.5}
+    # the MDEQ loses no accuracy at 6 steps (its hard stops = acc - 5 + 0.1 k: made equal to JR's below) and its
+    # residual falls over training
+    evals = _evals(acc, {"mdeq": 15.0, "jr0.6": 6.0}, {"mdeq": 0.5, "jr0.6": 0.4})
+    for row in evals["mdeq-s0"]["hard_stop"]:
+        row["acc"] += 5.0
+    results = {r.claim.key: r for r in claim_results(plan([0], [0.6]), evals, "cmd", pretrain_steps=5)[0]}
+    early, residual = results["early_stop"], results["residual_growth"]
+    assert early.verdict == DOES_NOT_HOLD and "differs by +0.60 points" in early.note  # 90.6 at 6 steps vs 90
+    assert residual.verdict == DOES_NOT_HOLD and "fell over training on every seed (growth 0.50x)" in residual.note
+    assert results["jr_accuracy_nfe"].note.startswith("seed std")  # a row that holds keeps its plain note
