@@ -1,5 +1,5 @@
 """deq-toy's checkpoint folder ``OUTPUT_DIR/checkpoints/step_N/``, written aside and renamed when complete by
-:func:`deq_core.runs.save_training_checkpoint`; tensors and plain data only:
+:func:`deq_core.train.state.save_training_checkpoint`; tensors and plain data only:
 
     model.pt, optimizer.pt, scheduler.pt   state dicts (torch.save, read with weights_only=True)
     train_state.json                       the step, the config, the running sums of the metrics line in progress
@@ -12,14 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deq_core.runs import (
-    TrainState,
-    prune_checkpoints,
-    read_json,
-    resolve_checkpoint,
-    safe_load,
-    save_training_checkpoint,
-)
+from deq_core.train.checkpoints import prune_checkpoints, read_json, resolve_checkpoint, safe_load
+from deq_core.train.state import TrainState, save_training_checkpoint
 
 from .errors import UserError
 

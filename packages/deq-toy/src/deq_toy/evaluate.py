@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from deq_core.experiment import markdown_table
+from deq_core.train.reports import markdown_table
 
 from .checkpoint import load_checkpoint
 from .configs import ArithmeticConfig, Config, config_from_dict

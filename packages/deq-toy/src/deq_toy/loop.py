@@ -12,16 +12,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from deq_core.experiment import MetricsLog
-from deq_core.runs import (
-    CheckpointError,
-    RunDirError,
-    RunLock,
-    check_run_dir,
-    clean_partial_checkpoints,
-    load_checked,
-    load_training_checkpoint,
-)
+from deq_core.train.checkpoints import CheckpointError, clean_partial_checkpoints, load_checked
+from deq_core.train.metrics import MetricsLog
+from deq_core.train.rundir import RunDirError, RunLock, check_run_dir
+from deq_core.train.state import load_training_checkpoint
 
 from .checkpoint import ToyState, save_checkpoint
 from .configs import Config, config_from_dict
@@ -55,7 +49,7 @@ def run_training(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train ``config`` and write OUTPUT_DIR/{metrics.jsonl, checkpoints/step_N/, config.json, results.json, *.png},
-    holding the folder's lock (:class:`deq_core.runs.RunLock`) for the run.
+    holding the folder's lock (:class:`deq_core.train.rundir.RunLock`) for the run.
 
     Args:
         config: a preset with overrides applied.

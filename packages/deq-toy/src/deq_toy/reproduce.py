@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from deq_core.experiment import read_metrics
+from deq_core.train.metrics import read_metrics
 
 from .claims import GROUPS, run_claims
 from .configs import ArithmeticConfig, load_config

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from deq_core.runs import latest_complete_checkpoint
+from deq_core.train.checkpoints import latest_complete_checkpoint
 
 from .configs import load_config
 from .errors import UserError

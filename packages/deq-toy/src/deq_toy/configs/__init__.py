@@ -1,14 +1,14 @@
 """Named presets (frozen dataclasses) for both tasks, and ``key=value`` overrides.
 
 ``get_config(name)`` returns a preset; ``load_config(name, overrides)`` also applies overrides through
-:func:`deq_core.experiment.apply_overrides`, turning its errors into :class:`deq_toy.UserError`.
+:func:`deq_core.train.overrides.apply_overrides`, turning its errors into :class:`deq_toy.UserError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deq_core.experiment import apply_overrides
+from deq_core.train.overrides import apply_overrides
 
 from ..errors import UserError
 from .arithmetic import ARITHMETIC_PRESETS, ArithmeticConfig
