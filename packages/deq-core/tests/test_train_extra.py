@@ -52,3 +52,27 @@ def test_train_without_its_extra_says_how_to_install_it() -> None:
 def test_train_with_its_extra_imports() -> None:
     result = _python("import deq_core.train.checkpoints, deq_core.train.schedules; print('ok')")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_user_errors_share_one_base_and_stay_value_errors() -> None:
+    from deq_core.train.checkpoints import CheckpointError
+    from deq_core.train.errors import UsageError
+    from deq_core.train.run_config import ResumeConfigError
+    from deq_core.train.rundir import RunDirError
+
+    for error in (CheckpointError, RunDirError, ResumeConfigError):
+        assert issubclass(error, UsageError) and issubclass(error, ValueError), error
+
+
+def test_a_multi_process_launch_of_a_one_process_loop_is_refused() -> None:
+    import pytest
+
+    from deq_core.train.errors import UsageError
+    from deq_core.train.processes import launched_processes, require_one_process
+
+    assert launched_processes({}) == 1 and launched_processes({"WORLD_SIZE": "2"}) == 2
+    require_one_process("python -m demo.train", {"WORLD_SIZE": "1"})
+    with pytest.raises(UsageError, match=r"cannot join the 2 processes .* run `python -m demo.train \.\.\.` directly"):
+        require_one_process("python -m demo.train", {"WORLD_SIZE": "2"})
+    with pytest.raises(UsageError, match="WORLD_SIZE must be a positive integer"):
+        launched_processes({"WORLD_SIZE": "two"})

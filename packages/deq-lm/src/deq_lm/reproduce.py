@@ -34,14 +34,14 @@ import torch
 from deq_core.profiling import saved_tensor_bytes
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.claims import ClaimResult, mean_spread, write_claims
+from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
 from deq_core.train.reports import markdown_table
-from deq_core.train.run_config import ResumeConfigError, check_resume_config
+from deq_core.train.run_config import check_resume_config
 
 from . import lm_claims as lc
 from .configs import Config, get_config
 from .configs.pythondocs import JR_SETTINGS, PREFIX
-from .data import CorpusError, CorpusNotFoundError
 from .data.pythondocs_corpus import write_pythondocs_corpus
 from .evaluate import load_model
 from .models import SequenceModel, build_model, count_parameters
@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(train_command(args.output_dir, preset, seed, data_dir, args.quick))
             return 0
         results = claims(args, data_dir)
-    except (CorpusError, CorpusNotFoundError, ResumeConfigError, ValueError) as err:
+    except (UsageError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     for r in results:
         print(f"{r.claim.key}: {r.verdict} ({r.ours})")

@@ -32,9 +32,9 @@ from torch.utils.data import DataLoader, Subset
 
 from deq_core.train.checkpoints import checkpoint_weights, latest_complete_checkpoint, list_checkpoints
 from deq_core.train.claims import write_claims
+from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.run_config import ResumeConfigError
 
 from . import train as train_module
 from .claims_vision import GAMMAS, STOP, claim_results, hard_stop_markdown, plot_residuals
@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         text = claims(args.output_dir, data_dir, seeds, args.quick, args.threads, given, args.gammas)
-    except (FileNotFoundError, ResumeConfigError) as err:  # DatasetError is a FileNotFoundError
+    except (UsageError, FileNotFoundError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(text)
     return 0

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError
+
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -39,7 +41,7 @@ OLD_SUFFIX = ".old"
 CHECKPOINT_FORMAT = "deq-checkpoint-2"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UsageError, ValueError):
     """A checkpoint that cannot be used: incomplete, or a file that is not tensors and plain data (one line)."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .checkpoints import CONFIG_FILE, PARTIAL_SUFFIX, read_json
+from .errors import UsageError
 
 C = TypeVar("C")
 
@@ -60,7 +61,7 @@ def config_changes(saved: Any, current: Any, resumable: Collection[str] = ()) ->
     return {k: (a[k], b.get(k)) for k in a if a[k] != b.get(k) and k not in resumable}
 
 
-class ResumeConfigError(ValueError):
+class ResumeConfigError(UsageError, ValueError):
     """Resuming a run with a config that changes what it computes (a user error: the message lists the changes)."""
 
 

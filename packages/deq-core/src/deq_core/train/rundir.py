@@ -7,11 +7,12 @@ import os
 from pathlib import Path
 
 from .checkpoints import CHECKPOINT_DIR, latest_complete_checkpoint
+from .errors import UsageError
 
 LOCK_FILE = ".lock"
 
 
-class RunDirError(ValueError):
+class RunDirError(UsageError, ValueError):
     """A run folder that cannot be used as asked: locked by another run, already holding a run (without --resume),
     or holding nothing to resume (one line saying what to do)."""
 

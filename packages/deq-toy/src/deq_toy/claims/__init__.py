@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deq_core.train.claims import ClaimResult, write_claims
+from deq_core.train.errors import UsageError
 
-from ..errors import UserError
 from . import arithmetic, synthetic
 
 GROUPS = ("synthetic", "arithmetic", "repeated")
@@ -45,7 +45,7 @@ def run_claims(
     else:
         rows.append(ClaimResult(synthetic.CLAIM, "not run", None, full, "run with --claims synthetic"))
     if "repeated" in groups and "arithmetic" not in groups:
-        raise UserError("--claims repeated compares with the GRU-DEQ: give it with arithmetic.")
+        raise UsageError("--claims repeated compares with the GRU-DEQ: give it with arithmetic.")
     if "arithmetic" in groups:
         rows += arithmetic.arithmetic_claims(output_dir, quick, progress, command, "repeated" in groups)
     else:
