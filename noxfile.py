@@ -33,14 +33,18 @@ def _torch(package: str) -> list[str]:
 
 
 def _install_package(session: nox.Session, package: str, extra: str = "test") -> None:
+    """Install ``package[extra]`` and its local dependencies from their paths; deq-core with its ``train`` extra (the
+    task packages depend on ``deq-core[train]``; deq-core's own training tests and benchmarks import it)."""
     session.install(*_torch(package))
     for dep in LOCAL_DEPS.get(package, ["deq-core"]):
-        session.install(str(ROOT / "packages" / dep))
-    session.install(f"{ROOT / 'packages' / package}[{extra}]")
+        session.install(f"{ROOT / 'packages' / dep}[train]")
+    extras = f"{extra},train" if package == "deq-core" else extra
+    session.install(f"{ROOT / 'packages' / package}[{extras}]")
 
 
-def _check_wheel(session: nox.Session) -> None:
-    """Build deq-core's wheel, install it with torch only, and run a solve and a backward through it."""
+def _check_wheel(session: nox.Session) -> Path:
+    """Build deq-core's wheel, install it with torch only, and run a solve and a backward through it (and check that
+    ``deq_core.train`` asks for its extra); returns the wheel."""
     session.install(*TORCH_CPU)
     out = Path(session.create_tmp()) / "wheelhouse"
     session.run(
@@ -52,6 +56,7 @@ def _check_wheel(session: nox.Session) -> None:
     session.install("--force-reinstall", "--no-deps", str(wheels[0]))
     session.run("python", "-m", "pip", "check")
     session.run("python", str(ROOT / "packages" / "deq-core" / "tests" / "wheel_smoke.py"))
+    return wheels[0]
 
 
 @nox.session
@@ -59,7 +64,8 @@ def _check_wheel(session: nox.Session) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests (deq-core: against its built wheel, after the install check)."""
     if package == "deq-core":
-        _check_wheel(session)
+        wheel = _check_wheel(session)
+        session.install(f"{wheel}[train]")  # the deq_core.train tests: the wheel's training extra
         session.install("pytest>=8", "hypothesis>=6.100", "numpy")  # numpy: the random-state tests
     else:
         _install_package(session, package)

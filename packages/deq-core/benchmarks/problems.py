@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from deq_core.experiment import MarkdownReport
+from deq_core.train.reports import MarkdownReport
 
 # Fixed thread count for every benchmark. One thread, not two: on the 2-core CI-like machine, shared with other jobs,
 # torch with 2 threads was measured 100x to 800x slower on small elementwise ops (an add of 65k floats: 6.6 ms with

@@ -19,7 +19,7 @@ TUPLE_SHAPES = ((3, 4), (5,))
 
 @dataclasses.dataclass(frozen=True)
 class ExampleConfig:
-    """A config dataclass with a field of each kind a training config has (for deq_core.experiment / runs)."""
+    """A config dataclass with a field of each kind a training config has (for deq_core.train)."""
 
     lr: float = 1e-3
     steps: int = 10

@@ -1,5 +1,5 @@
-"""deq_core.experiment: the Jacobian and pretraining schedules, the jittered iteration limit, key=value overrides,
-the metrics log."""
+"""deq_core.train (schedules, overrides, metrics, checks): the Jacobian and pretraining schedules, the jittered
+iteration limit, key=value overrides, the metrics log."""
 
 from __future__ import annotations
 
@@ -12,22 +12,14 @@ import pytest
 import torch
 
 from conftest import ExampleConfig as Config
-from deq_core.experiment import (
-    JacobianSchedule,
-    MarkdownReport,
-    MetricsLog,
-    PretrainSchedule,
-    apply_overrides,
-    check_deq_training,
-    deq_layer_settings,
-    draw_solver_curves,
-    jittered_max_iter,
-    markdown_table,
-    parse_options,
-    progress_enabled,
-    read_metrics,
-    select,
-)
+from deq_core.train.checks import check_deq_training
+from deq_core.train.deq_settings import deq_layer_settings, parse_options
+from deq_core.train.metrics import MetricsLog, read_metrics, select
+from deq_core.train.overrides import apply_overrides
+from deq_core.train.plots import draw_solver_curves
+from deq_core.train.progress import progress_enabled
+from deq_core.train.reports import MarkdownReport, markdown_table
+from deq_core.train.schedules import JacobianSchedule, PretrainSchedule, jittered_max_iter
 
 
 def test_overrides_parse_each_type() -> None:

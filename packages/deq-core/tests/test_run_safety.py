@@ -1,6 +1,7 @@
-"""deq_core.runs, crash safety and security: a checkpoint appears only complete (a failure at any point of a save
-leaves the previous one in use), files load with nothing executable, random states round-trip as plain data, one
-run per folder, no silent restart, and a half-written metrics line is dropped on resume."""
+"""deq_core.train checkpoints, state and run folders, crash safety and security: a checkpoint appears only complete (a
+failure at any point of a save leaves the previous one in use), files load with nothing executable, random states
+round-trip as plain data, one run per folder, no silent restart, and a half-written metrics line is dropped on
+resume."""
 
 from __future__ import annotations
 
@@ -14,28 +15,21 @@ import pytest
 import torch
 
 from conftest import ExampleConfig as Config
-from deq_core import runs
-from deq_core.experiment import MetricsLog
-from deq_core.runs import (
+from deq_core.train import checkpoints
+from deq_core.train.checkpoints import (
     CheckpointError,
-    RunDirError,
-    RunLock,
-    TrainState,
-    check_resume_config,
-    check_run_dir,
     checkpoint_path,
     clean_partial_checkpoints,
     latest_complete_checkpoint,
-    load_training_checkpoint,
     read_json,
-    record_resume,
-    rng_state,
     safe_load,
-    save_config,
-    save_training_checkpoint,
-    set_rng_state,
 )
-from deq_core.testing import plant_pickle
+from deq_core.train.faults import plant_pickle
+from deq_core.train.metrics import MetricsLog
+from deq_core.train.rng import rng_state, set_rng_state
+from deq_core.train.run_config import check_resume_config, record_resume, save_config
+from deq_core.train.rundir import RunDirError, RunLock, check_run_dir
+from deq_core.train.state import TrainState, load_training_checkpoint, save_training_checkpoint
 
 
 class Crash(Exception):
@@ -52,7 +46,7 @@ def _save(root: Path, step: int, value: float) -> None:
 
 def _count_fault_points(root: Path, monkeypatch: pytest.MonkeyPatch) -> int:
     labels: list[str] = []
-    monkeypatch.setattr(runs, "_fault_point", labels.append)
+    monkeypatch.setattr(checkpoints, "_fault_point", labels.append)
     _save(root, 1, 1.0)
     monkeypatch.undo()
     return len(labels)
@@ -73,7 +67,7 @@ def test_a_failure_at_any_point_of_a_save_leaves_the_previous_checkpoint_in_use(
             if len(calls) == crash_at:
                 raise Crash(label)
 
-        monkeypatch.setattr(runs, "_fault_point", fail)
+        monkeypatch.setattr(checkpoints, "_fault_point", fail)
         with pytest.raises(Crash):
             _save(root, 2, 2.0)
         monkeypatch.undo()

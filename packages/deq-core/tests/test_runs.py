@@ -1,5 +1,6 @@
-"""deq_core.runs: the step counter, checkpoint folders (written aside and renamed; listing, pruning, resolving),
-reading checkpoint files without running anything, random states, the run lock and the config file."""
+"""deq_core.train.checkpoints / state / rundir / run_config: the step counter, checkpoint folders (written aside and
+renamed; listing, pruning, resolving), reading checkpoint files without running anything, random states, the run lock
+and the config file."""
 
 from __future__ import annotations
 
@@ -10,23 +11,20 @@ from pathlib import Path
 import pytest
 
 from conftest import ExampleConfig as Config
-from deq_core.runs import (
+from deq_core.train.checkpoints import (
     CheckpointError,
     CheckpointWriter,
-    TrainState,
     atomic_checkpoint_dir,
-    check_resume_config,
     checkpoint_path,
     checkpoint_weights,
-    config_changes,
     latest_complete_checkpoint,
     list_checkpoints,
-    load_config,
     prune_checkpoints,
     read_json,
     resolve_checkpoint,
-    save_config,
 )
+from deq_core.train.run_config import check_resume_config, config_changes, load_config, save_config
+from deq_core.train.state import TrainState
 
 
 @dataclasses.dataclass(frozen=True)

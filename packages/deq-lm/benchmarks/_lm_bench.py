@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from deq_core.experiment import MarkdownReport
+from deq_core.train.reports import MarkdownReport
 
 MIB = 2.0**20
 GIB = 2.0**30

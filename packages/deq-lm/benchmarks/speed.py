@@ -46,8 +46,8 @@ import torch
 from torch import Tensor
 
 from deq_core import DEQInfo
-from deq_core.experiment import apply_overrides
-from deq_core.runs import resolve_checkpoint
+from deq_core.train.checkpoints import resolve_checkpoint
+from deq_core.train.overrides import apply_overrides
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model
 from deq_lm.tasks import Task, build_task

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import subprocess_env, write_tiny_corpus
-from deq_core.experiment import read_metrics
+from deq_core.train.metrics import read_metrics
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.tasks import UNK_WARNING_RATE
 from deq_lm.train import main

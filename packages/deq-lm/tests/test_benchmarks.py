@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import save_model
 
 from conftest import subprocess_env
-from deq_core.runs import atomic_checkpoint_dir, save_config
+from deq_core.train.checkpoints import atomic_checkpoint_dir
+from deq_core.train.run_config import save_config
 from deq_lm.configs import get_config
 from deq_lm.models import build_model
 from deq_lm.tasks import build_task
@@ -134,7 +135,7 @@ def test_speed_quick_script(tmp_path: Path) -> None:
 def fake_run(run_dir: Path, preset: str, seed: int) -> None:
     """A run directory as training leaves it (config.json, checkpoints/step_N/model.safetensors), untrained."""
     cfg = get_config(preset)
-    from deq_core.experiment import apply_overrides
+    from deq_core.train.overrides import apply_overrides
 
     cfg = apply_overrides(cfg, SMALL)
     torch.manual_seed(seed)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import write_tiny_corpus
-from deq_core.runs import latest_complete_checkpoint
-from deq_core.testing import plant_pickle
+from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.faults import plant_pickle
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main
 

@@ -110,7 +110,7 @@ def test_unknown_preset_lists_the_valid_ones():
 
 
 def test_solver_options_reach_the_deq_layer_and_are_checked():
-    from deq_core.experiment import apply_overrides
+    from deq_core.train.overrides import apply_overrides
 
     cfg = apply_overrides(get_config("tiny-deq-transformer"), ["backward_solver=broyden", "backward_options=memory=4",
                                                                "solver_options=m=3,beta=0.9"])  # fmt: skip

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import free_port, subprocess_env, write_tiny_corpus
-from deq_core.experiment import read_metrics
+from deq_core.train.metrics import read_metrics
 from deq_lm.configs import get_config
 from deq_lm.train import train
 

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import write_tiny_corpus
-from deq_core.experiment import read_metrics
-from deq_core.runs import latest_complete_checkpoint
-from deq_core.testing import random_kills, train_with_faults
+from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.faults import random_kills, train_with_faults
+from deq_core.train.metrics import read_metrics
 
 SETTINGS = ["steps=10", "save_every=2", "eval_every=4", "dropout=0.1", "jac_weight=0.5", "jac_prob=0.5"]
 POINTS_PER_SAVE = 9  # 7 files (model, optimizer, scheduler, train_state, rng, memory, manifest), before/after rename

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import run_module, write_tiny_corpus
-from deq_core.experiment import read_metrics
-from deq_core.runs import safe_load
+from deq_core.train.checkpoints import safe_load
+from deq_core.train.metrics import read_metrics
 from deq_lm.configs import get_config
 from deq_lm.data import CorpusError, OrderedLMBatches
 from deq_lm.data.pydoc_corpus import paragraphs, pydoc_splits, tokenize_line

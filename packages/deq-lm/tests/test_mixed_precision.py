@@ -5,7 +5,7 @@ Each run is a fresh process: Accelerate's state (and so its mixed-precision mode
 import math
 
 from conftest import run_module
-from deq_core.experiment import read_metrics
+from deq_core.train.metrics import read_metrics
 
 
 def _train_losses(tmp_path, precision):

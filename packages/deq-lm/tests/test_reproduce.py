@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from deq_core.claims import DOES_NOT_HOLD, HOLDS
-from deq_core.experiment import apply_overrides, read_metrics
-from deq_core.runs import ResumeConfigError
+from deq_core.train.claims import DOES_NOT_HOLD, HOLDS
+from deq_core.train.metrics import read_metrics
+from deq_core.train.overrides import apply_overrides
+from deq_core.train.run_config import ResumeConfigError
 from deq_lm import lm_claims as lc
 from deq_lm import reproduce
 from deq_lm.configs import get_config

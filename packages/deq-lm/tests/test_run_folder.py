@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import write_tiny_corpus
-from deq_core.experiment import read_metrics
-from deq_core.runs import RunLock, checkpoint_path
+from deq_core.train.checkpoints import checkpoint_path
+from deq_core.train.metrics import read_metrics
+from deq_core.train.rundir import RunLock
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_module
-from deq_core.experiment import read_metrics
+from deq_core.train.metrics import read_metrics
 from deq_lm.configs import get_config
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main, train

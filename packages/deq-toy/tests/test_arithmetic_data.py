@@ -7,6 +7,7 @@ from fractions import Fraction
 import pytest
 import torch
 
+from deq_core.train.errors import UsageError
 from deq_toy.data.arithmetic import (
     SYMBOLS,
     VARIANTS,
@@ -18,7 +19,6 @@ from deq_toy.data.arithmetic import (
     to_indices,
     write_split,
 )
-from deq_toy.errors import UserError
 
 
 def python_exact(text: str) -> Fraction:
@@ -112,7 +112,7 @@ def test_roundtrip_and_one_hot(tmp_path):
 def test_malformed_rows_are_named(tmp_path, row, message):
     path = tmp_path / "bad.tsv"
     path.write_text(f"expression\tvalue\tlabel\n1+1\t2\t1\n{row}\n")
-    with pytest.raises(UserError, match=message) as err:
+    with pytest.raises(UsageError, match=message) as err:
         load_split(path, length=3)
     assert "line 3" in str(err.value)
 
@@ -120,10 +120,10 @@ def test_malformed_rows_are_named(tmp_path, row, message):
 def test_missing_header_missing_file_and_short_file(tmp_path):
     path = tmp_path / "nohead.tsv"
     path.write_text("1+1\t2\t1\n")
-    with pytest.raises(UserError, match="header"):
+    with pytest.raises(UsageError, match="header"):
         load_split(path)
-    with pytest.raises(UserError, match="does not exist"):
+    with pytest.raises(UsageError, match="does not exist"):
         load_split(tmp_path / "none.tsv")
     short = write_split(tmp_path / "short.tsv", generate_split(5, 31))
-    with pytest.raises(UserError, match="has 5 rows but 10 are needed"):
+    with pytest.raises(UsageError, match="has 5 rows but 10 are needed"):
         load_split(short, limit=10)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deq_core.runs import latest_complete_checkpoint
-from deq_core.testing import plant_pickle
+from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.faults import plant_pickle
 from deq_toy import evaluate, train
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2"]

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
+from deq_core.train.errors import UsageError
 from deq_toy import evaluate, reproduce, train
 from deq_toy.checkpoint import load_checkpoint
 from deq_toy.configs import load_config
-from deq_toy.errors import UserError
 
 
 def test_train_synthetic_writes_metrics_checkpoint_and_figure(tmp_path):
@@ -133,5 +133,15 @@ def test_existing_run_needs_resume_and_resume_needs_same_config(tmp_path, capsys
     assert "pass --resume" in capsys.readouterr().err
     assert train.main(["--config", "synthetic-tiny", "--output-dir", out, "--resume", "lr=0.1"]) == 2
     assert "config differs" in capsys.readouterr().err
-    with pytest.raises(UserError, match="unknown config"):
+    with pytest.raises(UsageError, match="unknown config"):
         load_config("arith-unknown")
+
+
+def test_a_two_process_launch_exits_2_saying_why(tmp_path, capsys, monkeypatch):
+    # accelerate launch / torchrun set WORLD_SIZE; deq-toy's loop runs in one process and must not train once per rank.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    out = tmp_path / "run"
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot join the 2 processes" in err, err
+    assert not out.exists()

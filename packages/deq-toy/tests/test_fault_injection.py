@@ -5,9 +5,9 @@ from pathlib import Path
 
 import torch
 
-from deq_core.experiment import read_metrics
-from deq_core.runs import latest_complete_checkpoint, safe_load
-from deq_core.testing import random_kills, train_with_faults
+from deq_core.train.checkpoints import latest_complete_checkpoint, safe_load
+from deq_core.train.faults import random_kills, train_with_faults
+from deq_core.train.metrics import read_metrics
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2", "checkpoint_every=3"]
 POINTS_PER_SAVE = 8  # 6 files, before and after the rename (20 steps: checkpoints at 3, 6, ..., 18 and 20)

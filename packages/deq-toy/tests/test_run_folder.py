@@ -7,8 +7,9 @@ from pathlib import Path
 
 import torch
 
-from deq_core.experiment import read_metrics
-from deq_core.runs import RunLock, checkpoint_path
+from deq_core.train.checkpoints import checkpoint_path
+from deq_core.train.metrics import read_metrics
+from deq_core.train.rundir import RunLock
 from deq_toy import evaluate, train
 from deq_toy.checkpoint import load_checkpoint
 

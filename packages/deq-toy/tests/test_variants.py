@@ -4,7 +4,7 @@ and the reproduce tables built from such runs (tiny sizes, seconds)."""
 import dataclasses
 import json
 
-from deq_core.runs import latest_complete_checkpoint
+from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_toy import reproduce
 from deq_toy.configs import get_config
 from deq_toy.data.arithmetic import SYMBOL_INDEX, VARIANTS

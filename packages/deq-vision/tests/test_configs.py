@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deq_core.experiment import apply_overrides
-from deq_core.runs import check_resume_config, load_config, save_config
+from deq_core.train.overrides import apply_overrides
+from deq_core.train.run_config import check_resume_config, load_config, save_config
 from deq_vision.configs import PRESETS, Config, get_config
 from deq_vision.train import RESUMABLE_CHANGES
 
@@ -33,7 +33,8 @@ def test_overrides_are_type_checked() -> None:
 
 
 def test_config_survives_the_run_directory(tmp_path: Path) -> None:
-    """deq_core.runs round-trips this package's Config; resuming refuses a change of what is computed only."""
+    """deq_core.train.run_config round-trips this package's Config; resuming refuses a change of what is computed
+    only."""
     cfg = get_config("tiny-mdeq")
     save_config(cfg, tmp_path, "tiny-mdeq")
     assert load_config(tmp_path, Config) == ("tiny-mdeq", cfg)
@@ -47,7 +48,7 @@ def test_solver_options_reach_the_mdeq_and_are_checked():
 
     import pytest
 
-    from deq_core.experiment import apply_overrides
+    from deq_core.train.overrides import apply_overrides
     from deq_vision.configs import get_config
     from deq_vision.train import build_model
 

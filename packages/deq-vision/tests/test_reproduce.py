@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deq_core.claims import DOES_NOT_HOLD, HOLDS
+from deq_core.train.claims import DOES_NOT_HOLD, HOLDS
 from deq_vision import reproduce
 from deq_vision.claims_vision import claim_results, growth
 from deq_vision.reproduce import Run, plan

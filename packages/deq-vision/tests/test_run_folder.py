@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from deq_core.experiment import read_metrics
-from deq_core.runs import RunLock, checkpoint_path
+from deq_core.train.checkpoints import checkpoint_path
+from deq_core.train.metrics import read_metrics
+from deq_core.train.rundir import RunLock
 from deq_vision import evaluate, train
 from deq_vision.configs import get_config
 from deq_vision.data import build_datasets

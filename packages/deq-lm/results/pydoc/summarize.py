@@ -17,8 +17,9 @@ from statistics import mean
 
 import torch
 
-from deq_core.experiment import markdown_table, read_metrics
 from deq_core.profiling import saved_tensor_bytes
+from deq_core.train.metrics import read_metrics
+from deq_core.train.reports import markdown_table
 from deq_lm.evaluate import load_model
 from deq_lm.models import count_parameters
 

@@ -1,5 +1,5 @@
 """deq-lm's checkpoint folder (``OUTPUT_DIR/checkpoints/step_N/``), written aside and renamed when complete by
-:func:`deq_core.runs.save_training_checkpoint`; tensors and plain data only:
+:func:`deq_core.train.state.save_training_checkpoint`; tensors and plain data only:
 
     model.safetensors          the model's weights (tied weights stored once)
     optimizer.pt, scheduler.pt state dicts (torch.save, read with weights_only=True); scaler.pt with fp16
@@ -19,8 +19,8 @@ from accelerate.utils import send_to_device
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from deq_core.runs import TrainState as _StepState
-from deq_core.runs import load_training_checkpoint, save_training_checkpoint
+from deq_core.train.state import TrainState as _StepState
+from deq_core.train.state import load_training_checkpoint, save_training_checkpoint
 
 
 class TrainState(_StepState):

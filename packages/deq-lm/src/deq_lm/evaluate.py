@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_model as load_safetensors
 
-from deq_core.runs import checkpoint_weights, load_checked, load_config, resolve_checkpoint
+from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
+from deq_core.train.run_config import load_config
 
 from .configs import Config
 from .models import SequenceModel, build_model

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from deq_core.claims import Claim, ClaimResult, mean_spread
+from deq_core.train.claims import Claim, ClaimResult, mean_spread
 
 PPL_MARGIN = 1.05  # ours <= 1.05 x the reference perplexity
 MEMORY_FRACTION = 0.25  # DEQ saved activations <= 25 % of the twin's

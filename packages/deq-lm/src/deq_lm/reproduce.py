@@ -8,10 +8,10 @@
 ``DIR/runs/PRESET-seedS`` with ``deq_lm.train`` (a finished run is read, an interrupted one resumed from its latest
 checkpoint), then measures test perplexity and inference NFE (the runs' final test evaluation), non-embedding
 parameters, the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``), and
-training-step times (``step_timing``, interleaved in this process), and writes ``DIR/claims.md`` (``deq_core.claims``),
-``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. ``commands`` prints one ``deq_lm.train`` command per run, to start
-them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on a fresh model (the
-DEQs forced to their iteration limits) and prints the training time each implies.
+training-step times (``step_timing``, interleaved in this process), and writes ``DIR/claims.md``
+(``deq_core.train.claims``), ``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. ``commands`` prints one ``deq_lm.train``
+command per run, to start them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on
+a fresh model (the DEQs forced to their iteration limits) and prints the training time each implies.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``data/pythondocs_corpus.py``). ``--quick``: tiny
@@ -31,15 +31,17 @@ from pathlib import Path
 
 import torch
 
-from deq_core.claims import ClaimResult, mean_spread, write_claims
-from deq_core.experiment import markdown_table, read_metrics
 from deq_core.profiling import saved_tensor_bytes
-from deq_core.runs import ResumeConfigError, check_resume_config, latest_complete_checkpoint
+from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.claims import ClaimResult, mean_spread, write_claims
+from deq_core.train.errors import UsageError
+from deq_core.train.metrics import read_metrics
+from deq_core.train.reports import markdown_table
+from deq_core.train.run_config import check_resume_config
 
 from . import lm_claims as lc
 from .configs import Config, get_config
 from .configs.pythondocs import JR_SETTINGS, PREFIX
-from .data import CorpusError, CorpusNotFoundError
 from .data.pythondocs_corpus import write_pythondocs_corpus
 from .evaluate import load_model
 from .models import SequenceModel, build_model, count_parameters
@@ -321,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(train_command(args.output_dir, preset, seed, data_dir, args.quick))
             return 0
         results = claims(args, data_dir)
-    except (CorpusError, CorpusNotFoundError, ResumeConfigError, ValueError) as err:
+    except (UsageError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     for r in results:
         print(f"{r.claim.key}: {r.verdict} ({r.ours})")

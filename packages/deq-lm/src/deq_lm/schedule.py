@@ -1,4 +1,5 @@
-"""Learning-rate schedule of deq-lm training (the per-step forward limit is deq_core.experiment.jittered_max_iter)."""
+"""Learning-rate schedule of deq-lm training (the per-step forward limit is
+deq_core.train.schedules.jittered_max_iter)."""
 
 from __future__ import annotations
 

@@ -27,30 +27,17 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from deq_core import DEQInfo
-from deq_core.experiment import (
-    JacobianSchedule,
-    MetricsLog,
-    PretrainSchedule,
-    apply_overrides,
-    jittered_max_iter,
-    progress_enabled,
-)
-from deq_core.runs import (
-    CheckpointError,
-    ResumeConfigError,
-    RunDirError,
-    RunLock,
-    check_resume_config,
-    check_run_dir,
-    clean_partial_checkpoints,
-    prune_checkpoints,
-    record_resume,
-    save_config,
-)
+from deq_core.train.checkpoints import clean_partial_checkpoints, prune_checkpoints
+from deq_core.train.errors import UsageError
+from deq_core.train.metrics import MetricsLog
+from deq_core.train.overrides import apply_overrides
+from deq_core.train.progress import progress_enabled
+from deq_core.train.run_config import check_resume_config, record_resume, save_config
+from deq_core.train.rundir import RunLock, check_run_dir
+from deq_core.train.schedules import JacobianSchedule, PretrainSchedule, jittered_max_iter
 
 from .checkpoint import TrainState, load_checkpoint, save_checkpoint
 from .configs import PRESETS, Config, get_config
-from .data import CorpusError, CorpusNotFoundError
 from .models import SequenceModel, build_model, count_parameters
 from .plots import plot_training
 from .schedule import lr_factor
@@ -142,7 +129,7 @@ class Run:
 def setup_run(cfg: Config, output_dir: Path, name: str, resume: bool) -> Run:
     """Build the accelerator, task, model, optimizer and LR schedule; with ``resume``, load the newest complete
     checkpoint of ``output_dir`` (refusing a config that changes what is computed). Call it holding the run's
-    :class:`~deq_core.runs.RunLock` (main process)."""
+    :class:`~deq_core.train.rundir.RunLock` (main process)."""
     accelerator = build_accelerator(cfg)
     world = accelerator.num_processes
     if cfg.batch_size % (world * cfg.grad_accum):
@@ -383,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = args.output_dir or Path("runs") / args.config
     try:
         train(cfg, output_dir, name=args.config, resume=args.resume)
-    except (CorpusError, CorpusNotFoundError, ResumeConfigError, RunDirError, CheckpointError) as err:
+    except UsageError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0
 

@@ -3,8 +3,6 @@
 Entry points: ``python -m deq_toy.train``, ``python -m deq_toy.evaluate``, ``python -m deq_toy.reproduce``.
 """
 
-from .errors import UserError
-
 __version__ = "0.3.0"
 
-__all__ = ["UserError", "__version__"]
+__all__ = ["__version__"]

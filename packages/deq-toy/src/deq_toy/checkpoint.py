@@ -1,5 +1,5 @@
 """deq-toy's checkpoint folder ``OUTPUT_DIR/checkpoints/step_N/``, written aside and renamed when complete by
-:func:`deq_core.runs.save_training_checkpoint`; tensors and plain data only:
+:func:`deq_core.train.state.save_training_checkpoint`; tensors and plain data only:
 
     model.pt, optimizer.pt, scheduler.pt   state dicts (torch.save, read with weights_only=True)
     train_state.json                       the step, the config, the running sums of the metrics line in progress
@@ -12,16 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deq_core.runs import (
-    TrainState,
-    prune_checkpoints,
-    read_json,
-    resolve_checkpoint,
-    safe_load,
-    save_training_checkpoint,
-)
-
-from .errors import UserError
+from deq_core.train.checkpoints import prune_checkpoints, read_json, resolve_checkpoint, safe_load
+from deq_core.train.errors import UsageError
+from deq_core.train.state import TrainState, save_training_checkpoint
 
 
 class ToyState(TrainState):
@@ -56,11 +49,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     (for evaluation; tensors and plain values only).
 
     Raises:
-        UserError: no checkpoint there, or a file that is not tensors and plain data.
+        UsageError: no checkpoint there, or a file that is not tensors and plain data.
     """
     try:
         _, folder = resolve_checkpoint(Path(path))
         state = read_json(folder / "train_state.json")
         return {"step": int(state["step"]), "config": state["config"], "model": safe_load(folder / "model.pt")}
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"no usable checkpoint at {path}: {err}") from None
+        raise UsageError(f"no usable checkpoint at {path}: {err}") from None

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from deq_core.experiment import markdown_table
+from deq_core.train.errors import UsageError
+from deq_core.train.reports import markdown_table
 
 from .checkpoint import load_checkpoint
 from .configs import ArithmeticConfig, Config, config_from_dict
-from .errors import UserError
 from .tasks import build_task
 from .tasks.arithmetic import ArithmeticTask, load_tensors
 
@@ -44,7 +44,7 @@ def evaluate_run(
         assert isinstance(task, ArithmeticTask)
         tokens, labels = load_tensors(Path(data_dir), config, config.variant, "test", config.n_test, config.length)
         return task.evaluate_tensors(tokens, labels)
-    raise UserError(f"unknown split {split!r} for this task; use 'valid' (both tasks) or 'test' (arithmetic).")
+    raise UsageError(f"unknown split {split!r} for this task; use 'valid' (both tasks) or 'test' (arithmetic).")
 
 
 def sweep(
@@ -63,7 +63,7 @@ def _numbers(text: str, kind: type) -> list[Any]:
     try:
         return [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise UserError(f"expected comma-separated {kind.__name__} values, got {text!r}.") from None
+        raise UsageError(f"expected comma-separated {kind.__name__} values, got {text!r}.") from None
 
 
 def markdown(rows: list[dict[str, Any]], keys: Sequence[str]) -> str:
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(markdown(rows, keys))
         if args.output:
             Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
-    except UserError as err:
+    except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -12,20 +12,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from deq_core.experiment import MetricsLog
-from deq_core.runs import (
-    CheckpointError,
-    RunDirError,
-    RunLock,
-    check_run_dir,
-    clean_partial_checkpoints,
-    load_checked,
-    load_training_checkpoint,
-)
+from deq_core.train.checkpoints import clean_partial_checkpoints, load_checked
+from deq_core.train.errors import UsageError
+from deq_core.train.metrics import MetricsLog
+from deq_core.train.rundir import RunLock, check_run_dir
+from deq_core.train.state import load_training_checkpoint
 
 from .checkpoint import ToyState, save_checkpoint
 from .configs import Config, config_from_dict
-from .errors import UserError
 from .tasks import Task, build_task
 
 
@@ -40,7 +34,7 @@ def _check_resume_config(stored: dict[str, Any], config: Config, path: Path) -> 
     differ = sorted(k for k in current if current[k] != stored_config.get(k))
     if differ:
         changes = ", ".join(f"{k}: {stored_config.get(k)!r} -> {current[k]!r}" for k in differ)
-        raise UserError(
+        raise UsageError(
             f"--resume: the config differs from the one of the checkpoint {path} ({changes}); "
             "resume with the same config and overrides, or start a new run in another --output-dir."
         )
@@ -55,7 +49,7 @@ def run_training(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train ``config`` and write OUTPUT_DIR/{metrics.jsonl, checkpoints/step_N/, config.json, results.json, *.png},
-    holding the folder's lock (:class:`deq_core.runs.RunLock`) for the run.
+    holding the folder's lock (:class:`deq_core.train.rundir.RunLock`) for the run.
 
     Args:
         config: a preset with overrides applied.
@@ -70,15 +64,12 @@ def run_training(
         the final results (empty when stopped early by ``stop_after``).
 
     Raises:
-        UserError: a bad folder (locked, holding a run without ``resume``, nothing to resume), a checkpoint that is
-            not tensors and plain data, another config on resume, or bad data.
+        UsageError: a bad folder (locked, holding a run without ``resume``, nothing to resume: RunDirError), a
+            checkpoint that is not tensors and plain data (CheckpointError), another config on resume, or bad data.
     """
     output_dir = Path(output_dir)
-    try:
-        with RunLock(output_dir):
-            return _run(config, output_dir, Path(data_dir), resume, stop_after, progress)
-    except (RunDirError, CheckpointError) as err:
-        raise UserError(str(err)) from None
+    with RunLock(output_dir):
+        return _run(config, output_dir, Path(data_dir), resume, stop_after, progress)
 
 
 def _start(

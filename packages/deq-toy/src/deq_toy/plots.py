@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 
-from deq_core.experiment import select
+from deq_core.train.metrics import select
 
 from .models.scalar_deq import ScalarDEQ
 

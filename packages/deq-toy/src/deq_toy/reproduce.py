@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from deq_core.experiment import read_metrics
+from deq_core.train.errors import UsageError
+from deq_core.train.metrics import read_metrics
 
 from .claims import GROUPS, run_claims
 from .configs import ArithmeticConfig, load_config
-from .errors import UserError
 from .evaluate import load_task
 from .plots import plot_figure5, plot_residuals
 from .runs import ensure_run as ensure_run_at
@@ -121,7 +121,7 @@ def _names(text: str | None, known: Sequence[str], what: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise UserError(f"unknown {what} {bad or text!r}; choose from {', '.join(known)} (comma-separated).")
+        raise UsageError(f"unknown {what} {bad or text!r}; choose from {', '.join(known)} (comma-separated).")
     return names
 
 
@@ -134,7 +134,7 @@ def arithmetic_runs(
     if variants is None:
         return [(name, output_dir, list(overrides)) for name in names]
     if any(o.split("=", 1)[0].strip() == "variant" for o in overrides):
-        raise UserError("give the training variants either with --variants or with variant=..., not both.")
+        raise UsageError("give the training variants either with --variants or with variant=..., not both.")
     chosen = _names(variants, list(VARIANT_LABELS), "variants")
     return [(n, output_dir / v, [*overrides, f"variant={v}"]) for v in chosen for n in names]
 
@@ -209,16 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.table == "claims":
             if args.overrides or args.runs or args.variants or args.prepare_data or args.data_dir:
-                raise UserError("claims takes only --output-dir, --quick, --claims and --no-progress.")
+                raise UsageError("claims takes only --output-dir, --quick, --claims and --no-progress.")
             groups = _names(args.claims, GROUPS, "claim groups")
             run_claims(output_dir, args.quick, not args.no_progress, command, groups)
             print((output_dir / "claims.md").read_text())
             return 0
         if args.quick or args.claims:
-            raise UserError("--quick and --claims apply to 'claims' only.")
+            raise UsageError("--quick and --claims apply to 'claims' only.")
         if args.table == "synthetic":
             if args.runs or args.variants or args.prepare_data or args.name != "table":
-                raise UserError("--runs, --variants, --name and --prepare-data apply to the arithmetic tables only.")
+                raise UsageError("--runs, --variants, --name and --prepare-data apply to the arithmetic tables only.")
             table = synthetic(output_dir, args.overrides, not args.no_progress)
         else:
             data_dir = Path(args.data_dir) if args.data_dir else output_dir / "data"
@@ -228,11 +228,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
             name = args.name
             if not name or "/" in name or "\\" in name:
-                raise UserError(f"--name must be a plain file name without a folder, got {name!r}.")
+                raise UsageError(f"--name must be a plain file name without a folder, got {name!r}.")
             table = arithmetic(
                 output_dir, data_dir, args.overrides, not args.no_progress, args.runs, args.variants, name
             )
-    except UserError as err:
+    except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     (output_dir / f"{name}.md").write_text(f"Command: `{command}`\n\n{table}")

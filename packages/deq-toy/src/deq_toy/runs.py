@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from deq_core.runs import latest_complete_checkpoint
+from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.errors import UsageError
 
 from .configs import load_config
-from .errors import UserError
 from .loop import run_training
 
 
@@ -24,7 +24,7 @@ def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: P
     if results_path.exists():
         stored = json.loads((run_dir / "config.json").read_text())
         if stored != json.loads(json.dumps(dataclasses.asdict(config))):
-            raise UserError(
+            raise UsageError(
                 f"{run_dir} holds a finished run with another config; use the same overrides as that "
                 "run, or another --output-dir."
             )

@@ -7,8 +7,10 @@ import json
 import sys
 from collections.abc import Sequence
 
+from deq_core.train.errors import UsageError
+from deq_core.train.processes import require_one_process
+
 from .configs import PRESETS, load_config
-from .errors import UserError
 from .loop import run_training
 
 
@@ -31,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 for a user error, printed without a traceback)."""
     args = build_parser().parse_args(argv)
     try:
+        require_one_process("python -m deq_toy.train")
         config = load_config(args.config, args.overrides)
         output_dir = args.output_dir or f"runs/{args.config}"
         results = run_training(
@@ -41,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop_after=args.stop_after,
             progress=not args.no_progress,
         )
-    except UserError as err:
+    except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if results:

@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader
 
-from deq_core.runs import checkpoint_weights, load_checked, load_config, resolve_checkpoint
+from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
+from deq_core.train.run_config import load_config
 
 from .configs import Config
 from .data import DatasetError, build_datasets

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deq_core.experiment import draw_solver_curves, read_metrics, select
+from deq_core.train.metrics import read_metrics, select
+from deq_core.train.plots import draw_solver_curves
 
 
 def plot_training(metrics_path: Path, out_path: Path) -> Path:

@@ -4,7 +4,7 @@ Trains (resumably: finished runs are read, interrupted ones resumed) the unregul
 gammas of the JR paper's Table 3, and a ResNet of the same size, over several seeds, on 16x16 glyphs
 (:mod:`deq_vision.data.glyphs`, written to ``DIR/data`` when missing); evaluates accuracy, inference NFE, the
 hard-stop table (Table 3: gamma x hard stop 1..6) and the forward residual at a fixed number of solver steps over
-training (Fig. 1a, from the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.claims), ``DIR/results.json``,
+training (Fig. 1a, from the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.train.claims), ``DIR/results.json``,
 ``DIR/hard_stop.md`` and ``DIR/residual_over_training.png``.
 
 Subcommands:
@@ -30,9 +30,11 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
-from deq_core.claims import write_claims
-from deq_core.experiment import apply_overrides, read_metrics
-from deq_core.runs import ResumeConfigError, checkpoint_weights, latest_complete_checkpoint, list_checkpoints
+from deq_core.train.checkpoints import checkpoint_weights, latest_complete_checkpoint, list_checkpoints
+from deq_core.train.claims import write_claims
+from deq_core.train.errors import UsageError
+from deq_core.train.metrics import read_metrics
+from deq_core.train.overrides import apply_overrides
 
 from . import train as train_module
 from .claims_vision import GAMMAS, STOP, claim_results, hard_stop_markdown, plot_residuals
@@ -258,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         text = claims(args.output_dir, data_dir, seeds, args.quick, args.threads, given, args.gammas)
-    except (FileNotFoundError, ResumeConfigError) as err:  # DatasetError is a FileNotFoundError
+    except (UsageError, FileNotFoundError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(text)
     return 0

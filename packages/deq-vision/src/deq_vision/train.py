@@ -36,29 +36,15 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from deq_core.experiment import (
-    JacobianSchedule,
-    MetricsLog,
-    PretrainSchedule,
-    apply_overrides,
-    jittered_max_iter,
-    progress_enabled,
-)
-from deq_core.runs import (
-    CheckpointError,
-    ResumeConfigError,
-    RunDirError,
-    RunLock,
-    TrainState,
-    check_resume_config,
-    check_run_dir,
-    clean_partial_checkpoints,
-    load_training_checkpoint,
-    prune_checkpoints,
-    record_resume,
-    save_config,
-    save_training_checkpoint,
-)
+from deq_core.train.checkpoints import clean_partial_checkpoints, prune_checkpoints
+from deq_core.train.errors import UsageError
+from deq_core.train.metrics import MetricsLog
+from deq_core.train.overrides import apply_overrides
+from deq_core.train.progress import progress_enabled
+from deq_core.train.run_config import check_resume_config, record_resume, save_config
+from deq_core.train.rundir import RunLock, check_run_dir
+from deq_core.train.schedules import JacobianSchedule, PretrainSchedule, jittered_max_iter
+from deq_core.train.state import TrainState, load_training_checkpoint, save_training_checkpoint
 
 from .configs import PRESETS, Config, get_config
 from .data import DatasetError, build_datasets, resolve_num_classes
@@ -455,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = args.output_dir or Path("runs") / args.config
     try:
         train(cfg, output_dir, name=args.config, resume=args.resume, data_dir=args.data_dir, download=args.download)
-    except (DatasetError, ResumeConfigError, RunDirError, CheckpointError) as err:
+    except UsageError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     return 0
 

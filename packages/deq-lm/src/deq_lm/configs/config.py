@@ -1,6 +1,6 @@
 """One frozen dataclass holds every setting of a run: task, model, DEQ solver, DEQ training features, optimizer.
 
-Change a preset on the command line with ``key=value`` (``deq_core.experiment.apply_overrides``); every value is
+Change a preset on the command line with ``key=value`` (``deq_core.train.overrides.apply_overrides``); every value is
 checked here, in ``__post_init__``, with a message that names the key and the valid choices.
 """
 
@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction
+from deq_core.train.checks import check_at_least, check_choice, check_deq_training, check_fraction
 
 ModelName = Literal[
     "deq_transformer", "deq_trellisnet", "transformer_xl", "transformer_tied", "trellisnet", "lstm", "gru", "tcn"

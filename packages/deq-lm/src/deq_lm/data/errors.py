@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from deq_core.train.errors import UsageError
 
-class CorpusError(ValueError):
+
+class CorpusError(UsageError, ValueError):
     """A corpus exists but cannot be used: empty split, text that is not UTF-8, unknown split or column, bad option."""
 
 
-class CorpusNotFoundError(FileNotFoundError):
+class CorpusNotFoundError(UsageError, FileNotFoundError):
     """No corpus where one was asked for (missing file, dataset not in the local Hugging Face cache)."""
 
 

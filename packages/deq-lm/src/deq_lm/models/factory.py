@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from deq_core import DEQ
-from deq_core.experiment import deq_layer_settings
+from deq_core.train.deq_settings import deq_layer_settings
 
 from ..configs.config import Config
 from .bodies import DEQBody, UnrolledBody

@@ -3,7 +3,7 @@
 Claim 1 (synthetic 1D, Jacobian-regularization paper Fig. 5) and claim 2 (the student report's nested arithmetic;
 group "repeated" adds its 50x repeated GRU) are measured by the runs of :mod:`.synthetic` and :mod:`.arithmetic`;
 finished runs are read, interrupted ones resumed (see :func:`deq_toy.runs.ensure_run`). The table is written with
-:func:`deq_core.claims.write_claims`.
+:func:`deq_core.train.claims.write_claims`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from deq_core.claims import ClaimResult, write_claims
+from deq_core.train.claims import ClaimResult, write_claims
+from deq_core.train.errors import UsageError
 
-from ..errors import UserError
 from . import arithmetic, synthetic
 
 GROUPS = ("synthetic", "arithmetic", "repeated")
@@ -45,7 +45,7 @@ def run_claims(
     else:
         rows.append(ClaimResult(synthetic.CLAIM, "not run", None, full, "run with --claims synthetic"))
     if "repeated" in groups and "arithmetic" not in groups:
-        raise UserError("--claims repeated compares with the GRU-DEQ: give it with arithmetic.")
+        raise UsageError("--claims repeated compares with the GRU-DEQ: give it with arithmetic.")
     if "arithmetic" in groups:
         rows += arithmetic.arithmetic_claims(output_dir, quick, progress, command, "repeated" in groups)
     else:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deq_core.claims import Claim, ClaimResult
-from deq_core.experiment import read_metrics
+from deq_core.train.claims import Claim, ClaimResult
+from deq_core.train.metrics import read_metrics
 
 from ..runs import ensure_run
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deq_core.claims import Claim, ClaimResult, mean_spread
+from deq_core.train.claims import Claim, ClaimResult, mean_spread
 
 from ..evaluate import load_task
 from ..plots import plot_figure5

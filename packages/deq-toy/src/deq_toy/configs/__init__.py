@@ -1,16 +1,16 @@
 """Named presets (frozen dataclasses) for both tasks, and ``key=value`` overrides.
 
 ``get_config(name)`` returns a preset; ``load_config(name, overrides)`` also applies overrides through
-:func:`deq_core.experiment.apply_overrides`, turning its errors into :class:`deq_toy.UserError`.
+:func:`deq_core.train.overrides.apply_overrides`, turning its errors into :class:`~deq_core.train.errors.UsageError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deq_core.experiment import apply_overrides
+from deq_core.train.errors import UsageError
+from deq_core.train.overrides import apply_overrides
 
-from ..errors import UserError
 from .arithmetic import ARITHMETIC_PRESETS, ArithmeticConfig
 from .synthetic import SYNTHETIC_PRESETS, SyntheticConfig
 
@@ -20,20 +20,20 @@ PRESETS: dict[str, Config] = {**SYNTHETIC_PRESETS, **ARITHMETIC_PRESETS}
 
 
 def get_config(name: str) -> Config:
-    """The preset called ``name``; raises UserError listing the known names when there is none."""
+    """The preset called ``name``; raises UsageError listing the known names when there is none."""
     if name not in PRESETS:
-        raise UserError(f"unknown config {name!r}; known configs: {', '.join(sorted(PRESETS))}.")
+        raise UsageError(f"unknown config {name!r}; known configs: {', '.join(sorted(PRESETS))}.")
     return PRESETS[name]
 
 
 def load_config(name: str, overrides: Sequence[str] = ()) -> Config:
-    """The preset ``name`` with ``key=value`` overrides applied (checked by type); errors are UserError."""
+    """The preset ``name`` with ``key=value`` overrides applied (checked by type); errors are UsageError."""
     config = get_config(name)
     try:
         config = apply_overrides(config, list(overrides))
         config.check()
     except (TypeError, ValueError) as err:
-        raise UserError(f"bad override for config {name!r}: {err}") from None
+        raise UsageError(f"bad override for config {name!r}: {err}") from None
     return config
 
 
@@ -42,7 +42,7 @@ def config_from_dict(values: dict[str, object]) -> Config:
     task = values.get("task")
     cls = {"synthetic": SyntheticConfig, "arithmetic": ArithmeticConfig}.get(str(task))
     if cls is None:
-        raise UserError(f"stored config has unknown task {task!r}; expected 'synthetic' or 'arithmetic'.")
+        raise UsageError(f"stored config has unknown task {task!r}; expected 'synthetic' or 'arithmetic'.")
     fields = dict(values)
     for key, value in fields.items():
         if isinstance(value, list):

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..errors import UserError
+from deq_core.train.errors import UsageError
 
 DIGITS = "123456789"
 OPERATORS = "+-*/"
@@ -153,7 +153,7 @@ def generate_expression(length: int, rng: random.Random, variant: str = "four") 
 
 def check_variant(variant: str) -> None:
     if variant not in VARIANTS:
-        raise UserError(f"unknown arithmetic variant {variant!r}; choose one of {sorted(VARIANTS)}.")
+        raise UsageError(f"unknown arithmetic variant {variant!r}; choose one of {sorted(VARIANTS)}.")
 
 
 @dataclass
@@ -227,8 +227,8 @@ def write_split(path: str | Path, data: ArithmeticSplit) -> Path:
     return path
 
 
-def _malformed(path: Path, number: int, what: str) -> UserError:
-    return UserError(
+def _malformed(path: Path, number: int, what: str) -> UsageError:
+    return UsageError(
         f"malformed arithmetic data file {path}, line {number}: {what}. Each row must be "
         "'expression<TAB>value<TAB>label' (value an exact fraction p/q, label 1 if value > 0 else 0). "
         "Fix the file, or delete it and rerun to regenerate it."
@@ -244,13 +244,13 @@ def load_split(path: str | Path, length: int | None = None, limit: int | None = 
         limit: read only the first ``limit`` rows (the file must have at least that many).
 
     Raises:
-        UserError: missing file, bad header, a row with the wrong number of fields, an unknown symbol, a wrong
+        UsageError: missing file, bad header, a row with the wrong number of fields, an unknown symbol, a wrong
             length, a value that is not a fraction, a label other than 0/1 or not matching the value's sign,
             or fewer rows than ``limit``. The message names the line.
     """
     path = Path(path)
     if not path.is_file():
-        raise UserError(
+        raise UsageError(
             f"arithmetic data file {path} does not exist; run training with --data-dir pointing to a "
             "writable folder and the files are generated there."
         )
@@ -290,7 +290,7 @@ def load_split(path: str | Path, length: int | None = None, limit: int | None = 
     if length is None and len({len(e) for e in expressions}) > 1:
         raise _malformed(path, body[1][0], "expressions have different lengths")
     if limit is not None and len(expressions) < limit:
-        raise UserError(
+        raise UsageError(
             f"arithmetic data file {path} has {len(expressions)} rows but {limit} are needed; delete it (it is "
             "regenerated with enough rows) or point --data-dir to another folder."
         )

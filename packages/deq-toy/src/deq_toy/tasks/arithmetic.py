@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from deq_core import DEQInfo
-from deq_core.experiment import JacobianSchedule
+from deq_core.train.schedules import JacobianSchedule
 
 from ..configs.arithmetic import ArithmeticConfig
 from ..data.arithmetic import VARIANTS, ensure_split, one_hot, to_indices

@@ -1,6 +1,6 @@
 """One frozen dataclass holds every setting of a run: data, model, DEQ solver, DEQ training features, optimizer.
 
-Change a preset on the command line with ``key=value`` (``deq_core.experiment.apply_overrides``); every value is
+Change a preset on the command line with ``key=value`` (``deq_core.train.overrides.apply_overrides``); every value is
 checked here, in ``__post_init__``, with a message that names the key and the valid choices.
 """
 
@@ -10,7 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.experiment import check_at_least, check_choice, check_deq_training, check_fraction, deq_layer_settings
+from deq_core.train.checks import check_at_least, check_choice, check_deq_training, check_fraction
+from deq_core.train.deq_settings import deq_layer_settings
 
 DatasetName = Literal["cifar10", "imagenet", "folder", "digits", "glyphs"]
 Solver = Literal["anderson", "broyden", "fixed_point"]

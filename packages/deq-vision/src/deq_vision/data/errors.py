@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from deq_core.train.errors import UsageError
+
 WORKER_PREFIX = "DatasetError: "
 
 
-class DatasetError(FileNotFoundError):
+class DatasetError(UsageError, FileNotFoundError):
     """A dataset is missing or malformed. The message says which files were expected and where to put them.
 
     The message is one line, also when the error comes from a DataLoader worker process: the worker's re-raise

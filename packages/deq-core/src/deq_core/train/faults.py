@@ -1,8 +1,8 @@
-"""Fault injection for the tests of training scripts (not imported by ``import deq_core``).
+"""Fault injection for the tests of training scripts.
 
-``python -m deq_core.testing KILL_AT MODULE [ARGS...]`` runs ``python -m MODULE ARGS...`` and kills its own process
+``python -m deq_core.train.faults KILL_AT MODULE [ARGS...]`` runs ``python -m MODULE ARGS...`` and kills its own process
 with SIGKILL at the KILL_AT-th fault point of checkpoint saving (after each file written into the temporary folder,
-before and after its rename: :func:`deq_core.runs._fault_point`); KILL_AT = 0 never kills.
+before and after its rename: :func:`deq_core.train.checkpoints._fault_point`); KILL_AT = 0 never kills.
 
 :func:`train_with_faults` runs a training command again and again, killing it at chosen save points or at random
 moments of training, resuming each time, until it finishes. :func:`plant_pickle` replaces a file with a pickle that
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import runs
+from . import checkpoints
 
 
 def _install_kill(kill_at: int) -> None:
@@ -34,7 +34,7 @@ def _install_kill(kill_at: int) -> None:
         if count == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    runs._fault_point = point  # type: ignore[attr-defined]
+    checkpoints._fault_point = point  # type: ignore[attr-defined]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -95,7 +95,7 @@ def _line_count(path: Path) -> int:
 
 
 def _attempt(command: list[str], kill: Kill | None, metrics: Path, env: dict[str, str], timeout: float) -> int:
-    """Run ``command`` (a ``python -m deq_core.testing ...`` line) once; returns its exit code (-9 when killed)."""
+    """Run ``command`` (a ``python -m deq_core.train.faults ...`` line) once; returns its exit code (-9 when killed)."""
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     start_lines = _line_count(metrics)
@@ -132,9 +132,9 @@ def train_with_faults(
     metrics = Path(output_dir) / "metrics.jsonl"
     codes: list[int] = []
     for kill in [*kills, None]:
-        resume = ["--resume"] if runs.latest_complete_checkpoint(output_dir) is not None else []
+        resume = ["--resume"] if checkpoints.latest_complete_checkpoint(output_dir) is not None else []
         point = str(kill.save_point) if kill is not None else "0"
-        command = [sys.executable, "-m", "deq_core.testing", point, module, *args, "--output-dir", str(output_dir)]
+        command = [sys.executable, "-m", "deq_core.train.faults", point, module, *args, "--output-dir", str(output_dir)]
         codes.append(_attempt([*command, *resume], kill, metrics, env, timeout))
         if codes[-1] == 0:
             break

@@ -1,0 +1,34 @@
+"""What the training scripts of the task packages (deq-toy, deq-lm, deq-vision) share; installed with the extra
+``pip install 'deq-core[train]'`` and never imported by ``import deq_core``. One job per module:
+
+- :mod:`~deq_core.train.schedules`: Jacobian-regularization and pretraining schedules, the jittered iteration limit.
+- :mod:`~deq_core.train.overrides`: ``key=value`` command-line overrides of a config dataclass.
+- :mod:`~deq_core.train.checks`: validation of a training config (one-line errors naming the key).
+- :mod:`~deq_core.train.deq_settings`: a config's DEQ settings as the arguments of :class:`deq_core.DEQ`.
+- :mod:`~deq_core.train.metrics`: the ``metrics.jsonl`` file of a run.
+- :mod:`~deq_core.train.progress`: whether to draw a progress bar.
+- :mod:`~deq_core.train.checkpoints`: checkpoint folders written aside and renamed, read as tensors and plain data.
+- :mod:`~deq_core.train.state`, :mod:`~deq_core.train.rng`: a training run's checkpoint (step, state dicts, weights,
+  random generators).
+- :mod:`~deq_core.train.rundir`: the run folder's lock; refusing to train over a run or to resume nothing.
+- :mod:`~deq_core.train.run_config`: the run's ``config.json`` and the resume check.
+- :mod:`~deq_core.train.reports`, :mod:`~deq_core.train.plots`: Markdown tables and the solver panels of a plot.
+- :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
+- :mod:`~deq_core.train.processes`: how many processes a launcher started; refusing a launch a loop cannot join.
+- :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
+- :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+# The distributions of the extra ``deq-core[train]`` (packages/deq-core/pyproject.toml), by import name.
+_EXTRA = ("accelerate",)
+
+_missing = [name for name in _EXTRA if find_spec(name) is None]
+if _missing:
+    raise ImportError(
+        f"deq_core.train needs {', '.join(_missing)}, which `pip install deq-core` does not install: "
+        "pip install 'deq-core[train]'"
+    )

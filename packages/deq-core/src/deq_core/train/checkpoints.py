@@ -1,0 +1,260 @@
+"""Checkpoint folders of a run, written aside and renamed when complete; tensors and plain data only.
+
+Layout of OUTPUT_DIR::
+
+    checkpoints/step_0000100/   a complete checkpoint: files written by the task package through a
+                                :class:`CheckpointWriter`, then ``checkpoint.json`` (the manifest), then renamed
+    checkpoints/step_0000200.partial/   a checkpoint being written (or a save that was killed): never read, removed
+                                by the next run in the folder
+
+A checkpoint holds tensors and plain data only: ``torch.save`` files read back with ``weights_only=True``
+(:func:`safe_load`), JSON and safetensors. A file that holds anything else (a pickled object or code) raises
+:class:`CheckpointError` before anything in it runs. ``torch`` is imported inside the functions that read and write
+tensors.
+
+- :func:`atomic_checkpoint_dir` and :class:`CheckpointWriter`: write a checkpoint aside and rename it when complete.
+- :func:`list_checkpoints`, :func:`latest_complete_checkpoint`, :func:`prune_checkpoints`,
+  :func:`clean_partial_checkpoints`, :func:`resolve_checkpoint`, :func:`checkpoint_weights`: the complete checkpoints
+  of a run.
+- :func:`safe_load`, :func:`read_json`, :func:`load_checked`: read checkpoint files, nothing executable;
+  :func:`save_states` / :func:`load_states`: the state dicts of optimizers, schedules and the like.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+CHECKPOINT_DIR = "checkpoints"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+MANIFEST_FILE = "checkpoint.json"
+PARTIAL_SUFFIX = ".partial"
+OLD_SUFFIX = ".old"
+CHECKPOINT_FORMAT = "deq-checkpoint-2"
+
+
+class CheckpointError(UsageError, ValueError):
+    """A checkpoint that cannot be used: incomplete, or a file that is not tensors and plain data (one line)."""
+
+
+def _fault_point(label: str) -> None:
+    """Called between the steps of a checkpoint save (after each file, before and after the rename). It does
+    nothing; fault-injection tests (:mod:`deq_core.train.faults`) replace it to kill the process there."""
+
+
+def load_checked(path: str | Path, loader: Callable[[Path], Any]) -> Any:
+    """``loader(path)``, with any failure (missing, truncated, or holding something that is not tensors and plain
+    data) turned into one :class:`CheckpointError` naming the file. Use it for safetensors files."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint is incomplete or not one of this project.")
+    try:
+        return loader(path)
+    except Exception as err:  # torch, pickle, safetensors and json raise many types for a foreign file
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{path} cannot be read as tensors and plain data ({type(err).__name__}: {reason[:200]}); it was not "
+            "written by this project's training, or it was modified. Nothing in it was run."
+        ) from None
+
+
+def safe_load(path: str | Path) -> Any:
+    """A ``torch.save`` file read with ``torch.load(weights_only=True)`` onto the CPU: tensors, numbers, strings,
+    lists, tuples and dicts only; a pickled object raises :class:`CheckpointError` without running anything."""
+    import torch
+
+    return load_checked(path, lambda p: torch.load(p, map_location="cpu", weights_only=True))
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file of a checkpoint; anything else raises :class:`CheckpointError`."""
+    return load_checked(path, lambda p: json.loads(p.read_text(encoding="utf-8")))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointWriter:
+    """Writes the files of one checkpoint into its temporary folder (:func:`atomic_checkpoint_dir`). Names are
+    plain file names; every file is flushed to disk before the folder is renamed."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def save_with(self, name: str, write: Callable[[Path], None]) -> Path:
+        """``write(path)`` for a file format this module does not know (e.g. safetensors' ``save_model``)."""
+        path = self.folder / name
+        write(path)
+        _fsync(path)
+        _fault_point(f"wrote {name}")
+        return path
+
+    def save_torch(self, name: str, obj: Any) -> Path:
+        """``torch.save`` of tensors and plain data (read back with :func:`safe_load`)."""
+        import torch
+
+        return self.save_with(name, lambda p: torch.save(obj, p))
+
+    def save_json(self, name: str, obj: Any) -> Path:
+        """A JSON file (read back with :func:`read_json`)."""
+        return self.save_with(name, lambda p: p.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_checkpoint_dir(
+    output_dir: str | Path, step: int, main: bool = True, barrier: Callable[[], None] | None = None
+) -> Iterator[CheckpointWriter]:
+    """Write checkpoint ``step`` into ``checkpoints/step_N.partial`` and, once every process has left the block
+    without error, add the manifest and rename the folder to ``checkpoints/step_N``. A kill at any moment leaves
+    either the complete folder or a ``.partial`` one that no reader uses.
+
+    Args:
+        output_dir: the run folder.
+        step: optimizer steps taken.
+        main: this process creates, completes and renames the folder (the main process of a multi-process run;
+            every process may write its own files into it).
+        barrier: waits for every process (e.g. ``accelerator.wait_for_everyone``); None for one process.
+    """
+    sync = barrier or (lambda: None)
+    final = checkpoint_path(output_dir, step)
+    partial = final.with_name(final.name + PARTIAL_SUFFIX)
+    if main:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    sync()
+    yield CheckpointWriter(partial)
+    sync()
+    if main:
+        files = sorted(p.name for p in partial.iterdir())
+        CheckpointWriter(partial).save_json(MANIFEST_FILE, {"format": CHECKPOINT_FORMAT, "step": step, "files": files})
+        _fsync(partial)
+        _fault_point("before rename")
+        old = final.with_name(final.name + OLD_SUFFIX)
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+        partial.rename(final)
+        _fsync(final.parent)
+        shutil.rmtree(old, ignore_errors=True)
+        _fault_point("after rename")
+    sync()
+
+
+def checkpoint_path(output_dir: str | Path, step: int) -> Path:
+    """OUTPUT_DIR/checkpoints/step_NNNNNNN (zero-padded so that names sort by step)."""
+    return Path(output_dir) / CHECKPOINT_DIR / f"step_{step:07d}"
+
+
+def is_complete(folder: Path) -> bool:
+    """Whether ``folder`` is a complete checkpoint: its manifest is valid JSON and every file it lists exists."""
+    try:
+        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        return all((folder / name).is_file() for name in manifest["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """The complete checkpoint folders of a run, oldest first (an empty list when there are none). Folders being
+    written (``.partial``) and folders without a valid manifest (e.g. written in place by an older version and
+    interrupted) are left out."""
+    folder = Path(output_dir) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and p.name[5:].isdigit() and p.name.startswith("step_")
+                  and is_complete(p))  # fmt: skip
+
+
+def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint folder of a run, or None."""
+    found = list_checkpoints(output_dir)
+    return found[-1] if found else None
+
+
+def clean_partial_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Delete the leftovers of interrupted saves (``.partial`` / ``.old`` folders); returns what was deleted.
+    Call it only while holding the run's :class:`RunLock`."""
+    folder = Path(output_dir) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return []
+    stale = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.endswith((PARTIAL_SUFFIX, OLD_SUFFIX)))
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` complete checkpoints.
+
+    Raises:
+        ValueError: ``keep`` < 1 (the newest checkpoint is never deleted).
+    """
+    if keep < 1:
+        raise ValueError(f"keep_checkpoints must be >= 1, got {keep}.")
+    for old in list_checkpoints(output_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """(run_dir, checkpoint_dir) from either a run directory (its newest complete checkpoint) or a complete
+    checkpoint folder.
+
+    Raises:
+        FileNotFoundError: neither, or a run directory without a complete checkpoint.
+        CheckpointError: (a ValueError) a checkpoint folder that is incomplete.
+    """
+    path = Path(path)
+    if (path / CONFIG_FILE).is_file():
+        latest = latest_complete_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"{path} has no complete checkpoint under {path / CHECKPOINT_DIR}.")
+        return path, latest
+    run_dir = path.parent.parent
+    if not (run_dir / CONFIG_FILE).is_file() or not path.is_dir():
+        raise FileNotFoundError(
+            f"{path} is neither a run directory (with {CONFIG_FILE}) nor a checkpoint folder inside one "
+            f"(RUN/{CHECKPOINT_DIR}/step_N)."
+        )
+    if not is_complete(path):
+        raise CheckpointError(
+            f"{path} is not a complete checkpoint (no valid {MANIFEST_FILE}: the save was interrupted); pass the run "
+            f"directory {run_dir} to use its newest complete checkpoint."
+        )
+    return run_dir, path
+
+
+def checkpoint_weights(folder: str | Path) -> Path:
+    """The model weights (``model.safetensors``) of a checkpoint folder.
+
+    Raises:
+        FileNotFoundError: the folder has none (not a checkpoint of deq-lm / deq-vision).
+    """
+    weights = Path(folder) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights} does not exist: {folder} is not a complete checkpoint.")
+    return weights
+
+
+def save_states(ckpt: CheckpointWriter, objects: dict[str, Any]) -> None:
+    """Write each object's ``state_dict()`` (optimizer, LR schedule, EMA, grad scaler, ...) to ``NAME.pt``."""
+    for name, obj in objects.items():
+        ckpt.save_torch(f"{name}.pt", obj.state_dict())
+
+
+def load_states(folder: str | Path, objects: dict[str, Any]) -> None:
+    """Restore what :func:`save_states` wrote: ``obj.load_state_dict(safe_load(folder / NAME.pt))``."""
+    for name, obj in objects.items():
+        obj.load_state_dict(safe_load(Path(folder) / f"{name}.pt"))
