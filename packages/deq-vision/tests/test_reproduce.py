@@ -160,3 +160,4 @@ def test_paper_nfe_k_is_read_at_max_iter_k_plus_1() -> None:
     assert "NFE=1 (max_iter 2): 20.5 / 20.0 / 20.0 %" in by_key["gamma_ablation"].ours
     assert "max_iter 6 (paper NFE 5): 60 %" in by_key["jr_accuracy_nfe"].note
     assert by_key["gamma_ablation"].verdict == DOES_NOT_HOLD  # gamma 0.1 is the most accurate at NFE 1 here
+    assert by_key["gamma_ablation"].note == "one run per gamma: the seed spread is not measured here"
