@@ -1,7 +1,8 @@
 """Evaluate a checkpoint: ``python -m deq_vision.evaluate --checkpoint RUN_OR_CHECKPOINT_DIR [--max-steps N]``.
 
 Reports top-1 / top-5 accuracy at the config's inference limits and, for MDEQs, the accuracy against a hard stop of
-1..N solver steps (the JR paper's Table 3): a table on stdout and ``hard_stop.json`` / ``hard_stop.png`` in the run
+max_iter = 1..N calls of f (the JR paper's Table 3; its NFE k is our max_iter k + 1, see
+``deq_vision.claims_vision.CONVENTION``): a table on stdout and ``hard_stop.json`` / ``hard_stop.png`` in the run
 directory.
 """
 
@@ -22,6 +23,7 @@ from torch.utils.data import DataLoader
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.run_config import load_config
 
+from .claims_vision import paper_nfe
 from .configs import Config
 from .data import DatasetError, build_datasets
 from .train import build_model, evaluate_loader, finish_eval
@@ -44,13 +46,31 @@ def load_model(checkpoint: Path) -> tuple[Config, nn.Module, Path]:
 def hard_stop_sweep(
     model: nn.Module, loader: DataLoader, max_steps: int, device: torch.device | None = None
 ) -> list[dict[str, Any]]:
-    """Accuracy with the forward solve stopped after k = 1..max_steps iterations (or earlier at the tolerance).
-    Rows: {"max_iter", "loss", "acc", "acc5", "nfe_forward", "residual"}."""
+    """Accuracy with the forward solve stopped at max_iter = k = 1..max_steps calls of f (the one at z0 included; or
+    earlier at the tolerance). Rows: {"max_iter", "paper_nfe" (= k - 1, the JR paper's count of solver updates),
+    "loss", "acc", "acc5", "nfe_forward" (mean calls of f per batch), "residual"}."""
     device = device or next(model.parameters()).device
     rows = []
     for k in range(1, max_steps + 1):
-        rows.append({"max_iter": k, **finish_eval(evaluate_loader(model, loader, device, max_iter=k))})
+        row = {"max_iter": k, "paper_nfe": int(paper_nfe(k))}
+        rows.append(row | finish_eval(evaluate_loader(model, loader, device, max_iter=k)))
     return rows
+
+
+@torch.no_grad()
+def unrolled_accuracy(model: nn.Module, loader: DataLoader, steps: int, device: torch.device | None = None) -> float:
+    """Top-1 % of the classifier head on f applied ``steps`` times to z0 = 0 (``model(x, unroll=steps)``, no
+    solver; eval mode, restores the training mode): unroll 1 is what a hard stop of max_iter 1 returns."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = count = 0
+    for x, y in loader:
+        logits = model(x.to(device), unroll=steps)
+        correct += int((logits.argmax(dim=1) == y.to(device)).sum())
+        count += y.shape[0]
+    model.train(was_training)
+    return 100.0 * correct / max(count, 1)
 
 
 def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
@@ -63,9 +83,9 @@ def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     steps = [r["max_iter"] for r in rows]
     axes[0].plot(steps, [r["acc"] for r in rows], "o-")
-    axes[0].set(xlabel="solver steps (hard stop)", ylabel="top-1 accuracy (%)")
+    axes[0].set(xlabel="hard stop max_iter (calls of f; paper NFE = max_iter - 1)", ylabel="top-1 accuracy (%)")
     axes[1].plot(steps, [r["residual"] for r in rows], "o-")
-    axes[1].set(xlabel="solver steps (hard stop)", ylabel="forward residual", yscale="log")
+    axes[1].set(xlabel="hard stop max_iter (calls of f)", ylabel="forward residual", yscale="log")
     fig.tight_layout()
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
@@ -85,7 +105,10 @@ def _evaluate(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deq_vision.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("--data-dir", type=Path, default=None, help="as for training (not needed for digits)")
-    parser.add_argument("--max-steps", type=int, default=12, help="largest hard stop of the sweep (MDEQs)")
+    parser.add_argument(
+        "--max-steps", type=int, default=12,
+        help="largest hard stop of the sweep, as max_iter (calls of f; the JR paper's NFE = max_iter - 1) (MDEQs)",
+    )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument(
         "--limit", type=int, default=None, help="evaluate N images only (a class-balanced subset, the same each time)"
@@ -112,11 +135,11 @@ def _evaluate(argv: Sequence[str] | None) -> int:
     if args.no_sweep or not cfg.is_deq:
         return 0
     rows = hard_stop_sweep(model, loader, args.max_steps, device)
-    print(f"{'steps':>5} {'acc':>7} {'acc5':>7} {'loss':>8} {'nfe':>5} {'residual':>9}")
+    print(f"{'max_iter':>8} {'paper NFE':>9} {'acc':>7} {'acc5':>7} {'loss':>8} {'calls':>5} {'residual':>9}")
     for r in rows:
         print(
-            f"{r['max_iter']:>5} {r['acc']:>7.2f} {r['acc5']:>7.2f} {r['loss']:>8.4f} {r['nfe_forward']:>5.1f} "
-            f"{r['residual']:>9.3g}"
+            f"{r['max_iter']:>8} {r['paper_nfe']:>9} {r['acc']:>7.2f} {r['acc5']:>7.2f} {r['loss']:>8.4f} "
+            f"{r['nfe_forward']:>5.1f} {r['residual']:>9.3g}"
         )
     (run_dir / "hard_stop.json").write_text(json.dumps({"full": result, "rows": rows}, indent=1) + "\n")
     plot_hard_stop(rows, run_dir / "hard_stop.png")

@@ -3,8 +3,14 @@
 Trains (resumably: finished runs are read, interrupted ones resumed) the unregularized MDEQ, the MDEQ + JR at the
 gammas of the JR paper's Table 3, and a ResNet of the same size, over several seeds, on 16x16 glyphs
 (:mod:`deq_vision.data.glyphs`, written to ``DIR/data`` when missing); evaluates accuracy, inference NFE, the
+<<<<<<< HEAD
 hard-stop table (Table 3: gamma x hard stop 1..6) and the forward residual at a fixed number of solver steps over
 training (Fig. 1a, from the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.train.claims), ``DIR/results.json``,
+=======
+hard-stop table (Table 3: gamma x hard stop NFE 1..6 in the paper's convention, our max_iter 2..7, see
+``claims_vision.CONVENTION``) and the forward residual at a fixed number of solver steps over training (Fig. 1a, from
+the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.train.claims), ``DIR/results.json``,
+>>>>>>> h-vclaims
 ``DIR/hard_stop.md`` and ``DIR/residual_over_training.png``.
 
 Subcommands:
@@ -37,11 +43,19 @@ from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 
 from . import train as train_module
-from .claims_vision import GAMMAS, STOP, claim_results, hard_stop_markdown, plot_residuals
+from .claims_vision import (
+    GAMMAS,
+    SWEEP_MAX_ITER,
+    claim_results,
+    convention_text,
+    hard_stop_markdown,
+    paper_nfe,
+    plot_residuals,
+)
 from .configs import Config, get_config
 from .data import build_datasets
 from .data.glyphs import META, write_glyphs
-from .evaluate import hard_stop_sweep
+from .evaluate import hard_stop_sweep, unrolled_accuracy
 from .models import count_parameters
 from .train import build_model, evaluate_loader, finish_eval
 
@@ -53,6 +67,10 @@ QUICK_OVERRIDES = (
     "log_every=1",
 )  # fmt: skip
 RESIDUAL_IMAGES = {False: 1000, True: 64}  # test images for the residual-over-training curve
+# Version of RUN/claims_eval.json: a cache written by another version is recomputed. 2: hard stops max_iter 1..7 (the
+# paper's NFE 0..6, claims_vision.CONVENTION) and the head on f(0), f(f(0)) (unrolled); 1 (no key): max_iter 1..6.
+EVAL_VERSION = 2
+UNROLLED = (1, 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +158,9 @@ def residual_curve(cfg: Config, run_dir: Path, loader: DataLoader, fixed_t: int)
 
 
 def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int) -> dict[str, Any]:
-    """Accuracy / NFE at the config's inference limits, hard stops 1..6 and the residual curve of a finished run;
-    cached in RUN/claims_eval.json (recomputed when the run's last checkpoint changed)."""
+    """Accuracy / NFE at the config's inference limits, hard stops max_iter 1..7, the head on f(0) and f(f(0)) and
+    the residual curve of a finished run; cached in RUN/claims_eval.json (recomputed when the run's last checkpoint,
+    ``fixed_t`` or :data:`EVAL_VERSION` changed)."""
     run_dir = out / "runs" / run.name
     cfg = run_config(run, quick)
     final = latest_complete_checkpoint(run_dir)
@@ -150,17 +169,21 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
     cache = run_dir / "claims_eval.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())
-        if saved.get("checkpoint") == final.name and saved.get("fixed_t") == fixed_t:
+        key = (saved.get("version"), saved.get("checkpoint"), saved.get("fixed_t"))
+        if key == (EVAL_VERSION, final.name, fixed_t):
             return saved
     _, eval_set = build_datasets(cfg, data_dir)
     loader = DataLoader(eval_set, batch_size=250)
     model = load_weights(build_model(cfg), final)
     device = torch.device("cpu")
-    result: dict[str, Any] = {"checkpoint": final.name, "fixed_t": fixed_t, "parameters": count_parameters(model)}
+    result: dict[str, Any] = {
+        "version": EVAL_VERSION, "checkpoint": final.name, "fixed_t": fixed_t, "parameters": count_parameters(model),
+    }  # fmt: skip
     result["full"] = finish_eval(evaluate_loader(model, loader, device))
     result["test_images"] = len(eval_set)  # type: ignore[arg-type]
     if cfg.is_deq:
-        result["hard_stop"] = hard_stop_sweep(model, loader, STOP, device)
+        result["hard_stop"] = hard_stop_sweep(model, loader, SWEEP_MAX_ITER, device)
+        result["unrolled"] = [{"unroll": u, "acc": unrolled_accuracy(model, loader, u, device)} for u in UNROLLED]
         subset = Subset(eval_set, range(min(RESIDUAL_IMAGES[quick], len(eval_set))))  # type: ignore[arg-type]
         result["residual_curve"] = residual_curve(cfg, run_dir, DataLoader(subset, batch_size=250), fixed_t)
         result["train_residual"] = [
@@ -207,27 +230,34 @@ def claims(
     evals = {run.name: evaluate_run(run, out, data_dir, quick, fixed_t) for run in runs}
     command = reproduce_command(out, seeds, quick, data_dir if given else None, gammas)
     pretrain = run_config(runs[0], quick).pretrain_steps
-    results, summary = claim_results(runs, evals, command, pretrain)
+    jr_limit = get_config("glyphs-mdeq-jr").eval_max_iter or get_config("glyphs-mdeq-jr").max_iter
+    results, summary = claim_results(runs, evals, command, pretrain, jr_limit=jr_limit)
     (out / "results.json").write_text(json.dumps({"summary": summary, "runs": evals}, indent=1) + "\n")
     table = hard_stop_markdown(runs, evals)
     (out / "hard_stop.md").write_text(table)
     plot_residuals(runs, evals, fixed_t, out / "residual_over_training.png")
-    preamble = preamble_text(seeds, quick, evals, fixed_t) + "\n\n" + table
+    preamble = preamble_text(seeds, quick, evals, fixed_t) + "\n\n" + convention_text(runs, evals, jr_limit)
+    preamble += "\n\nHard-stop table (JR paper Table 3 layout), top-1 %:\n\n" + table
     return write_claims(out / "claims.md", results, title="deq-vision: JR paper claims at CPU scale", preamble=preamble)
 
 
 def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixed_t: int) -> str:
+    """The claims table's preamble: data, seeds, the three presets' solver limits (max_iter = calls of f; the
+    paper's NFE is one less) and the residual figure's fixed T."""
     n_test = next(iter(evals.values()))["test_images"]
     m, j = get_config("glyphs-mdeq"), get_config("glyphs-mdeq-jr")
+    j_eval = j.eval_max_iter or j.max_iter
     scale = "QUICK SMOKE RUN (tiny data, a few steps): the numbers mean nothing." if quick else ""
     return (
         f"{scale} Data: procedurally drawn 16x16 glyphs (`deq_vision.data.glyphs`), {n_test} test images. Seeds "
-        f"{list(seeds)}; numbers are mean ± sample std over seeds. MDEQ (`{m.model}`): {m.solver}, "
-        f"{m.max_iter} / {m.backward_max_iter} iterations in training, inference to relative residual {m.tol:g} "
-        f"(limit {m.eval_max_iter}). MDEQ + JR: {j.max_iter} / {j.backward_max_iter} in training, hard stop "
-        f"{j.eval_max_iter} at inference, JR probability {j.jac_prob:g}, gamma as named. The residual figure "
-        f"(`residual_over_training.png`) evaluates every checkpoint at a fixed T = {fixed_t} solver steps. "
-        "Hard-stop table (JR paper Table 3 layout), top-1 %:"
+        f"{list(seeds)}; numbers are mean ± sample std over seeds. Solver limits are our max_iter (calls of f, the "
+        f"one at z0 included; the paper's NFE is one less, see below). MDEQ (`{m.model}`): {m.solver}, max_iter "
+        f"{m.max_iter} / {m.backward_max_iter} in training (forward / backward), inference to relative residual "
+        f"{m.tol:g} (limit max_iter {m.eval_max_iter}). MDEQ + JR: max_iter {j.max_iter} / {j.backward_max_iter} in "
+        f"training, hard stop max_iter {j_eval} at inference (paper NFE {paper_nfe(j_eval):g}), JR probability "
+        f"{j.jac_prob:g}, gamma as named. The residual figure (`residual_over_training.png`) evaluates every "
+        f"checkpoint at a fixed max_iter {fixed_t} (paper convention T = {paper_nfe(fixed_t):g}; Fig. 1a uses "
+        "T = 14)."
     ).strip()
 
 
