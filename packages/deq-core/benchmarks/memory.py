@@ -118,7 +118,7 @@ def tdeq_forward(
 def ours_solve(case: Case, depth: int) -> Callable[[], object]:
     def run() -> object:
         with torch.no_grad():
-            return deq_core.solve(case.f, case.z0, method="anderson", max_iter=depth, tol=1e-30, m=6)
+            return deq_core.solve(case.f, case.z0, solver="anderson", max_iter=depth, tol=1e-30, m=6)
 
     return run
 

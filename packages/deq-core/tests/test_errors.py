@@ -46,25 +46,25 @@ SOLVE_ERRORS = [
     ("max_iter_negative", {"f": ident, "z0": Z, "max_iter": -5}, ValueError, "max_iter"),
     ("max_iter_float", {"f": ident, "z0": Z, "max_iter": 2.5}, ValueError, "max_iter"),
     ("max_iter_bool", {"f": ident, "z0": Z, "max_iter": True}, ValueError, "max_iter"),
-    ("unknown_method", {"f": ident, "z0": Z, "method": "newton"}, ValueError, "unknown solver method"),
+    ("unknown_method", {"f": ident, "z0": Z, "solver": "newton"}, ValueError, "unknown solver"),
     ("unknown_stop_mode", {"f": ident, "z0": Z, "stop_mode": "max"}, ValueError, "stop_mode"),
-    ("anderson_m_zero", {"f": ident, "z0": Z, "method": "anderson", "m": 0}, ValueError, "m"),
+    ("anderson_m_zero", {"f": ident, "z0": Z, "solver": "anderson", "m": 0}, ValueError, "m"),
     (
         "anderson_m_float",
-        {"f": ident, "z0": Z, "method": "anderson", "m": 2.0},
+        {"f": ident, "z0": Z, "solver": "anderson", "m": 2.0},
         TypeError,
         "m must be an int",
     ),  # a type error since 0.2.2
-    ("anderson_beta_zero", {"f": ident, "z0": Z, "method": "anderson", "beta": 0.0}, ValueError, "beta"),
-    ("anderson_beta_big", {"f": ident, "z0": Z, "method": "anderson", "beta": 1.5}, ValueError, "beta"),
-    ("anderson_reg_negative", {"f": ident, "z0": Z, "method": "anderson", "reg": -1.0}, ValueError, "reg"),
-    ("broyden_memory_zero", {"f": ident, "z0": Z, "method": "broyden", "memory": 0}, ValueError, "memory"),
-    ("broyden_ls_steps_negative", {"f": ident, "z0": Z, "method": "broyden", "ls_steps": -1}, ValueError, "ls_steps"),
-    ("fixed_point_damping_zero", {"f": ident, "z0": Z, "method": "fixed_point", "damping": 0.0}, ValueError, "damping"),
-    ("fixed_point_damping_big", {"f": ident, "z0": Z, "method": "fixed_point", "damping": 1.5}, ValueError, "damping"),
+    ("anderson_beta_zero", {"f": ident, "z0": Z, "solver": "anderson", "beta": 0.0}, ValueError, "beta"),
+    ("anderson_beta_big", {"f": ident, "z0": Z, "solver": "anderson", "beta": 1.5}, ValueError, "beta"),
+    ("anderson_reg_negative", {"f": ident, "z0": Z, "solver": "anderson", "reg": -1.0}, ValueError, "reg"),
+    ("broyden_memory_zero", {"f": ident, "z0": Z, "solver": "broyden", "memory": 0}, ValueError, "memory"),
+    ("broyden_ls_steps_negative", {"f": ident, "z0": Z, "solver": "broyden", "ls_steps": -1}, ValueError, "ls_steps"),
+    ("fixed_point_damping_zero", {"f": ident, "z0": Z, "solver": "fixed_point", "damping": 0.0}, ValueError, "damping"),
+    ("fixed_point_damping_big", {"f": ident, "z0": Z, "solver": "fixed_point", "damping": 1.5}, ValueError, "damping"),
     (
         "fixed_point_damping_nan",
-        {"f": ident, "z0": Z, "method": "fixed_point", "damping": float("nan")},
+        {"f": ident, "z0": Z, "solver": "fixed_point", "damping": float("nan")},
         ValueError,
         "damping",
     ),
@@ -82,7 +82,7 @@ def test_solve_rejects_bad_input(kwargs, exc, fragment):
 @pytest.mark.parametrize("method", METHODS)
 def test_unknown_option_lists_valid_options(method):
     with pytest.raises(TypeError) as err:
-        deq_core.solve(ident, Z, method=method, bogus=1)
+        deq_core.solve(ident, Z, solver=method, bogus=1)
     message = str(err.value)
     assert "bogus" in message
     for name in deq_core.solver_options(method):
@@ -90,7 +90,7 @@ def test_unknown_option_lists_valid_options(method):
     # options of another method are unknown too
     other = {"fixed_point": "m", "anderson": "memory", "broyden": "damping"}[method]
     with pytest.raises(TypeError, match=other):
-        deq_core.solve(ident, Z, method=method, **{other: 2})
+        deq_core.solve(ident, Z, solver=method, **{other: 2})
 
 
 def test_errors_from_f_are_not_hidden():
@@ -110,8 +110,8 @@ def test_shape_error_in_deq_tracked_call_and_unrolled():
 
 DEQ_ERRORS = [
     ("backward_foo", {"backward": "foo"}, ValueError, "unknown backward"),
-    ("unknown_solver", {"solver": "newton"}, ValueError, "unknown solver method"),
-    ("unknown_backward_solver", {"backward_solver": "newton"}, ValueError, "unknown solver method"),
+    ("unknown_solver", {"solver": "newton"}, ValueError, "unknown solver"),
+    ("unknown_backward_solver", {"backward_solver": "newton"}, ValueError, "unknown solver"),
     ("unknown_solver_option", {"solver": "anderson", "solver_options": {"memory": 3}}, TypeError, "options are"),
     ("unknown_backward_option", {"backward_solver": "broyden", "backward_options": {"m": 3}}, TypeError, "options are"),
     ("tol_zero", {"tol": 0.0}, ValueError, "tol"),

@@ -197,7 +197,7 @@ def test_solver_options_are_parsed_and_checked_by_the_solvers() -> None:
     cfg = apply_overrides(_ConfigWithOptions(), ["solver_options=m=6,beta=0.8", "backward_options=memory=10"])
     assert cfg.solver_options == ("m=6", "beta=0.8") and cfg.backward_options == ("memory=10",)
     check_deq_training(cfg)
-    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for method 'broyden'"):
+    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
         check_deq_training(dataclasses.replace(cfg, backward_options=("m=6",)))
     with pytest.raises(ValueError, match="solver_options: 'm6' is not of the form key=value"):
         check_deq_training(dataclasses.replace(cfg, solver_options=("m6",)))
@@ -213,7 +213,7 @@ def test_deq_layer_settings_builds_the_layer_from_a_config() -> None:
     assert settings == {"solver": "anderson", "backward_solver": "broyden", "solver_options": {},
                         "backward_options": {"memory": 4}}  # fmt: skip
     layer = deq_core.DEQ(**settings)
-    assert layer.backward_solver == "broyden" and layer.backward_options == {"memory": 4}
+    assert layer.backward_solver == deq_core.Broyden(memory=4)
 
 
 class _Axes:

@@ -162,7 +162,7 @@ def test_phantom_is_damped_steps_from_detached_z_star(kind):
     z_out, _ = deq(f, zeros_state(kind))
     grads = torch.autograd.grad((weights * flat(z_out)).sum(), cell.leaves)
 
-    z_star = deq_core.solve(f, zeros_state(kind), method="anderson", max_iter=200, tol=1e-6).z
+    z_star = deq_core.solve(f, zeros_state(kind), solver="anderson", max_iter=200, tol=1e-6).z
     z = flat(z_star)
     for _ in range(3):
         z = 0.7 * z + 0.3 * flat(f(unflat(z, z_star)))
@@ -183,7 +183,7 @@ def test_jfb_gradient_is_one_step_through_detached_z_star(kind):
     assert counter.calls == info.nfe + 1
     grads = torch.autograd.grad((weights * flat(z_out)).sum(), cell.leaves)
 
-    res = deq_core.solve(f, zeros_state(kind), method="anderson", max_iter=200, tol=1e-8)
+    res = deq_core.solve(f, zeros_state(kind), solver="anderson", max_iter=200, tol=1e-8)
     z_star = tuple(t.detach() for t in ((res.z,) if kind == "tensor" else res.z))
     one_step = f(z_star[0] if kind == "tensor" else z_star)
     expected = torch.autograd.grad((weights * flat(one_step)).sum(), cell.leaves)
@@ -349,7 +349,7 @@ def test_no_grad_returns_solver_fz_without_extra_call(kind, backward):
     with torch.no_grad():
         z_out, info = deq(counter, zeros_state(kind))
     assert counter.calls == info.nfe
-    res = deq_core.solve(f, zeros_state(kind), method="anderson", max_iter=200, tol=1e-6)
+    res = deq_core.solve(f, zeros_state(kind), solver="anderson", max_iter=200, tol=1e-6)
     for a, b in zip(flat(z_out).unbind(), flat(res.fz).unbind()):
         assert torch.equal(a, b)
     assert not flat(z_out).requires_grad
@@ -360,7 +360,7 @@ def test_forward_value_is_f_of_best_iterate(backward):
     cell = Cell()
     z0 = torch.zeros(BATCH, DIM, dtype=torch.float64)
     z_out, info = tight_deq(backward=backward, tol=1e-6)(cell.flat_map, z0)
-    res = deq_core.solve(cell.flat_map, z0, method="anderson", max_iter=200, tol=1e-6)
+    res = deq_core.solve(cell.flat_map, z0, solver="anderson", max_iter=200, tol=1e-6)
     assert torch.equal(z_out.detach(), cell.flat_map(res.z).detach())
     assert torch.equal(info.residual, res.residual)
     assert info.nfe == res.nfe and info.iterations == res.iterations

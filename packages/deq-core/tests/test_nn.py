@@ -39,7 +39,7 @@ def test_mask_stays_fixed_inside_a_deq_solve():
         masks.append(out)
         return 0.5 * z + out
 
-    res = deq_core.solve(f, torch.zeros_like(x), method="anderson", max_iter=50, tol=1e-10)
+    res = deq_core.solve(f, torch.zeros_like(x), solver="anderson", max_iter=50, tol=1e-10)
     assert res.all_converged
     assert len(masks) > 3 and all(torch.equal(m, masks[0]) for m in masks)
     torch.testing.assert_close(res.z, 2 * masks[0])

@@ -2,7 +2,9 @@
 
 Public API::
 
-    deq_core.solve(f, z0, method="anderson", max_iter=50, tol=1e-4, stop_mode="rel", **options) -> SolverResult
+    deq_core.solve(f, z0, solver=Anderson(m=8), max_iter=50, tol=1e-4, stop_mode="rel") -> SolverResult
+    deq_core.FixedPoint(damping), Anderson(m, beta, reg), Broyden(memory, line_search, ls_steps, armijo)
+    deq_core.Solver (init / step -> Step; a Loop for trial calls of f), solver_options(solver)
     deq_core.DEQ(...)(f, z0) -> (z_out, DEQInfo)
     deq_core.jacobian_frobenius(f, z, n_samples=1)   # Hutchinson ||J_f(z)||_F^2 / D, differentiable
     deq_core.spectral_radius(f, z, n_iters=20)       # rho(J_f(z)) per sample
@@ -11,16 +13,23 @@ Public API::
     deq_core.peak_live_bytes(fn) -> (fn(), peak bytes of the storages fn creates)
 """
 
+from ._solvers import Anderson, Broyden, FixedPoint, Loop, Solver, Step, solver_options
 from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
 from .layer import DEQ, DEQInfo
 from .nn import VariationalDropout, cached_weights, weight_norm
 from .profiling import peak_live_bytes, saved_tensor_bytes
-from .solve import SolverResult, solve, solver_options
+from .solve import SolverResult, solve
 
 __version__ = "0.3.0"
 
 __all__ = [
     "DEQ",
+    "Anderson",
+    "Broyden",
+    "FixedPoint",
+    "Loop",
+    "Solver",
+    "Step",
     "DEQInfo",
     "SolverResult",
     "VariationalDropout",

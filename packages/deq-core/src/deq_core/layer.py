@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ._solvers import Solver, resolve_solver
 from ._solvers._options import check_int, check_number
+from ._solvers.resolve import SolverLike
 from ._state import (
     State,
     as_tensors,
@@ -24,7 +26,7 @@ from ._state import (
     unflatten,
 )
 from .jacobian import frobenius_from_graph, vector_jacobian
-from .solve import SolverResult, check_settings, solve
+from .solve import SolverResult, check_limits, solve
 
 BACKWARDS = ("implicit", "phantom", "jfb")
 
@@ -88,11 +90,10 @@ class _Adjoint:
     fz: tuple[Tensor, ...]
     z_star: tuple[Tensor, ...]
     info: DEQInfo
-    method: str
+    solver: Solver
     max_iter: int
     tol: float
     stop_mode: str
-    options: dict[str, Any] = field(default_factory=dict)
 
     def solve(self, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
         """Solve u = u J_f(z*) + grad for u, the gradient that flows into the tracked call f(z*)."""
@@ -107,11 +108,10 @@ class _Adjoint:
         res = solve(
             lambda u: vjp(u) + grad,
             grad,
-            method=self.method,
+            solver=self.solver,
             max_iter=self.max_iter,
             tol=self.tol,
             stop_mode=self.stop_mode,
-            **self.options,
         )
         self.info.nfe_backward = res.nfe
         self.info.residual_backward = res.residual
@@ -168,13 +168,13 @@ class DEQ(nn.Module):
 
     def __init__(
         self,
-        solver: str = "anderson",
+        solver: SolverLike = "anderson",
         max_iter: int = 30,
         tol: float = 1e-4,
         stop_mode: str = "rel",
         solver_options: Mapping[str, Any] | None = None,
         backward: str = "implicit",
-        backward_solver: str = "broyden",
+        backward_solver: SolverLike = "broyden",
         backward_max_iter: int = 30,
         backward_tol: float = 1e-6,
         backward_stop_mode: str = "rel",
@@ -187,17 +187,12 @@ class DEQ(nn.Module):
         on_nonfinite: str = "raise",
     ) -> None:
         super().__init__()
-        self.solver_options = dict(solver_options or {})
-        self.backward_options = dict(backward_options or {})
-        check_settings(solver, max_iter, tol, stop_mode, self.solver_options)
-        check_settings(backward_solver, backward_max_iter, backward_tol, backward_stop_mode, self.backward_options)
-        check_settings(
-            solver,
-            max_iter if eval_max_iter is None else eval_max_iter,
-            tol if eval_tol is None else eval_tol,
-            stop_mode,
-            self.solver_options,
-        )
+        solver = resolve_solver(solver, solver_options)
+        backward_solver = resolve_solver(backward_solver, backward_options)
+        check_limits(max_iter, tol, stop_mode)
+        check_limits(backward_max_iter, backward_tol, backward_stop_mode)
+        eval_limits = (max_iter if eval_max_iter is None else eval_max_iter, tol if eval_tol is None else eval_tol)
+        check_limits(*eval_limits, stop_mode)
         if backward not in BACKWARDS:
             raise ValueError(f"unknown backward {backward!r}; choose one of {list(BACKWARDS)}.")
         check_int("DEQ", "phantom_steps", phantom_steps, 1)
@@ -255,11 +250,10 @@ class DEQ(nn.Module):
         res = solve(
             f,
             z0,
-            method=self.solver,
+            solver=self.solver,
             max_iter=limit if max_iter is None else max_iter,
             tol=tolerance if tol is None else tol,
             stop_mode=self.stop_mode,
-            **self.solver_options,
         )
         info = DEQInfo.from_result(res)
         bad = self._report_nonfinite(res)
@@ -290,11 +284,10 @@ class DEQ(nn.Module):
                 fz=fz_t,
                 z_star=z_star,
                 info=info,
-                method=self.backward_solver,
+                solver=self.backward_solver,
                 max_iter=self.backward_max_iter,
                 tol=self.backward_tol,
                 stop_mode=self.backward_stop_mode,
-                options=self.backward_options,
             )
             return _ImplicitGradient.apply(adjoint, *fz_t)
         if self.backward == "jfb":

@@ -26,7 +26,7 @@ def equilibrium_statistics(model: ScalarDEQ, x: Tensor, method: str, max_iter: i
     """
     with torch.no_grad():
         res = deq_core.solve(
-            lambda z: model.f(z, x), torch.zeros_like(x), method=method, max_iter=max_iter, tol=tol, stop_mode="abs"
+            lambda z: model.f(z, x), torch.zeros_like(x), solver=method, max_iter=max_iter, tol=tol, stop_mode="abs"
         )
         z = res.z
         assert isinstance(z, Tensor)
