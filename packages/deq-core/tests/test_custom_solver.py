@@ -115,9 +115,9 @@ def test_custom_solver_in_the_deq_layer_forward_and_implicit_backward():
     """Gradients of the DEQ layer with SecantStep in both solves equal the exact implicit-function-theorem ones."""
     w, x, z0 = _symmetric_problem(batch=3, dim=10, top=0.9)
     x.requires_grad_(True)
-    deq = deq_core.DEQ(solver=SecantStep(), max_iter=200, tol=1e-11, backward_solver=PATH,
-                       backward_options={"max_step": 5.0}, backward_max_iter=200, backward_tol=1e-11)  # fmt: skip
-    assert deq.backward_solver == SecantStep(max_step=5.0)
+    backward = deq_core.Implicit(SecantStep(max_step=5.0), max_iter=200, tol=1e-11)
+    deq = deq_core.DEQ(solver=PATH, max_iter=200, tol=1e-11, backward=backward)
+    assert deq.solver == SecantStep() and deq.backward.solver == SecantStep(max_step=5.0)
     z, info = deq(lambda z: torch.tanh(z @ w + x), z0)
     probe = torch.randn_like(z)
     (grad,) = torch.autograd.grad((z * probe).sum(), x)

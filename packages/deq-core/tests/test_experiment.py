@@ -210,10 +210,11 @@ def test_deq_layer_settings_builds_the_layer_from_a_config() -> None:
 
     cfg = apply_overrides(_ConfigWithOptions(), ["backward_options=memory=4"])
     settings = deq_layer_settings(cfg)
-    assert settings == {"solver": "anderson", "backward_solver": "broyden", "solver_options": {},
-                        "backward_options": {"memory": 4}}  # fmt: skip
+    assert settings == {"solver": deq_core.Anderson(), "backward": deq_core.Implicit(deq_core.Broyden(memory=4))}
     layer = deq_core.DEQ(**settings)
-    assert layer.backward_solver == deq_core.Broyden(memory=4)
+    assert layer.backward.solver == deq_core.Broyden(memory=4)
+    phantom = dataclasses.make_dataclass("Phantom", [("backward", str, "phantom"), ("phantom_steps", int, 3)])
+    assert deq_layer_settings(phantom()) == {"backward": deq_core.Phantom(steps=3)}
 
 
 class _Axes:

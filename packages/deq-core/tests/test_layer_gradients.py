@@ -60,10 +60,17 @@ def exact_grads(cell: Cell, weights: torch.Tensor) -> list[torch.Tensor]:
     return list(torch.autograd.grad((weights * z_ref).sum(), cell.leaves))
 
 
-def tight_deq(**kwargs) -> deq_core.DEQ:
-    settings = {"solver": "anderson", "max_iter": 200, "tol": 1e-12, "backward_max_iter": 300, "backward_tol": 1e-12}
-    settings.update(kwargs)
-    return deq_core.DEQ(**settings)
+def tight_deq(
+    backward: str = "implicit", backward_solver: str = "broyden", backward_max_iter: int = 300,
+    backward_tol: float = 1e-12, phantom_steps: int = 5, phantom_damping: float = 0.5, **kwargs
+) -> deq_core.DEQ:  # fmt: skip
+    """A DEQ solved to tight tolerances, with the backward strategy named by ``backward`` and its settings."""
+    strategy = {
+        "implicit": lambda: deq_core.Implicit(backward_solver, max_iter=backward_max_iter, tol=backward_tol),
+        "phantom": lambda: deq_core.Phantom(steps=phantom_steps, damping=phantom_damping),
+        "jfb": deq_core.JFB,
+    }[backward]()
+    return deq_core.DEQ(**{"solver": "anderson", "max_iter": 200, "tol": 1e-12, "backward": strategy, **kwargs})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -364,7 +371,7 @@ def test_forward_value_is_f_of_best_iterate(backward):
     assert torch.equal(z_out.detach(), cell.flat_map(res.z).detach())
     assert torch.equal(info.residual, res.residual)
     assert info.nfe == res.nfe and info.iterations == res.iterations
-    assert torch.equal(info.trace, res.trace)
+    assert torch.equal(info.forward.trace, res.trace)
 
 
 def test_no_gradient_flows_into_z0():
@@ -412,7 +419,7 @@ def test_unrolled_mode_backpropagates_into_a_learned_initial_state():
     (expected,) = torch.autograd.grad(f(f(f(z0_ref))).sum(), z0_ref)
     torch.testing.assert_close(grad, expected)
     assert info.jacobian_loss is not None and float(info.jacobian_loss) > 0
-    assert info.iterations_per_sample.tolist() == [3, 3]
+    assert info.forward.iterations_per_sample.tolist() == [3, 3]
 
 
 def test_info_statistics_name_the_forward_backward_and_jacobian_numbers() -> None:
@@ -420,7 +427,7 @@ def test_info_statistics_name_the_forward_backward_and_jacobian_numbers() -> Non
     W = 0.4 * torch.randn(6, 6) / 6**0.5
     x = torch.randn(3, 6, requires_grad=True)
     # float32: tolerances well above its rounding floor (about 1e-7 relative), so both solves converge on any CPU
-    deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward_solver="broyden", backward_tol=1e-5)
+    deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward=deq_core.Implicit("broyden", tol=1e-5))
     z, info = deq(lambda z: torch.tanh(z @ W.T + x), torch.zeros(3, 6), jacobian_loss=True)
     stats = info.statistics()
     assert set(stats) == {"nfe_forward", "residual", "jacobian_loss"}

@@ -325,7 +325,7 @@ def measure_deq(cfg: Config, proto: Protocol, limit: int | None, jacobian: bool 
     vector = x.shape[0] * x.shape[1] * state_width(cfg) * x.element_size()
     histories = (
         history_bytes(deq.solver, {}, vector, nfe[0], cfg.max_iter),
-        history_bytes(deq.backward_solver, {}, vector, nfe[1], cfg.backward_max_iter),
+        history_bytes(deq.backward.solver, {}, vector, nfe[1], cfg.backward_max_iter),
     )
     return BodyMemory(saved, peak, param_bytes(body), solve_peak, nfe, histories)
 

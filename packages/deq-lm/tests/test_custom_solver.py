@@ -48,7 +48,7 @@ def _model_and_grads(overrides: list[str]):
 def test_solver_by_import_path_in_the_config_runs_forward_and_backward():
     model, out, grads = _model_and_grads([f"solver={PATH}", "solver_options=damping=0.9", f"backward_solver={PATH}"])
     assert model.body.deq.solver == Relaxed(damping=0.9)
-    assert model.body.deq.backward_solver == Relaxed()
+    assert model.body.deq.backward.solver == Relaxed()
     assert bool(out.info.converged.all()) and bool(out.info.converged_backward.all())
     _, ref_out, ref_grads = _model_and_grads(["solver=anderson", "backward_solver=broyden"])
     assert out.info.nfe > ref_out.info.nfe  # plain relaxation is slower than Anderson: it really ran

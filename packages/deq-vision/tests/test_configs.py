@@ -54,6 +54,6 @@ def test_solver_options_reach_the_mdeq_and_are_checked():
 
     cfg = apply_overrides(get_config("tiny-mdeq"), ["backward_options=memory=4", "solver_options=memory=6"])
     deq = build_model(cfg).deq
-    assert deq.backward_solver == Broyden(memory=4) and deq.solver == Broyden(memory=6)
+    assert deq.backward.solver == Broyden(memory=4) and deq.solver == Broyden(memory=6)
     with pytest.raises(ValueError, match=r"solver_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
         dataclasses.replace(cfg, solver_options=("m=3",))

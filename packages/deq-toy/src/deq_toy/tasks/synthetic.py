@@ -73,7 +73,7 @@ class SyntheticTask:
             z, info = model(self.data.x_valid)
             mse = float(torch.nn.functional.mse_loss(z, self.data.y_valid))
         stats = equilibrium_statistics(model, self.data.x_valid, cfg.eval_solver, cfg.max_iter, cfg.tol)
-        train_solver = info.iterations_per_sample
+        train_solver = info.forward.iterations_per_sample
         model.train()
         return {
             "loss": mse,
