@@ -89,7 +89,7 @@ def tdeq_solver(name: str) -> Callable[..., tuple[Tensor, list, dict]]:
 
 
 def run_ours(f: Callable[[Tensor], Tensor], z0: Tensor, method: str, max_iter: int, opts: dict) -> Tensor:
-    res = deq_core.solve(f, z0, method=method, max_iter=max_iter, tol=TOL, stop_mode="rel", **opts)
+    res = deq_core.solve(f, z0, solver=method, max_iter=max_iter, tol=TOL, stop_mode="rel", **opts)
     return res.z  # type: ignore[return-value]
 
 

@@ -23,7 +23,7 @@ class ImplicitRegressor(nn.Module):
         self.inject = nn.Linear(n_in, width)
         self.cell = deq_core.weight_norm(nn.Linear(width, width, bias=False))
         self.head = nn.Linear(width, n_out)
-        self.deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward_solver="broyden")
+        self.deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward=deq_core.Implicit("broyden"))
 
     def forward(self, x: torch.Tensor, jacobian_loss: bool = False) -> tuple[torch.Tensor, deq_core.DEQInfo]:
         u = self.inject(x)
@@ -52,7 +52,7 @@ def main() -> None:
 
     # Implicit gradient vs the exact one, in float64.
     model = model.double()
-    model.deq = deq_core.DEQ(tol=1e-12, max_iter=300, backward_tol=1e-12, backward_max_iter=300)
+    model.deq = deq_core.DEQ(tol=1e-12, max_iter=300, backward=deq_core.Implicit(max_iter=300, tol=1e-12))
     xb = x[:8].double()
     pred, _ = model(xb)
     grad_implicit = torch.autograd.grad(pred.sum(), model.inject.weight)[0]

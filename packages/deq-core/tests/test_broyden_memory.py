@@ -50,7 +50,7 @@ def test_small_memory_still_converges_on_a_non_contractive_map() -> None:
     res = deq_core.solve(
         lambda z: z @ a.T + b,
         torch.zeros(2, dim, dtype=torch.float64),
-        method="broyden",
+        solver="broyden",
         max_iter=400,
         tol=1e-10,
         memory=4,
@@ -59,7 +59,7 @@ def test_small_memory_still_converges_on_a_non_contractive_map() -> None:
     assert res.iterations > 8  # the buffer filled and was reduced several times
     torch.testing.assert_close(res.z, exact, rtol=1e-7, atol=1e-7)
     plain = deq_core.solve(
-        lambda z: z @ a.T + b, torch.zeros(2, dim, dtype=torch.float64), method="fixed_point", max_iter=400, tol=1e-10
+        lambda z: z @ a.T + b, torch.zeros(2, dim, dtype=torch.float64), solver="fixed_point", max_iter=400, tol=1e-10
     )
     assert not plain.all_converged
 
@@ -115,7 +115,7 @@ def test_product_form_follows_the_dense_good_broyden_update(memory: int) -> None
     them. The solve stops at an ordinary tol; the comparison covers the iterations it ran (counted, not assumed)."""
     f = _tanh_map(dim=20, batch=1, radius=1.4)
     x0 = torch.zeros(1, 20, dtype=torch.float64)
-    res = deq_core.solve(f, x0, method="broyden", max_iter=25, tol=1e-12, stop_mode="abs", memory=memory)
+    res = deq_core.solve(f, x0, solver="broyden", max_iter=25, tol=1e-12, stop_mode="abs", memory=memory)
     iters = res.iterations
     assert iters > 8 + 5  # past the first reduction of memory 7, by several iterations
     dense = _dense_good_broyden_residuals(f, x0, iters)
@@ -132,7 +132,7 @@ def test_product_form_with_line_search_follows_the_dense_update() -> None:
     x0 = torch.zeros(1, 12, dtype=torch.float64)
     iters = 20
     res = deq_core.solve(
-        f, x0, method="broyden", max_iter=iters, tol=1e-12, stop_mode="abs", line_search=True, memory=40
+        f, x0, solver="broyden", max_iter=iters, tol=1e-12, stop_mode="abs", line_search=True, memory=40
     )
     assert res.nfe > res.iterations > 12  # some steps were shortened; the comparison spans many iterations
     dense = _dense_good_broyden_residuals(f, x0, res.iterations, True)
@@ -187,7 +187,7 @@ def test_tiny_memories_still_solve_a_contraction(memory: int) -> None:
     b[0] = 0.0  # sample 0 starts at its fixed point (z0 = 0)
     exact = torch.linalg.solve(torch.eye(dim, dtype=torch.float64) - a, b.T).T
     res = deq_core.solve(
-        lambda z: z @ a.T + b, torch.zeros(4, dim, dtype=torch.float64), method="broyden", max_iter=300, tol=1e-11,
+        lambda z: z @ a.T + b, torch.zeros(4, dim, dtype=torch.float64), solver="broyden", max_iter=300, tol=1e-11,
         stop_mode="abs", memory=memory,
     )  # fmt: skip
     assert res.all_converged, res.summary()

@@ -23,7 +23,7 @@ class TinyDEQ(nn.Module):
         with torch.no_grad():
             self.cell.weight.mul_(0.5)
         self.head = nn.Linear(8, 1, dtype=torch.float64)
-        self.deq = deq_core.DEQ(tol=1e-12, max_iter=200, backward_tol=1e-12, backward_max_iter=200)
+        self.deq = deq_core.DEQ(tol=1e-12, max_iter=200, backward=deq_core.Implicit(max_iter=200, tol=1e-12))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         u = self.inject(x)

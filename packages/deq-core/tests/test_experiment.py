@@ -189,7 +189,7 @@ def test_solver_options_are_parsed_and_checked_by_the_solvers() -> None:
     cfg = apply_overrides(_ConfigWithOptions(), ["solver_options=m=6,beta=0.8", "backward_options=memory=10"])
     assert cfg.solver_options == ("m=6", "beta=0.8") and cfg.backward_options == ("memory=10",)
     check_deq_training(cfg)
-    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for method 'broyden'"):
+    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
         check_deq_training(dataclasses.replace(cfg, backward_options=("m=6",)))
     with pytest.raises(ValueError, match="solver_options: 'm6' is not of the form key=value"):
         check_deq_training(dataclasses.replace(cfg, solver_options=("m6",)))
@@ -202,10 +202,11 @@ def test_deq_layer_settings_builds_the_layer_from_a_config() -> None:
 
     cfg = apply_overrides(_ConfigWithOptions(), ["backward_options=memory=4"])
     settings = deq_layer_settings(cfg)
-    assert settings == {"solver": "anderson", "backward_solver": "broyden", "solver_options": {},
-                        "backward_options": {"memory": 4}}  # fmt: skip
+    assert settings == {"solver": deq_core.Anderson(), "backward": deq_core.Implicit(deq_core.Broyden(memory=4))}
     layer = deq_core.DEQ(**settings)
-    assert layer.backward_solver == "broyden" and layer.backward_options == {"memory": 4}
+    assert layer.backward.solver == deq_core.Broyden(memory=4)
+    phantom = dataclasses.make_dataclass("Phantom", [("backward", str, "phantom"), ("phantom_steps", int, 3)])
+    assert deq_layer_settings(phantom()) == {"backward": deq_core.Phantom(steps=3)}
 
 
 class _Axes:

@@ -60,10 +60,17 @@ def exact_grads(cell: Cell, weights: torch.Tensor) -> list[torch.Tensor]:
     return list(torch.autograd.grad((weights * z_ref).sum(), cell.leaves))
 
 
-def tight_deq(**kwargs) -> deq_core.DEQ:
-    settings = {"solver": "anderson", "max_iter": 200, "tol": 1e-12, "backward_max_iter": 300, "backward_tol": 1e-12}
-    settings.update(kwargs)
-    return deq_core.DEQ(**settings)
+def tight_deq(
+    backward: str = "implicit", backward_solver: str = "broyden", backward_max_iter: int = 300,
+    backward_tol: float = 1e-12, phantom_steps: int = 5, phantom_damping: float = 0.5, **kwargs
+) -> deq_core.DEQ:  # fmt: skip
+    """A DEQ solved to tight tolerances, with the backward strategy named by ``backward`` and its settings."""
+    strategy = {
+        "implicit": lambda: deq_core.Implicit(backward_solver, max_iter=backward_max_iter, tol=backward_tol),
+        "phantom": lambda: deq_core.Phantom(steps=phantom_steps, damping=phantom_damping),
+        "jfb": deq_core.JFB,
+    }[backward]()
+    return deq_core.DEQ(**{"solver": "anderson", "max_iter": 200, "tol": 1e-12, "backward": strategy, **kwargs})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -162,7 +169,7 @@ def test_phantom_is_damped_steps_from_detached_z_star(kind):
     z_out, _ = deq(f, zeros_state(kind))
     grads = torch.autograd.grad((weights * flat(z_out)).sum(), cell.leaves)
 
-    z_star = deq_core.solve(f, zeros_state(kind), method="anderson", max_iter=200, tol=1e-6).z
+    z_star = deq_core.solve(f, zeros_state(kind), solver="anderson", max_iter=200, tol=1e-6).z
     z = flat(z_star)
     for _ in range(3):
         z = 0.7 * z + 0.3 * flat(f(unflat(z, z_star)))
@@ -183,7 +190,7 @@ def test_jfb_gradient_is_one_step_through_detached_z_star(kind):
     assert counter.calls == info.nfe + 1
     grads = torch.autograd.grad((weights * flat(z_out)).sum(), cell.leaves)
 
-    res = deq_core.solve(f, zeros_state(kind), method="anderson", max_iter=200, tol=1e-8)
+    res = deq_core.solve(f, zeros_state(kind), solver="anderson", max_iter=200, tol=1e-8)
     z_star = tuple(t.detach() for t in ((res.z,) if kind == "tensor" else res.z))
     one_step = f(z_star[0] if kind == "tensor" else z_star)
     expected = torch.autograd.grad((weights * flat(one_step)).sum(), cell.leaves)
@@ -349,7 +356,7 @@ def test_no_grad_returns_solver_fz_without_extra_call(kind, backward):
     with torch.no_grad():
         z_out, info = deq(counter, zeros_state(kind))
     assert counter.calls == info.nfe
-    res = deq_core.solve(f, zeros_state(kind), method="anderson", max_iter=200, tol=1e-6)
+    res = deq_core.solve(f, zeros_state(kind), solver="anderson", max_iter=200, tol=1e-6)
     for a, b in zip(flat(z_out).unbind(), flat(res.fz).unbind()):
         assert torch.equal(a, b)
     assert not flat(z_out).requires_grad
@@ -360,11 +367,11 @@ def test_forward_value_is_f_of_best_iterate(backward):
     cell = Cell()
     z0 = torch.zeros(BATCH, DIM, dtype=torch.float64)
     z_out, info = tight_deq(backward=backward, tol=1e-6)(cell.flat_map, z0)
-    res = deq_core.solve(cell.flat_map, z0, method="anderson", max_iter=200, tol=1e-6)
+    res = deq_core.solve(cell.flat_map, z0, solver="anderson", max_iter=200, tol=1e-6)
     assert torch.equal(z_out.detach(), cell.flat_map(res.z).detach())
     assert torch.equal(info.residual, res.residual)
     assert info.nfe == res.nfe and info.iterations == res.iterations
-    assert torch.equal(info.trace, res.trace)
+    assert torch.equal(info.forward.trace, res.trace)
 
 
 def test_no_gradient_flows_into_z0():
@@ -412,7 +419,7 @@ def test_unrolled_mode_backpropagates_into_a_learned_initial_state():
     (expected,) = torch.autograd.grad(f(f(f(z0_ref))).sum(), z0_ref)
     torch.testing.assert_close(grad, expected)
     assert info.jacobian_loss is not None and float(info.jacobian_loss) > 0
-    assert info.iterations_per_sample.tolist() == [3, 3]
+    assert info.forward.iterations_per_sample.tolist() == [3, 3]
 
 
 def test_info_statistics_name_the_forward_backward_and_jacobian_numbers() -> None:
@@ -420,7 +427,7 @@ def test_info_statistics_name_the_forward_backward_and_jacobian_numbers() -> Non
     W = 0.4 * torch.randn(6, 6) / 6**0.5
     x = torch.randn(3, 6, requires_grad=True)
     # float32: tolerances well above its rounding floor (about 1e-7 relative), so both solves converge on any CPU
-    deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward_solver="broyden", backward_tol=1e-5)
+    deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward=deq_core.Implicit("broyden", tol=1e-5))
     z, info = deq(lambda z: torch.tanh(z @ W.T + x), torch.zeros(3, 6), jacobian_loss=True)
     stats = info.statistics()
     assert set(stats) == {"nfe_forward", "residual", "jacobian_loss"}

@@ -56,7 +56,7 @@ def forward_and_backward(deq: deq_core.DEQ, max_iter: int, **call):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_saved_bytes_do_not_depend_on_iterations(method):
-    deq = deq_core.DEQ(solver=method, backward_solver="broyden", backward_max_iter=40, backward_tol=TOL)
+    deq = deq_core.DEQ(solver=method, backward=deq_core.Implicit("broyden", max_iter=40, tol=TOL))
     fwd5, bwd5, info5 = forward_and_backward(deq, 5)
     fwd50, bwd50, info50 = forward_and_backward(deq, 50)
     assert info5.iterations < info50.iterations  # the second solve ran more iterations (counted by the solver)
@@ -69,7 +69,7 @@ def test_saved_bytes_do_not_depend_on_iterations(method):
 
 
 def test_saved_bytes_with_jacobian_loss_do_not_depend_on_iterations():
-    deq = deq_core.DEQ(solver="anderson", backward_max_iter=20)
+    deq = deq_core.DEQ(solver="anderson", backward=deq_core.Implicit(max_iter=20))
     fwd5, _, info5 = forward_and_backward(deq, 5, jacobian_loss=True)
     fwd50, _, info50 = forward_and_backward(deq, 50, jacobian_loss=True)
     assert info5.iterations < info50.iterations
@@ -77,8 +77,8 @@ def test_saved_bytes_with_jacobian_loss_do_not_depend_on_iterations():
 
 
 def test_saved_bytes_do_not_depend_on_backward_iterations():
-    small = deq_core.DEQ(backward_solver="fixed_point", backward_max_iter=2, backward_tol=TOL)
-    large = deq_core.DEQ(backward_solver="fixed_point", backward_max_iter=60, backward_tol=TOL)
+    small = deq_core.DEQ(backward=deq_core.Implicit("fixed_point", max_iter=2, tol=TOL))
+    large = deq_core.DEQ(backward=deq_core.Implicit("fixed_point", max_iter=60, tol=TOL))
     fwd_s, bwd_s, info_s = forward_and_backward(small, 10)
     fwd_l, bwd_l, info_l = forward_and_backward(large, 10)
     assert info_s.nfe_backward < info_l.nfe_backward  # counted by the adjoint solve

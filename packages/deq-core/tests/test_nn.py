@@ -39,7 +39,7 @@ def test_mask_stays_fixed_inside_a_deq_solve():
         masks.append(out)
         return 0.5 * z + out
 
-    res = deq_core.solve(f, torch.zeros_like(x), method="anderson", max_iter=50, tol=1e-10)
+    res = deq_core.solve(f, torch.zeros_like(x), solver="anderson", max_iter=50, tol=1e-10)
     assert res.all_converged
     assert len(masks) > 3 and all(torch.equal(m, masks[0]) for m in masks)
     torch.testing.assert_close(res.z, 2 * masks[0])
@@ -162,15 +162,8 @@ def test_cached_weights_give_same_results_and_gradients(backward):
     x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     z0 = torch.zeros(3, 5, dtype=torch.float64)
     params = [cell.lin.parametrizations.weight.original0, cell.lin.parametrizations.weight.original1, cell.lin.bias, x]
-    deq = deq_core.DEQ(
-        solver="anderson",
-        max_iter=200,
-        tol=1e-12,
-        backward=backward,
-        phantom_steps=30,
-        backward_tol=1e-12,
-        backward_max_iter=200,
-    )
+    strategy = deq_core.Phantom(steps=30) if backward == "phantom" else deq_core.Implicit(max_iter=200, tol=1e-12)
+    deq = deq_core.DEQ(solver="anderson", max_iter=200, tol=1e-12, backward=strategy)
 
     with deq_core.cached_weights(cell):
         z_cached, _ = deq(cell.f(x), z0)
@@ -190,7 +183,7 @@ def test_cached_weights_implicit_gradient_to_g_and_v_is_exact():
     z0 = torch.zeros(3, 5, dtype=torch.float64)
     g = cell.lin.parametrizations.weight.original0
     v = cell.lin.parametrizations.weight.original1
-    deq = deq_core.DEQ(solver="broyden", max_iter=100, tol=1e-12, backward_tol=1e-12, backward_max_iter=200)
+    deq = deq_core.DEQ(solver="broyden", max_iter=100, tol=1e-12, backward=deq_core.Implicit(max_iter=200, tol=1e-12))
     with deq_core.cached_weights(cell):
         z, _ = deq(cell.f(x), z0)
         z.sum().backward()

@@ -200,7 +200,8 @@ def deq_step(max_iter: int, unroll: bool):
     backpropagating through the unrolled iterations; and the leaves (parameter, input)."""
     w = scaled_to_norm(torch.randn(DIM, DIM), 0.9).requires_grad_()
     x = torch.randn(BATCH, DIM)
-    deq = deq_core.DEQ(solver="anderson", max_iter=max_iter, tol=1e-6, backward_max_iter=10, backward_tol=1e-6)
+    backward = deq_core.Implicit(max_iter=10, tol=1e-6)
+    deq = deq_core.DEQ(solver="anderson", max_iter=max_iter, tol=1e-6, backward=backward)
     iterations: list[int] = []  # of every forward call (the solve stops at tol: counted, not assumed)
 
     def forward():

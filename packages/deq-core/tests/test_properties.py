@@ -41,7 +41,7 @@ def contractive_problems(draw):
 def test_contractive_maps_converge_to_the_fixed_point(method, problem):
     f, z0, w, b, activation = problem
     tol = 1e-9
-    res = deq_core.solve(f, z0, method=method, max_iter=400, tol=tol, stop_mode="abs")
+    res = deq_core.solve(f, z0, solver=method, max_iter=400, tol=tol, stop_mode="abs")
     assert res.all_converged, res.summary()
     assert not bool(res.nonfinite.any())
     # the fixed-point equation holds to tolerance (recomputed) ...
@@ -54,7 +54,7 @@ def test_contractive_maps_converge_to_the_fixed_point(method, problem):
         dist = torch.linalg.vector_norm(res.z - exact, dim=1)
         assert bool((dist <= g / (1 - LIPSCHITZ) + 1e-12).all())
     else:  # the tanh map is also a contraction; z is near its unique fixed point
-        again = deq_core.solve(f, torch.zeros_like(z0), method="fixed_point", max_iter=1000, tol=1e-13, stop_mode="abs")
+        again = deq_core.solve(f, torch.zeros_like(z0), solver="fixed_point", max_iter=1000, tol=1e-13, stop_mode="abs")
         dist = torch.linalg.vector_norm(res.z - again.z, dim=1)
         assert bool((dist <= (g + again.residual) / (1 - LIPSCHITZ) + 1e-12).all())
 
@@ -83,7 +83,7 @@ def test_structure_is_preserved_for_any_state_shapes(method, problem, shapes):
         torch.cat([z0, torch.zeros(batch, total, dtype=torch.float64)], 1),
         (torch.zeros(batch, dim, dtype=torch.float64), *z_state),
     )
-    res = deq_core.solve(big_f, z_state, method=method, max_iter=400, tol=1e-9, stop_mode="abs")
+    res = deq_core.solve(big_f, z_state, solver=method, max_iter=400, tol=1e-9, stop_mode="abs")
     assert isinstance(res.z, tuple) and len(res.z) == len(shapes) + 1
     for out, like in zip(res.z, z_state):
         assert out.shape == like.shape and out.dtype == like.dtype

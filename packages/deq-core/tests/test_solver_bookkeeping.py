@@ -39,7 +39,7 @@ def _solve_both(monkeypatch, method, batch, options=None):
     for rowwise in (True, False):
         monkeypatch.setattr(_run, "rowwise_copies", lambda t, rowwise=rowwise: rowwise)
         counter = Counter(f)
-        res = deq_core.solve(counter, z0, method=method, max_iter=60, tol=1e-8, stop_mode="abs", **(options or {}))
+        res = deq_core.solve(counter, z0, solver=method, max_iter=60, tol=1e-8, stop_mode="abs", **(options or {}))
         assert res.nfe == counter.calls
         out.append(res)
     return out
@@ -92,7 +92,7 @@ def test_one_host_transfer_per_iteration(monkeypatch, method):
     f = _mixed_batch_map(8, 6)
     z0 = torch.zeros(8, 6, dtype=torch.float64)
     monkeypatch.setattr(torch.Tensor, "tolist", counting_tolist)
-    res = deq_core.solve(f, z0, method=method, max_iter=30, tol=1e-8, stop_mode="abs")
+    res = deq_core.solve(f, z0, solver=method, max_iter=30, tol=1e-8, stop_mode="abs")
     monkeypatch.undo()
     flags = [c for c in calls if c == (3, 8)]
     assert len(flags) == res.iterations

@@ -79,7 +79,7 @@ def test_affine_contraction_reaches_exact_solution(method, kind, dtype):
     counter = Counter(affine_map(mats, bias))
     tol = TOL[dtype]
 
-    res = deq_core.solve(counter, z0, method=method, max_iter=300, tol=tol)
+    res = deq_core.solve(counter, z0, solver=method, max_iter=300, tol=tol)
 
     assert_same_structure(res.z, z0)
     assert_same_structure(res.fz, z0)
@@ -111,7 +111,7 @@ def test_cosine_fixed_point(method, kind, dtype):
     counter = Counter(lambda z: torch.cos(z) if isinstance(z, torch.Tensor) else tuple(torch.cos(t) for t in z))
     tol = TOL[dtype]
 
-    res = deq_core.solve(counter, z0, method=method, max_iter=200, tol=tol)
+    res = deq_core.solve(counter, z0, solver=method, max_iter=200, tol=tol)
 
     assert_same_structure(res.z, z0)
     assert res.all_converged, res.summary()
@@ -132,7 +132,7 @@ def test_bfloat16_state_is_solved_in_float32(method, kind):
     # The returned z is rounded to bfloat16 (relative spacing eps = 2^-7) and its residual is the one reported: with
     # rounding errors of up to eps / 2 in z and in f(z), a tol of a few eps is what a bfloat16 state can meet.
     tol = 4 * torch.finfo(torch.bfloat16).eps
-    res = deq_core.solve(counter, z0, method=method, max_iter=50, tol=tol)
+    res = deq_core.solve(counter, z0, solver=method, max_iter=50, tol=tol)
 
     assert_same_structure(res.z, z0)  # bfloat16 out
     assert_same_structure(res.fz, z0)
@@ -156,7 +156,7 @@ def test_mixed_dtype_tuple_solves_in_float64_and_keeps_dtypes(method):
         seen.append(tuple(t.dtype for t in z))
         return tuple(torch.cos(t) for t in z)
 
-    res = deq_core.solve(f, z0, method=method, max_iter=200, tol=1e-6)
+    res = deq_core.solve(f, z0, solver=method, max_iter=200, tol=1e-6)
     assert_same_structure(res.z, z0)
     assert res.residual.dtype == torch.float64
     assert set(seen) == {(torch.float32, torch.float64)}
@@ -166,7 +166,7 @@ def test_mixed_dtype_tuple_solves_in_float64_and_keeps_dtypes(method):
 @pytest.mark.parametrize("method", METHODS)
 def test_list_state_returns_list(method):
     z0 = [torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 4, dtype=torch.float64)]
-    res = deq_core.solve(lambda z: [torch.cos(t) for t in z], z0, method=method, max_iter=200, tol=1e-10)
+    res = deq_core.solve(lambda z: [torch.cos(t) for t in z], z0, solver=method, max_iter=200, tol=1e-10)
     assert_same_structure(res.z, z0)
     assert_same_structure(res.fz, z0)
     assert res.all_converged
@@ -176,7 +176,7 @@ def test_list_state_returns_list(method):
 def test_z0_is_not_modified(method):
     z0 = torch.randn(3, 5, dtype=torch.float64)
     before = z0.clone()
-    deq_core.solve(torch.cos, z0, method=method, max_iter=50, tol=1e-8)
+    deq_core.solve(torch.cos, z0, solver=method, max_iter=50, tol=1e-8)
     assert torch.equal(z0, before)
 
 
@@ -198,7 +198,7 @@ def test_residual_is_that_of_returned_z_in_stop_mode(method, kind, stop_mode):
     counter = Counter(f)
     tol = 1e-9
 
-    res = deq_core.solve(counter, z0, method=method, max_iter=200, tol=tol, stop_mode=stop_mode)
+    res = deq_core.solve(counter, z0, solver=method, max_iter=200, tol=tol, stop_mode=stop_mode)
 
     assert res.stop_mode == stop_mode
     assert_consistent_stats(res, counter, batch)
@@ -224,7 +224,7 @@ def test_residual_trace_of_unconverged_solve(method):
     f = lambda z: z + 0.1 * scale * (1 + 0.5 * torch.sin(z))  # nonlinear, no fixed point
     counter = Counter(f)
     z0 = torch.full((batch, 4), 3.0, dtype=torch.float64)
-    res = deq_core.solve(counter, z0, method=method, max_iter=6, tol=1e-3, stop_mode="abs")
+    res = deq_core.solve(counter, z0, solver=method, max_iter=6, tol=1e-3, stop_mode="abs")
     assert_consistent_stats(res, counter, batch)
     assert res.iterations == 6 and not bool(res.converged.any())
     assert bool((res.residual >= 0.099).all())
@@ -241,7 +241,7 @@ def test_converged_sample_stops_changing(method):
         return 0.9 * z + bias + wiggle * 0.05 * torch.sin(3 * z)  # sample 0: fixed point 10 * bias
 
     z0 = torch.stack([10 * bias[0] + 1e-9, torch.zeros(3, dtype=torch.float64)])
-    res = deq_core.solve(f, z0, method=method, max_iter=300, tol=1e-8, stop_mode="abs")
+    res = deq_core.solve(f, z0, solver=method, max_iter=300, tol=1e-8, stop_mode="abs")
 
     assert res.all_converged, res.summary()
     assert res.iterations >= 5  # sample 1 needed more work
@@ -258,7 +258,7 @@ def test_sample_at_its_fixed_point_returns_z0_exactly(method):
     mats = random_contractions(2, 4, 0.9)
     f = affine_map(mats, torch.zeros(2, 4, dtype=torch.float64))  # fixed point 0
     z0 = torch.stack([torch.zeros(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)])
-    res = deq_core.solve(f, z0, method=method, max_iter=300, tol=1e-10, stop_mode="abs")
+    res = deq_core.solve(f, z0, solver=method, max_iter=300, tol=1e-10, stop_mode="abs")
     assert res.all_converged
     assert torch.equal(res.z[0], z0[0])
     assert bool((res.trace[:, 0] == 0).all())
@@ -270,7 +270,7 @@ def test_sample_at_its_fixed_point_returns_z0_exactly(method):
 def test_max_iter_is_respected(method, max_iter):
     counter = Counter(lambda z: z + 1.0)  # no fixed point: no method can converge
     z0 = torch.zeros(3, 4, dtype=torch.float64)
-    res = deq_core.solve(counter, z0, method=method, max_iter=max_iter, tol=1e-12, stop_mode="abs")
+    res = deq_core.solve(counter, z0, solver=method, max_iter=max_iter, tol=1e-12, stop_mode="abs")
     assert res.iterations == max_iter
     assert res.nfe == max_iter == counter.calls
     assert res.trace.shape == (max_iter, 3)
@@ -286,7 +286,7 @@ def test_best_iterate_is_returned_when_iteration_diverges():
     a = torch.tensor([0.5, -1.5], dtype=torch.float64)
     f = lambda z: a * z
     z0 = torch.tensor([[1.0, 1e-6]], dtype=torch.float64)
-    res = deq_core.solve(f, z0, method="fixed_point", max_iter=30, tol=1e-12, stop_mode="abs")
+    res = deq_core.solve(f, z0, solver="fixed_point", max_iter=30, tol=1e-12, stop_mode="abs")
 
     trace = res.trace[:, 0]
     best = int(trace.argmin())
@@ -319,12 +319,12 @@ def test_broyden_converges_where_fixed_point_iteration_diverges(line_search):
     f, exact = _expanding_affine(3, 4)
     z0 = torch.zeros(3, 4, dtype=torch.float64)
 
-    plain = deq_core.solve(f, z0, method="fixed_point", max_iter=60, tol=1e-8)
+    plain = deq_core.solve(f, z0, solver="fixed_point", max_iter=60, tol=1e-8)
     assert not bool(plain.converged.any())
     assert float(plain.trace[-1].min()) > 1.0  # it really diverges
 
     counter = Counter(f)
-    res = deq_core.solve(counter, z0, method="broyden", max_iter=60, tol=1e-10, line_search=line_search)
+    res = deq_core.solve(counter, z0, solver="broyden", max_iter=60, tol=1e-10, line_search=line_search)
     assert res.all_converged, res.summary()
     assert_consistent_stats(res, counter, 3, line_search=line_search)
     torch.testing.assert_close(res.z, exact, rtol=0, atol=1e-8)
@@ -339,9 +339,9 @@ def test_acceleration_beats_plain_iteration_on_slow_contraction(method):
     bias = torch.randn(2, 6, dtype=torch.float64)
     f = affine_map(mats, bias)
     z0 = torch.zeros(2, 6, dtype=torch.float64)
-    plain = deq_core.solve(f, z0, method="fixed_point", max_iter=200, tol=1e-8)
+    plain = deq_core.solve(f, z0, solver="fixed_point", max_iter=200, tol=1e-8)
     assert not bool(plain.converged.any())
-    fast = deq_core.solve(f, z0, method=method, max_iter=200, tol=1e-8)
+    fast = deq_core.solve(f, z0, solver=method, max_iter=200, tol=1e-8)
     assert fast.all_converged and fast.iterations <= 40, fast.summary()
 
 
@@ -349,7 +349,7 @@ def test_anderson_converges_where_fixed_point_iteration_diverges():
     """On a linear problem Anderson with a long enough history acts like GMRES: it needs no contraction."""
     f, exact = _expanding_affine(3, 4)
     z0 = torch.zeros(3, 4, dtype=torch.float64)
-    res = deq_core.solve(f, z0, method="anderson", max_iter=60, tol=1e-10, m=8)
+    res = deq_core.solve(f, z0, solver="anderson", max_iter=60, tol=1e-10, m=8)
     assert res.all_converged, res.summary()
     torch.testing.assert_close(res.z, exact, rtol=0, atol=1e-8)
 
@@ -358,13 +358,13 @@ def test_broyden_line_search_counts_every_call():
     """z -> 2 - 2z: the full first Broyden step overshoots, so the line search backtracks (extra calls of f)."""
     counter = Counter(lambda z: 2.0 - 2.0 * z)
     z0 = torch.zeros(2, 3, dtype=torch.float64)
-    res = deq_core.solve(counter, z0, method="broyden", max_iter=30, tol=1e-10, line_search=True)
+    res = deq_core.solve(counter, z0, solver="broyden", max_iter=30, tol=1e-10, line_search=True)
     assert res.all_converged
     assert res.nfe == counter.calls
     assert res.nfe > res.iterations  # backtracking happened and was counted
     torch.testing.assert_close(res.z, torch.full_like(z0, 2.0 / 3.0), rtol=0, atol=1e-9)
 
-    plain = deq_core.solve(lambda z: 2.0 - 2.0 * z, z0, method="fixed_point", max_iter=30, tol=1e-10)
+    plain = deq_core.solve(lambda z: 2.0 - 2.0 * z, z0, solver="fixed_point", max_iter=30, tol=1e-10)
     assert not bool(plain.converged.any())
 
 
@@ -388,7 +388,7 @@ def _nan_beyond(limit: float):
 def test_nan_sample_is_flagged_and_others_converge(method):
     counter = Counter(_nan_beyond(5.0))
     z0 = torch.zeros(2, 3, dtype=torch.float64)
-    res = deq_core.solve(counter, z0, method=method, max_iter=40, tol=1e-9, stop_mode="abs")
+    res = deq_core.solve(counter, z0, solver=method, max_iter=40, tol=1e-9, stop_mode="abs")
 
     assert torch.isfinite(res.z).all()
     assert torch.isfinite(res.fz).all()
@@ -409,7 +409,7 @@ def test_nan_at_first_call_keeps_z0(method):
         return torch.cat([out[:1], torch.full_like(out[1:], float("nan"))])
 
     z0 = torch.randn(2, 3, dtype=torch.float64)
-    res = deq_core.solve(f, z0, method=method, max_iter=100, tol=1e-10)
+    res = deq_core.solve(f, z0, solver=method, max_iter=100, tol=1e-10)
     assert res.nonfinite.tolist() == [False, True]
     assert res.converged.tolist() == [True, False]
     assert torch.equal(res.z[1], z0[1])
@@ -425,7 +425,7 @@ def test_inf_is_treated_like_nan(method):
         return torch.where(z > 3.0, torch.full_like(z, float("inf")), slope * z + 1.0)
 
     z0 = torch.zeros(2, 2, dtype=torch.float64)
-    res = deq_core.solve(f, z0, method=method, max_iter=50, tol=1e-9, stop_mode="abs")
+    res = deq_core.solve(f, z0, solver=method, max_iter=50, tol=1e-9, stop_mode="abs")
     assert res.nonfinite.tolist() == [False, True]
     assert res.converged.tolist() == [True, False]
     assert torch.isfinite(res.z).all()
@@ -452,7 +452,7 @@ def test_solver_options_still_converge(method, options):
     dim = state_dim(z0)
     mats = random_contractions(2, dim, 0.6)
     bias = torch.randn(2, dim, dtype=torch.float64)
-    res = deq_core.solve(affine_map(mats, bias), z0, method=method, max_iter=400, tol=1e-9, **options)
+    res = deq_core.solve(affine_map(mats, bias), z0, solver=method, max_iter=400, tol=1e-9, **options)
     assert res.all_converged, res.summary()
     exact = torch.linalg.solve(torch.eye(dim, dtype=torch.float64) - mats, bias)
     torch.testing.assert_close(flat(res.z), exact, rtol=0, atol=1e-7)
@@ -466,7 +466,7 @@ def test_damping_changes_the_iteration():
         seen.append(z.clone())
         return 0.5 * z + 1.0
 
-    deq_core.solve(f, torch.zeros(1, 1, dtype=torch.float64), method="fixed_point", max_iter=2, damping=0.5)
+    deq_core.solve(f, torch.zeros(1, 1, dtype=torch.float64), solver="fixed_point", max_iter=2, damping=0.5)
     assert float(seen[1]) == 0.5
 
 
@@ -483,7 +483,7 @@ def test_iterations_per_sample_do_not_depend_on_the_batch(method):
     torch.manual_seed(0)
     slopes = torch.tensor([[0.1], [0.5], [0.9]], dtype=torch.float64)
     f = lambda z: slopes * z + 1.0  # per-sample contraction factors 0.1, 0.5, 0.9
-    res = deq_core.solve(f, torch.zeros(3, 1, dtype=torch.float64), method=method, max_iter=300, tol=1e-8)
+    res = deq_core.solve(f, torch.zeros(3, 1, dtype=torch.float64), solver=method, max_iter=300, tol=1e-8)
     assert res.all_converged
     per = res.iterations_per_sample
     assert per.dtype == torch.int64 and per.shape == (3,)
@@ -492,7 +492,7 @@ def test_iterations_per_sample_do_not_depend_on_the_batch(method):
         assert bool(res.trace[per[b] - 1, b] <= 1e-8)
         assert per[b] == 1 or bool(res.trace[per[b] - 2, b] > 1e-8)
         alone = deq_core.solve(lambda z, b=b: slopes[b : b + 1] * z + 1.0, torch.zeros(1, 1, dtype=torch.float64),
-                               method=method, max_iter=300, tol=1e-8)  # fmt: skip
+                               solver=method, max_iter=300, tol=1e-8)  # fmt: skip
         assert int(alone.iterations_per_sample[0]) == int(per[b])
     if method == "fixed_point":
         assert int(per[0]) < int(per[1]) < int(per[2])

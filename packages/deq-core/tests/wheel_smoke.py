@@ -31,7 +31,8 @@ def main() -> None:
     res = deq_core.solve(lambda z: torch.tanh(z @ weight.T + x), torch.zeros(4, 8, dtype=torch.float64))
     assert res.all_converged, res.summary()
 
-    layer = deq_core.DEQ(solver="anderson", tol=1e-10, max_iter=100, backward_tol=1e-10, backward_max_iter=100)
+    backward = deq_core.Implicit(max_iter=100, tol=1e-10)
+    layer = deq_core.DEQ(solver="anderson", tol=1e-10, max_iter=100, backward=backward)
     z, info = layer(lambda z: torch.tanh(z @ weight.T + x), torch.zeros(4, 8, dtype=torch.float64))
     z.sum().backward()
     assert weight.grad is not None and torch.isfinite(weight.grad).all()

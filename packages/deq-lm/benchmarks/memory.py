@@ -168,15 +168,20 @@ def state_width(cfg: Config) -> int:
 
 
 def history_bytes(
-    solver: str, options: dict[str, Any], vector_bytes: int, iterations: int, max_iter: int | None = None
+    solver: str | deq_core.Solver,
+    options: dict[str, Any],
+    vector_bytes: int,
+    iterations: int,
+    max_iter: int | None = None,
 ) -> int:
     """Bytes of a solver's history buffers for iterates of ``vector_bytes``, after ``iterations`` iterations of a solve
     limited to ``max_iter`` (None: no limit): deq-core (>= 0.2.2) sizes them by min(m or memory, max_iter). Anderson
     keeps 2 (min(m, max_iter) - 1) vectors from the start; Broyden min(memory, max_iter) + 1 directions from the
     start, plus 2 (memory // 2) vectors of its rank-reduced base from its first reduction on (after memory updates,
     i.e. from iteration memory + 2); fixed-point iteration none. Options not given take deq-core's defaults (m = 8,
-    memory = 20)."""
+    memory = 20). ``solver``: a name with ``options``, or a solver object (its own options)."""
     settings = {**deq_core.solver_options(solver), **options}
+    solver = solver if isinstance(solver, str) else solver.name
 
     def sized(entries: int) -> int:
         return entries if max_iter is None else min(entries, max_iter)
@@ -319,8 +324,8 @@ def measure_deq(cfg: Config, proto: Protocol, limit: int | None, jacobian: bool 
     deq: Any = body.deq  # type: ignore[union-attr]
     vector = x.shape[0] * x.shape[1] * state_width(cfg) * x.element_size()
     histories = (
-        history_bytes(deq.solver, deq.solver_options, vector, nfe[0], cfg.max_iter),
-        history_bytes(deq.backward_solver, deq.backward_options, vector, nfe[1], cfg.backward_max_iter),
+        history_bytes(deq.solver, {}, vector, nfe[0], cfg.max_iter),
+        history_bytes(deq.backward.solver, {}, vector, nfe[1], cfg.backward_max_iter),
     )
     return BodyMemory(saved, peak, param_bytes(body), solve_peak, nfe, histories)
 

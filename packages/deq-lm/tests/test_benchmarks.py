@@ -179,7 +179,7 @@ def _solve_peak(solver: str, options: dict, tol: float, max_iter: int, batch: in
 
     def run() -> None:
         f = lambda z: torch.sin(rates * z) + 1.0
-        result.append(deq_core.solve(f, z0, method=solver, max_iter=max_iter, tol=tol, **options))
+        result.append(deq_core.solve(f, z0, solver=solver, max_iter=max_iter, tol=tol, **options))
 
     with torch.no_grad():
         peak = deq_core.peak_live_bytes(run)[1]

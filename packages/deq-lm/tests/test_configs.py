@@ -110,11 +110,12 @@ def test_unknown_preset_lists_the_valid_ones():
 
 
 def test_solver_options_reach_the_deq_layer_and_are_checked():
+    from deq_core import Anderson, Broyden
     from deq_core.train.overrides import apply_overrides
 
     cfg = apply_overrides(get_config("tiny-deq-transformer"), ["backward_solver=broyden", "backward_options=memory=4",
                                                                "solver_options=m=3,beta=0.9"])  # fmt: skip
     deq = build_model(cfg, 10).body.deq
-    assert deq.backward_options == {"memory": 4} and deq.solver_options == {"m": 3, "beta": 0.9}
-    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for method 'broyden'"):
+    assert deq.backward.solver == Broyden(memory=4) and deq.solver == Anderson(m=3, beta=0.9)
+    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
         dataclasses.replace(cfg, backward_options=("m=3",))

@@ -48,12 +48,13 @@ def test_solver_options_reach_the_mdeq_and_are_checked():
 
     import pytest
 
+    from deq_core import Broyden
     from deq_core.train.overrides import apply_overrides
     from deq_vision.configs import get_config
     from deq_vision.train import build_model
 
     cfg = apply_overrides(get_config("tiny-mdeq"), ["backward_options=memory=4", "solver_options=memory=6"])
     deq = build_model(cfg).deq
-    assert deq.backward_options == {"memory": 4} and deq.solver_options == {"memory": 6}
-    with pytest.raises(ValueError, match=r"solver_options: unknown option\(s\) \['m'\] for method 'broyden'"):
+    assert deq.backward.solver == Broyden(memory=4) and deq.solver == Broyden(memory=6)
+    with pytest.raises(ValueError, match=r"solver_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
         dataclasses.replace(cfg, solver_options=("m=3",))

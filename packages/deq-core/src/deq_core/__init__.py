@@ -2,8 +2,12 @@
 
 Public API::
 
-    deq_core.solve(f, z0, method="anderson", max_iter=50, tol=1e-4, stop_mode="rel", **options) -> SolverResult
-    deq_core.DEQ(...)(f, z0) -> (z_out, DEQInfo)
+    deq_core.solve(f, z0, solver=Anderson(m=8), max_iter=50, tol=1e-4, stop_mode="rel") -> SolverResult
+    deq_core.FixedPoint(damping), Anderson(m, beta, reg), Broyden(memory, line_search, ls_steps, armijo)
+    deq_core.Solver (init / step -> Step; a Loop for trial calls of f), solver_options(solver)
+    deq_core.resolve_solver("broyden" | "pkg.mod:Class" | Solver, options) -> Solver
+    deq_core.DEQ(solver, max_iter, tol, stop_mode, backward=Implicit(...) | Phantom(...) | JFB(), ...)(f, z0)
+        -> (z_out, DEQInfo)   # info.forward / info.backward: SolverResults; info.summary()
     deq_core.jacobian_frobenius(f, z, n_samples=1)   # Hutchinson ||J_f(z)||_F^2 / D, differentiable
     deq_core.spectral_radius(f, z, n_iters=20)       # rho(J_f(z)) per sample
     deq_core.weight_norm, deq_core.cached_weights, deq_core.VariationalDropout
@@ -11,16 +15,28 @@ Public API::
     deq_core.peak_live_bytes(fn) -> (fn(), peak bytes of the storages fn creates)
 """
 
+from ._solvers import Anderson, Broyden, FixedPoint, Loop, Solver, Step, resolve_solver, solver_options
+from .backward import JFB, Implicit, Phantom
+from .info import DEQInfo
 from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
-from .layer import DEQ, DEQInfo
+from .layer import DEQ
 from .nn import VariationalDropout, cached_weights, weight_norm
 from .profiling import peak_live_bytes, saved_tensor_bytes
-from .solve import SolverResult, solve, solver_options
+from .solve import SolverResult, solve
 
 __version__ = "0.4.0"
 
 __all__ = [
     "DEQ",
+    "Anderson",
+    "Broyden",
+    "FixedPoint",
+    "Implicit",
+    "JFB",
+    "Loop",
+    "Phantom",
+    "Solver",
+    "Step",
     "DEQInfo",
     "SolverResult",
     "VariationalDropout",
@@ -28,6 +44,7 @@ __all__ = [
     "frobenius_from_graph",
     "jacobian_frobenius",
     "peak_live_bytes",
+    "resolve_solver",
     "saved_tensor_bytes",
     "solve",
     "solver_options",

@@ -4,141 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
 
-from ._solvers._options import check_int, check_number
-from ._state import (
-    State,
-    as_tensors,
-    check_output,
-    detached_leaves,
-    flatten,
-    rebuild,
-    solver_dtype,
-    state_spec,
-    unflatten,
-)
-from .jacobian import frobenius_from_graph, vector_jacobian
-from .solve import SolverResult, check_settings, solve
+from ._solvers import resolve_solver
+from ._solvers._options import check_int
+from ._solvers.resolve import SolverLike
+from ._state import State, as_tensors, check_output, detached_leaves, rebuild, state_spec
+from .backward import Backward, resolve_backward
+from .info import DEQInfo
+from .jacobian import frobenius_from_graph
+from .solve import SolverResult, check_limits, solve
 
-BACKWARDS = ("implicit", "phantom", "jfb")
-
-
-@dataclass
-class DEQInfo:
-    """Statistics of one DEQ call. Per-sample tensors have shape (B,).
-
-    Forward (set by the call): ``nfe`` (calls of f by the solver, or the unrolled steps), ``iterations``,
-    ``residual``, ``converged``, ``nonfinite``, ``trace`` (iterations, B), ``iterations_per_sample`` (B,),
-    ``mode`` ("solve" or "unrolled"),
-    ``jacobian_loss`` (scalar batch mean of ||J_f(z*)||_F^2 / D when asked for, else None).
-
-    Backward (set when the implicit backward has run; None before): ``nfe_backward``, ``residual_backward``,
-    ``converged_backward``.
-    """
-
-    nfe: int
-    iterations: int
-    residual: Tensor
-    converged: Tensor
-    nonfinite: Tensor
-    trace: Tensor
-    mode: str
-    iterations_per_sample: Tensor | None = None
-    jacobian_loss: Tensor | None = None
-    nfe_backward: int | None = None
-    residual_backward: Tensor | None = None
-    converged_backward: Tensor | None = None
-
-    def statistics(self) -> dict[str, float]:
-        """This call's statistics under their metrics.jsonl names, as floats: ``nfe_forward``, ``residual`` (batch
-        mean), and once set, ``nfe_backward``, ``residual_backward`` (batch mean) and ``jacobian_loss``."""
-        stats = {"nfe_forward": float(self.nfe), "residual": float(self.residual.float().mean())}
-        if self.nfe_backward is not None:
-            stats["nfe_backward"] = float(self.nfe_backward)
-        if self.residual_backward is not None:
-            stats["residual_backward"] = float(self.residual_backward.float().mean())
-        if self.jacobian_loss is not None:
-            stats["jacobian_loss"] = float(self.jacobian_loss.detach())
-        return stats
-
-    @classmethod
-    def from_result(cls, res: SolverResult) -> DEQInfo:
-        return cls(
-            nfe=res.nfe,
-            iterations=res.iterations,
-            residual=res.residual,
-            converged=res.converged,
-            nonfinite=res.nonfinite,
-            trace=res.trace,
-            iterations_per_sample=res.iterations_per_sample,
-            mode="solve",
-        )
-
-
-@dataclass
-class _Adjoint:
-    """What the implicit backward needs: the tracked call fz = f(z*) and the backward solver settings."""
-
-    fz: tuple[Tensor, ...]
-    z_star: tuple[Tensor, ...]
-    info: DEQInfo
-    method: str
-    max_iter: int
-    tol: float
-    stop_mode: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def solve(self, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
-        """Solve u = u J_f(z*) + grad for u, the gradient that flows into the tracked call f(z*)."""
-        spec = state_spec(tuple(self.fz), "f(z*)")
-        dtype = solver_dtype(spec.dtypes)
-        grad = flatten(tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, self.fz)), dtype)
-
-        def vjp(u: Tensor) -> Tensor:
-            outs = vector_jacobian(self.fz, self.z_star, as_tensors(unflatten(u, spec)))
-            return flatten(outs, dtype)
-
-        res = solve(
-            lambda u: vjp(u) + grad,
-            grad,
-            method=self.method,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            stop_mode=self.stop_mode,
-            **self.options,
-        )
-        self.info.nfe_backward = res.nfe
-        self.info.residual_backward = res.residual
-        self.info.converged_backward = res.converged
-        if bool(res.nonfinite.any()):
-            raise FloatingPointError(
-                "the implicit backward produced NaN/Inf (u = u J + grad); " + res.summary() + ". The layer is "
-                "likely not contractive at z*: add Jacobian regularization, lower the learning rate, or use "
-                "backward='phantom'."
-            )
-        u = res.z
-        assert isinstance(u, Tensor)
-        return as_tensors(unflatten(u, spec))
-
-
-class _ImplicitGradient(torch.autograd.Function):
-    """Identity on f(z*) in the forward; in the backward, replaces the incoming gradient g by the solution u of
-    u = u J_f(z*) + g, which then flows through the tracked call f(z*) to f's parameters and inputs."""
-
-    @staticmethod
-    def forward(ctx: Any, adjoint: _Adjoint, *fz: Tensor) -> tuple[Tensor, ...]:
-        ctx.adjoint = adjoint
-        return tuple(t.clone() for t in fz)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Any, ...]:
-        return (None, *ctx.adjoint.solve(grads))
+WARN_UNCONVERGED = ("once", "always", "never")
 
 
 class DEQ(nn.Module):
@@ -148,11 +28,12 @@ class DEQ(nn.Module):
     and :class:`DEQInfo`. The layer holds no parameters: f closes over the model's parameters and input injection.
 
     Args:
-        solver, max_iter, tol, stop_mode, solver_options: the forward solve (see :func:`deq_core.solve`).
-        backward: "implicit" (implicit-function-theorem gradient: the adjoint system u = u J + grad solved by
-            ``backward_solver``), "phantom" (``phantom_steps`` damped steps z <- (1 - tau) z + tau f(z) from z*,
-            backpropagated through, tau = ``phantom_damping``) or "jfb" (one step, f(z*), backpropagated).
-        backward_solver, backward_max_iter, backward_tol, backward_stop_mode, backward_options: the adjoint solve.
+        solver: the forward solver, a :class:`~deq_core.Solver` (e.g. ``Anderson(m=8)``) or a name (shorthand or
+            import path, see :func:`deq_core.solve`).
+        max_iter, tol, stop_mode: the forward solve's limits.
+        backward: how gradients pass the fixed point: ``Implicit(solver, max_iter, tol, stop_mode)`` (the default,
+            the adjoint system solved by its own solver), ``Phantom(steps, damping)`` or ``JFB()``; or the shorthand
+            "implicit", "phantom", "jfb" for their defaults.
         eval_max_iter, eval_tol: limits used in eval mode (``module.eval()``), e.g. a relaxed tolerance; default:
             the training ones.
         jacobian_samples: Hutchinson probes for ``jacobian_loss=True``.
@@ -160,6 +41,8 @@ class DEQ(nn.Module):
             "warn" or "ignore" (the statistics in ``info.nonfinite`` always say it). With "warn" / "ignore" those
             samples are excluded from the gradient: their rows of z_out are their best finite values, detached, and
             the other samples get the gradients of the batch without them (for f whose samples do not interact).
+        warn_unconverged: a RuntimeWarning with the solve's summary when a forward or implicit-backward solve stops
+            with samples above its tol: "once" (per layer and direction, the default), "always" or "never".
 
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
     does not grow with the number of solver iterations. In eval mode z_out is still differentiable when autograd
@@ -168,57 +51,39 @@ class DEQ(nn.Module):
 
     def __init__(
         self,
-        solver: str = "anderson",
+        solver: SolverLike = "anderson",
         max_iter: int = 30,
         tol: float = 1e-4,
         stop_mode: str = "rel",
-        solver_options: Mapping[str, Any] | None = None,
-        backward: str = "implicit",
-        backward_solver: str = "broyden",
-        backward_max_iter: int = 30,
-        backward_tol: float = 1e-6,
-        backward_stop_mode: str = "rel",
-        backward_options: Mapping[str, Any] | None = None,
-        phantom_steps: int = 5,
-        phantom_damping: float = 0.5,
+        backward: Backward | str = "implicit",
         eval_max_iter: int | None = None,
         eval_tol: float | None = None,
         jacobian_samples: int = 1,
         on_nonfinite: str = "raise",
+        warn_unconverged: str = "once",
     ) -> None:
         super().__init__()
-        self.solver_options = dict(solver_options or {})
-        self.backward_options = dict(backward_options or {})
-        check_settings(solver, max_iter, tol, stop_mode, self.solver_options)
-        check_settings(backward_solver, backward_max_iter, backward_tol, backward_stop_mode, self.backward_options)
-        check_settings(
-            solver,
-            max_iter if eval_max_iter is None else eval_max_iter,
-            tol if eval_tol is None else eval_tol,
-            stop_mode,
-            self.solver_options,
-        )
-        if backward not in BACKWARDS:
-            raise ValueError(f"unknown backward {backward!r}; choose one of {list(BACKWARDS)}.")
-        check_int("DEQ", "phantom_steps", phantom_steps, 1)
-        if not 0.0 < check_number("DEQ", "phantom_damping", phantom_damping) <= 1.0:
-            raise ValueError(f"DEQ: phantom_damping must be in (0, 1], got {phantom_damping}.")
+        self.solver = resolve_solver(solver)
+        check_limits(max_iter, tol, stop_mode)
+        eval_limits = (max_iter if eval_max_iter is None else eval_max_iter, tol if eval_tol is None else eval_tol)
+        check_limits(*eval_limits, stop_mode)
+        self.backward = resolve_backward(backward)
         check_int("DEQ", "jacobian_samples", jacobian_samples, 1)
         if on_nonfinite not in ("raise", "warn", "ignore"):
             raise ValueError(f"on_nonfinite must be 'raise', 'warn' or 'ignore', got {on_nonfinite!r}.")
-        self.solver, self.max_iter, self.tol, self.stop_mode = solver, max_iter, tol, stop_mode
-        self.backward = backward
-        self.backward_solver, self.backward_max_iter = backward_solver, backward_max_iter
-        self.backward_tol, self.backward_stop_mode = backward_tol, backward_stop_mode
-        self.phantom_steps, self.phantom_damping = phantom_steps, phantom_damping
+        if warn_unconverged not in WARN_UNCONVERGED:
+            raise ValueError(f"warn_unconverged must be one of {list(WARN_UNCONVERGED)}, got {warn_unconverged!r}.")
+        self.max_iter, self.tol, self.stop_mode = max_iter, tol, stop_mode
         self.eval_max_iter, self.eval_tol = eval_max_iter, eval_tol
         self.jacobian_samples = jacobian_samples
         self.on_nonfinite = on_nonfinite
+        self.warn_unconverged = warn_unconverged
+        self._warned: set[str] = set()  # directions ("forward", "backward") already warned about, for "once"
 
     def extra_repr(self) -> str:
         return (
             f"solver={self.solver!r}, max_iter={self.max_iter}, tol={self.tol:g}, stop_mode={self.stop_mode!r}, "
-            f"backward={self.backward!r}, backward_solver={self.backward_solver!r}"
+            f"backward={self.backward!r}"
         )
 
     def forward(
@@ -255,14 +120,14 @@ class DEQ(nn.Module):
         res = solve(
             f,
             z0,
-            method=self.solver,
+            solver=self.solver,
             max_iter=limit if max_iter is None else max_iter,
             tol=tolerance if tol is None else tol,
             stop_mode=self.stop_mode,
-            **self.solver_options,
         )
-        info = DEQInfo.from_result(res)
+        info = DEQInfo(forward=res)
         bad = self._report_nonfinite(res)
+        self._report_unconverged(res, "forward")
         if not torch.is_grad_enabled():
             return res.fz, info
         with _nonfinite_rows_sanitized(bad is not None):
@@ -285,26 +150,7 @@ class DEQ(nn.Module):
             per_sample = frobenius_from_graph(fz_t, z_star, self.jacobian_samples)
             kept = per_sample if bad is None else per_sample[~bad]
             info.jacobian_loss = kept.mean() if kept.numel() else kept.sum()  # no sample left: 0, not NaN
-        if self.backward == "implicit":
-            adjoint = _Adjoint(
-                fz=fz_t,
-                z_star=z_star,
-                info=info,
-                method=self.backward_solver,
-                max_iter=self.backward_max_iter,
-                tol=self.backward_tol,
-                stop_mode=self.backward_stop_mode,
-                options=self.backward_options,
-            )
-            return _ImplicitGradient.apply(adjoint, *fz_t)
-        if self.backward == "jfb":
-            return fz_t
-        tau = self.phantom_damping  # phantom
-        out = tuple((1 - tau) * z + tau * y for z, y in zip(z_star, fz_t))
-        for _ in range(self.phantom_steps - 1):
-            step = as_tensors(f(rebuild(z0, out)))
-            out = tuple((1 - tau) * z + tau * y for z, y in zip(out, step))
-        return out
+        return self.backward._output(f, z0, z_star, fz_t, info, self._report_unconverged)
 
     def _unrolled(
         self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool
@@ -321,30 +167,33 @@ class DEQ(nn.Module):
         jac = None
         if jacobian_loss:
             jac = frobenius_from_graph(as_tensors(z), as_tensors(prev), self.jacobian_samples).mean()
-        with torch.no_grad():
-            dtype = solver_dtype(spec.dtypes)
-            a, b = flatten(prev, dtype), flatten(z, dtype)
-            diff = torch.linalg.vector_norm(b - a, dim=1)
-            residual = diff if self.stop_mode == "abs" else diff / torch.linalg.vector_norm(b, dim=1)
         tol = self.tol if self.training else self._eval_limits()[1]
-        info = DEQInfo(
-            nfe=steps,
-            iterations=steps,
-            residual=residual,
-            converged=residual <= tol,
-            nonfinite=~torch.isfinite(residual),
-            trace=residual.unsqueeze(0),
-            iterations_per_sample=torch.full_like(residual, steps, dtype=torch.long),
-            mode="unrolled",
-            jacobian_loss=jac,
-        )
-        return z, info
+        return z, DEQInfo.from_unrolled(prev, z, steps, stop_mode=self.stop_mode, tol=tol, jacobian_loss=jac)
 
     def _eval_limits(self) -> tuple[int, float]:
         """max_iter and tol in eval mode: eval_max_iter / eval_tol where given (not None), else the training ones."""
         limit = self.max_iter if self.eval_max_iter is None else self.eval_max_iter
         tolerance = self.tol if self.eval_tol is None else self.eval_tol
         return limit, tolerance
+
+    def _report_unconverged(self, res: SolverResult, direction: str) -> None:
+        """Warn (``warn_unconverged``) when a solve stopped with samples above its tol (non-finite ones excluded:
+        ``on_nonfinite`` covers them)."""
+        if self.warn_unconverged == "never" or bool((res.converged | res.nonfinite).all()):
+            return
+        if self.warn_unconverged == "once":
+            if direction in self._warned:
+                return
+            self._warned.add(direction)
+        note = ""
+        if self.warn_unconverged == "once":
+            note = " (shown once per layer; set warn_unconverged='always' or 'never')"
+        warnings.warn(
+            f"DEQ {direction} solve stopped unconverged: {res.summary()}; raise max_iter or tol, or regularize the "
+            f"Jacobian{note}.",
+            RuntimeWarning,
+            stacklevel=5,  # the caller of the layer (through nn.Module.__call__), for the forward solve
+        )
 
     def _report_nonfinite(self, res: SolverResult) -> Tensor | None:
         """Raise, warn or stay silent (``on_nonfinite``) when f produced NaN/Inf; return the (B,) mask of those

@@ -1,8 +1,7 @@
-"""``solve``: find z* = f(z*) by a named method, with per-sample statistics."""
+"""``solve``: find z* = f(z*) with a :class:`~deq_core.Solver`, with per-sample statistics."""
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,8 +9,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._solvers import OPTION_CHECKS, SOLVERS
-from ._solvers._run import SolveRun, residual_norms
+from ._solvers import Solver, resolve_solver
+from ._solvers._run import SolveRun, iterate, residual_norms
+from ._solvers.resolve import SolverLike
 from ._state import State, StateSpec, flat_map, flatten, solver_dtype, state_spec, unflatten
 
 STOP_MODES = ("rel", "abs")
@@ -34,7 +34,7 @@ class SolverResult:
         trace: (iterations, B) residual of the iterate of every iteration, in ``stop_mode``.
         iterations_per_sample: (B,) int64, the iteration at which each sample converged (counting from 1), or
             ``iterations`` for a sample that did not: the per-sample cost, independent of the rest of the batch.
-        method, stop_mode, tol, max_iter: the settings of the solve.
+        solver, stop_mode, tol, max_iter: the settings of the solve (``solver``: the Solver object used).
     """
 
     z: State
@@ -46,7 +46,7 @@ class SolverResult:
     nonfinite: Tensor
     trace: Tensor
     iterations_per_sample: Tensor
-    method: str
+    solver: Solver
     stop_mode: str
     tol: float
     max_iter: int
@@ -63,7 +63,7 @@ class SolverResult:
         finite = self.residual[torch.isfinite(self.residual)]
         worst = f"{float(finite.max()):.3g}" if finite.numel() else "n/a"
         text = (
-            f"{self.method}: {n_conv}/{batch} samples converged to {self.stop_mode} residual <= {self.tol:g} "
+            f"{self.solver.name}: {n_conv}/{batch} samples converged to {self.stop_mode} residual <= {self.tol:g} "
             f"in {self.iterations} iterations ({self.nfe} calls of f); largest residual {worst}"
         )
         if n_bad:
@@ -71,29 +71,8 @@ class SolverResult:
         return text
 
 
-def solver_options(method: str) -> dict[str, object]:
-    """The keyword options a method accepts, with their defaults."""
-    check_method(method)
-    params = inspect.signature(SOLVERS[method]).parameters.values()
-    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def check_method(method: str) -> None:
-    if method not in SOLVERS:
-        raise ValueError(f"unknown solver method {method!r}; choose one of {sorted(SOLVERS)}.")
-
-
-def check_settings(method: str, max_iter: int, tol: float, stop_mode: str, options: dict[str, object]) -> None:
-    """Raise a clear error for an unknown method, option or stop mode, or a bad limit or tolerance."""
-    known = solver_options(method)
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise TypeError(
-            f"unknown option(s) {unknown} for method {method!r}; its options are "
-            + ", ".join(f"{k}={v!r}" for k, v in known.items())
-            + "."
-        )
-    OPTION_CHECKS[method](**{**known, **options})
+def check_limits(max_iter: int, tol: float, stop_mode: str) -> None:
+    """Raise ValueError for a bad iteration limit, tolerance or stop mode."""
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):
@@ -105,7 +84,7 @@ def check_settings(method: str, max_iter: int, tol: float, stop_mode: str, optio
 def solve(
     f: Callable[[State], State],
     z0: State,
-    method: str = "anderson",
+    solver: SolverLike = "anderson",
     max_iter: int = 50,
     tol: float = 1e-4,
     stop_mode: str = "rel",
@@ -117,12 +96,14 @@ def solve(
         f: maps a state to a state of the same structure and shapes; called on the whole batch. f must not modify
             its input in place, nor return a tensor it modifies later (the solver keeps references to iterates).
         z0: Tensor (B, ...) or tuple/list of such Tensors (e.g. one per MDEQ resolution), batch first.
-        method: "fixed_point" (option ``damping``), "anderson" (``m``, ``beta``, ``reg``) or "broyden"
-            (``memory``, ``line_search``, ``ls_steps``, ``armijo``).
+        solver: a :class:`~deq_core.Solver` object (``FixedPoint(damping)``, ``Anderson(m, beta, reg)``,
+            ``Broyden(memory, line_search, ls_steps, armijo)`` or a user's own), or a string: a built-in's shorthand
+            ("fixed_point", "anderson", "broyden") or an import path "package.module:Class", built with ``options``.
         max_iter: the largest number of iterations; each evaluates f once (more with Broyden's line search).
         tol: a sample has converged when its residual is <= tol; it then stops changing.
         stop_mode: "rel" for ||f(z) - z|| / ||f(z)|| or "abs" for ||f(z) - z||, per sample.
-        **options: method-specific options, checked by name (see :func:`solver_options`).
+        **options: options of a solver given as a string, checked by name (see :func:`solver_options`), e.g.
+            ``solve(f, z0, "broyden", memory=10)``.
 
     The solver computes in float64 when the state has a float64 tensor and in float32 otherwise (also for
     bfloat16/float16 states); f itself runs in the state's dtypes and must return them, on the state's device
@@ -131,17 +112,17 @@ def solve(
     returns an empty, converged result without calling f.
 
     Raises:
-        TypeError / ValueError: bad settings or options (naming them), or f's first result of another structure,
-            shape, dtype or device than the state (naming f).
+        TypeError / ValueError: a bad solver, settings or options (naming them), or f's first result of another
+            structure, shape, dtype or device than the state (naming f).
 
     Returns:
         SolverResult with the best iterate per sample and its statistics.
     """
-    check_method(method)
-    check_settings(method, max_iter, tol, stop_mode, options)
+    solver = resolve_solver(solver, options)
+    check_limits(max_iter, tol, stop_mode)
     spec = state_spec(z0)
     dtype = solver_dtype(spec.dtypes)
-    settings = dict(method=method, stop_mode=stop_mode, tol=float(tol), max_iter=max_iter)
+    settings = dict(solver=solver, stop_mode=stop_mode, tol=float(tol), max_iter=max_iter)
     with torch.no_grad():
         x0 = flatten(z0, dtype).clone()  # never alias the caller's z0 (results would change if it did)
         if not bool(torch.isfinite(x0).all()):
@@ -154,7 +135,7 @@ def solve(
                 iterations_per_sample=empty.long(), **settings,
             )  # fmt: skip
         run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode)
-        SOLVERS[method](run, x0, **options)
+        iterate(solver, run, x0)
         z, fz, residual, nonfinite = _returned(run, spec, dtype)
         converged = residual <= float(tol)
         trace = torch.stack(run.trace) if run.trace else x0.new_zeros(0, spec.batch_size)

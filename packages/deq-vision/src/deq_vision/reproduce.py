@@ -3,14 +3,9 @@
 Trains (resumably: finished runs are read, interrupted ones resumed) the unregularized MDEQ, the MDEQ + JR at the
 gammas of the JR paper's Table 3, and a ResNet of the same size, over several seeds, on 16x16 glyphs
 (:mod:`deq_vision.data.glyphs`, written to ``DIR/data`` when missing); evaluates accuracy, inference NFE, the
-<<<<<<< HEAD
-hard-stop table (Table 3: gamma x hard stop 1..6) and the forward residual at a fixed number of solver steps over
-training (Fig. 1a, from the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.train.claims), ``DIR/results.json``,
-=======
 hard-stop table (Table 3: gamma x hard stop NFE 1..6 in the paper's convention, our max_iter 2..7, see
 ``claims_vision.CONVENTION``) and the forward residual at a fixed number of solver steps over training (Fig. 1a, from
 the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.train.claims), ``DIR/results.json``,
->>>>>>> h-vclaims
 ``DIR/hard_stop.md`` and ``DIR/residual_over_training.png``.
 
 Subcommands:

@@ -1,15 +1,10 @@
-"""Solver implementations, one per file; each drives a :class:`~deq_core._solvers._run.SolveRun` and has a
-``check_options`` that validates its keyword options without running."""
+"""Solver implementations, one per file, on the protocol of :mod:`.base`; :mod:`.resolve` turns a solver given as a
+string (a built-in's shorthand or an import path) into an object."""
 
-from . import anderson as _anderson
-from . import broyden as _broyden
-from . import fixed_point as _fixed_point
+from .anderson import Anderson
+from .base import Loop, Solver, Step
+from .broyden import Broyden
+from .fixed_point import FixedPoint
+from .resolve import resolve_solver, solver_options
 
-SOLVERS = {"fixed_point": _fixed_point.fixed_point, "anderson": _anderson.anderson, "broyden": _broyden.broyden}
-OPTION_CHECKS = {
-    "fixed_point": _fixed_point.check_options,
-    "anderson": _anderson.check_options,
-    "broyden": _broyden.check_options,
-}
-
-__all__ = ["OPTION_CHECKS", "SOLVERS"]
+__all__ = ["Anderson", "Broyden", "FixedPoint", "Loop", "Solver", "Step", "resolve_solver", "solver_options"]

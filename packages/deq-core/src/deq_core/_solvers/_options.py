@@ -1,4 +1,4 @@
-"""Type checks of solver options, shared by every solver's ``check_options``: the error names the solver, the option,
+"""Type checks of solver options, shared by the solvers' ``__post_init__``: the error names the solver, the option,
 the type expected and the value given, in one line."""
 
 from __future__ import annotations

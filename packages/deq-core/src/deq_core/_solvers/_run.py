@@ -1,9 +1,10 @@
 """Bookkeeping shared by every solver: counting calls of f, per-sample residuals, the best iterate, convergence,
 freezing of finished samples, non-finite values, and the residual trace.
 
-A solver drives one :class:`SolveRun`: it evaluates its first iterate with :meth:`SolveRun.evaluate`, then loops
-``while not run.finished`` proposing a new iterate, passing it through :meth:`SolveRun.freeze` (finished samples keep
-their iterate) and :meth:`SolveRun.evaluate`. One call of ``evaluate`` is one iteration and one entry of the trace.
+:func:`iterate` is the one loop that runs every :class:`~deq_core.Solver` on a :class:`SolveRun`: it evaluates the
+first iterate with :meth:`SolveRun.evaluate`, then, ``while not run.finished``, asks the solver for a new iterate,
+passes it through :meth:`SolveRun.freeze` (finished samples keep their iterate) and :meth:`SolveRun.evaluate`. One call
+of ``evaluate`` is one iteration and one entry of the trace.
 
 Cost per iteration: the residual needs one subtraction and one (two with ``stop_mode="rel"``) norm pass over the
 (B, D) iterate; every other decision is taken on (B,) tensors, and the per-sample flags reach the host in one
@@ -16,9 +17,15 @@ devices by torch.where.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+from .base import Loop
+
+if TYPE_CHECKING:
+    from .base import Solver
 
 _INF = float("inf")
 # Above this many separate runs of rows, one index_copy_ replaces the row-by-row copies.
@@ -107,7 +114,7 @@ class SolveRun:
         self._frozen_rows: list[int] = []
 
     def call(self, x: Tensor) -> Tensor:
-        """One counted call of f, without bookkeeping (used by line searches through :meth:`evaluate`)."""
+        """One counted call of f, without bookkeeping (trial points of a step, :meth:`~deq_core.Loop.trial`)."""
         self.nfe += 1
         return self._fn(x)
 
@@ -215,3 +222,17 @@ class SolveRun:
             return
         copy_rows(self.best_x, x, rows)
         copy_rows(self.best_fx, fx, rows)
+
+
+def iterate(solver: Solver, run: SolveRun, x0: Tensor) -> None:
+    """Run ``solver`` from ``x0`` (B, D) until every sample has finished or ``run.max_iter`` iterations were made; the
+    results are in ``run`` (best iterate, residuals, trace, NFE)."""
+    loop = Loop(run)
+    x, fx, gx = run.evaluate(x0)
+    state = solver.init(x, fx, gx, loop)
+    while not run.finished:
+        loop._z = x
+        step = solver.step(state, x, fx, gx, loop)
+        state = step.state
+        z = step.z if step.fz is not None else run.freeze(step.z, x, owned=step.temporary)
+        x, fx, gx = run.evaluate(z, step.fz)

@@ -14,11 +14,14 @@ damped step instead (gamma = 0).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 from torch import Tensor
 
 from ._options import check_int, check_number
-from ._run import SolveRun
+from .base import Loop, Solver, Step
 
 _TINY = torch.finfo(torch.float64).tiny
 
@@ -40,57 +43,79 @@ def _mixing_weights(gram: Tensor, rhs: Tensor, reg: float) -> Tensor:
     return torch.where(ok[:, None], gamma, 0.0)
 
 
-def check_options(*, m: int, beta: float, reg: float) -> None:
-    """Raise TypeError / ValueError for option types / values :func:`anderson` cannot use."""
-    check_int("anderson", "m", m, 1)
-    if not 0.0 < check_number("anderson", "beta", beta) <= 1.0:
-        raise ValueError(f"anderson: beta must be in (0, 1], got {beta}.")
-    if not check_number("anderson", "reg", reg) >= 0.0:
-        raise ValueError(f"anderson: reg must be >= 0, got {reg}.")
+@dataclass
+class _History:
+    """Anderson's state. Rows 0..slots-1 of ``dg``: the differences dG_i; row ``width``: the current g, so that one
+    batched product over the rows gives both the new row of the Gram matrix (dG_new . dG_j) and the next right-hand
+    side (g . dG_j). ``steps``: dZ_i + beta dG_i, differences of z + beta g (of f(z) when beta = 1), the columns the
+    step subtracts. ``gram``: dG_i . dG_j (float64), ``rhs``: dG_j . g. ``g``, ``base``: g and z + beta g of the
+    last iterate (None before the first step); ``k``: differences stored so far."""
+
+    slots: int
+    dg: Tensor
+    steps: Tensor
+    gram: Tensor
+    rhs: Tensor
+    g: Tensor | None = None
+    base: Tensor | None = None
+    k: int = 0
 
 
-def anderson(run: SolveRun, x0: Tensor, *, m: int = 8, beta: float = 1.0, reg: float = 1e-8) -> None:
-    """Anderson acceleration.
+@dataclass(frozen=True)
+class Anderson(Solver):
+    """Anderson acceleration (type II), batched with per-sample mixing weights; one call of f per iteration.
 
     Args:
         m: history size, the number of past (z, f(z)) pairs mixed (m - 1 differences); m = 1 is damped iteration.
         beta: mixing parameter in (0, 1]: 1 mixes the f(z) values, smaller values damp toward the z values.
         reg: ridge term relative to the unit-normalized normal equations (>= 0).
     """
-    check_options(m=m, beta=beta, reg=reg)
-    batch, dim = x0.shape
-    slots = min(m, run.max_iter) - 1  # a solve stores at most max_iter - 1 differences: no larger buffer is needed
-    width = max(slots, 1)
-    # Rows 0..slots-1: the differences dG_i; row ``width``: the current g, so that one batched product over the rows
-    # gives both the new row of the Gram matrix (dG_new . dG_j) and the next right-hand side (g . dG_j).
-    dg_hist = x0.new_zeros(batch, width + 1, dim)
-    # dZ_i + beta dG_i = differences of z + beta g (of f(z) when beta = 1), the columns the step subtracts
-    step_hist = x0.new_zeros(batch, width, dim)
-    gram = torch.zeros(batch, width, width, dtype=torch.float64, device=x0.device)  # dG_i . dG_j, one row per step
-    rhs = gram.new_zeros(batch, 0)  # dG_j . g for the current g
-    x, fx, gx = run.evaluate(x0)
-    base = fx if beta == 1.0 else torch.add(x, gx, alpha=beta)  # z + beta g: the step before mixing
-    k = 0  # differences stored so far
-    while not run.finished:
-        n = min(k, slots)
-        if n > 0:
-            gamma = _mixing_weights(gram[:, :n, :n], rhs, reg).to(x.dtype).unsqueeze(1)  # (B, 1, n)
-            step = torch.baddbmm(base.unsqueeze(1), gamma, step_hist[:, :n], alpha=-1).squeeze(1)
-            step = run.freeze(step, x, owned=True)
-        else:
-            step = run.freeze(base, x)
-        x_new, fx_new, g_new = run.evaluate(step)
-        base_new = fx_new if beta == 1.0 else torch.add(x_new, g_new, alpha=beta)
-        if slots > 0:
-            slot = k % slots
-            torch.sub(g_new, gx, out=dg_hist[:, slot])
-            torch.sub(base_new, base, out=step_hist[:, slot])
-            dg_hist[:, width].copy_(g_new)
-            k += 1
-            n = min(k, slots)
-            pair = dg_hist[:, slot :: width - slot]  # rows slot and width: (B, 2, D), no copy
-            prod = torch.bmm(pair, dg_hist[:, :n].transpose(1, 2)).double()  # (B, 2, n)
-            gram[:, slot, :n] = prod[:, 0]
-            gram[:, :n, slot] = prod[:, 0]
-            rhs = prod[:, 1]
-        x, gx, base = x_new, g_new, base_new
+
+    m: int = 8
+    beta: float = 1.0
+    reg: float = 1e-8
+    name: ClassVar[str] = "anderson"
+
+    def __post_init__(self) -> None:
+        check_int(self.name, "m", self.m, 1)
+        if not 0.0 < check_number(self.name, "beta", self.beta) <= 1.0:
+            raise ValueError(f"{self.name}: beta must be in (0, 1], got {self.beta}.")
+        if not check_number(self.name, "reg", self.reg) >= 0.0:
+            raise ValueError(f"{self.name}: reg must be >= 0, got {self.reg}.")
+
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _History:
+        batch, dim = z.shape
+        slots = min(self.m, loop.max_iter) - 1  # a solve stores at most max_iter - 1 differences
+        width = max(slots, 1)
+        gram = torch.zeros(batch, width, width, dtype=torch.float64, device=z.device)
+        return _History(slots, z.new_zeros(batch, width + 1, dim), z.new_zeros(batch, width, dim), gram,
+                        gram.new_zeros(batch, 0))  # fmt: skip
+
+    def step(self, state: _History, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+        base = fz if self.beta == 1.0 else torch.add(z, g, alpha=self.beta)  # z + beta g: the step before mixing
+        if state.base is not None and state.slots > 0:
+            _record(state, g, base)
+        state.g, state.base = g, base
+        n = min(state.k, state.slots)
+        if n == 0:
+            return Step(base, state)  # base may be fz, referenced as the best f(z): not temporary
+        gamma = _mixing_weights(state.gram[:, :n, :n], state.rhs, self.reg).to(z.dtype).unsqueeze(1)  # (B, 1, n)
+        mixed = torch.baddbmm(base.unsqueeze(1), gamma, state.steps[:, :n], alpha=-1).squeeze(1)
+        return Step(mixed, state, temporary=True)
+
+
+def _record(state: _History, g: Tensor, base: Tensor) -> None:
+    """Store the differences from the previous iterate to the current one (g, base) and update gram and rhs."""
+    assert state.g is not None and state.base is not None
+    slots, width = state.slots, state.dg.shape[1] - 1
+    slot = state.k % slots
+    torch.sub(g, state.g, out=state.dg[:, slot])
+    torch.sub(base, state.base, out=state.steps[:, slot])
+    state.dg[:, width].copy_(g)
+    state.k += 1
+    n = min(state.k, slots)
+    pair = state.dg[:, slot :: width - slot]  # rows slot and width: (B, 2, D), no copy
+    prod = torch.bmm(pair, state.dg[:, :n].transpose(1, 2)).double()  # (B, 2, n)
+    state.gram[:, slot, :n] = prod[:, 0]
+    state.gram[:, :n, slot] = prod[:, 0]
+    state.rhs = prod[:, 1]

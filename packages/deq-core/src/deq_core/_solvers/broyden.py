@@ -32,11 +32,14 @@ not decrease enough (Armijo condition on ||g||^2); every trial is a counted call
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 from torch import Tensor
 
 from ._options import check_int, check_number
-from ._run import SolveRun
+from .base import Loop, Solver, Step
 
 
 def _orthonormal_factor(gram: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -69,16 +72,6 @@ def _best_low_rank(gram_u: Tensor, gram_v: Tensor, keep: int, dtype: torch.dtype
     coef_u = (sing[:, :keep, None] * left[:, :, :keep].transpose(1, 2)) @ c_u.transpose(1, 2)
     coef_v = right_t[:, :keep] @ c_v.transpose(1, 2)
     return coef_u, coef_v
-
-
-def check_options(*, memory: int, line_search: bool, ls_steps: int, armijo: float) -> None:
-    """Raise TypeError / ValueError for option types / values :func:`broyden` cannot use."""
-    check_int("broyden", "memory", memory, 1)
-    if not isinstance(line_search, bool):
-        raise TypeError(f"broyden: line_search must be True or False, got {line_search!r}.")
-    check_int("broyden", "ls_steps", ls_steps, 0)
-    if not 0.0 < check_number("broyden", "armijo", armijo) < 0.5:
-        raise ValueError(f"broyden: armijo must be in (0, 0.5), got {armijo}.")
 
 
 class _InverseJacobian:
@@ -241,63 +234,84 @@ class _InverseJacobian:
         self.set_direction(g)
 
 
-def broyden(
-    run: SolveRun,
-    x0: Tensor,
-    *,
-    memory: int = 20,
-    line_search: bool = False,
-    ls_steps: int = 3,
-    armijo: float = 1e-4,
-) -> None:
-    """Limited-memory Broyden.
+@dataclass
+class _BroydenState:
+    """The inverse-Jacobian estimate, the step lengths of the last step (None: all 1) and whether a step was made."""
+
+    inverse: _InverseJacobian
+    lam: Tensor | None = None
+    started: bool = False
+
+
+@dataclass(frozen=True)
+class Broyden(Solver):
+    """Limited-memory "good" Broyden method on g(z) = f(z) - z; one call of f per iteration (up to 1 + ls_steps
+    with the line search, each counted).
 
     Args:
         memory: number of rank-one updates kept (>= 1); when full, reduced to the dominant memory // 2 (so with
             memory 1 every update is dropped at once: plain fixed-point steps).
         line_search: backtrack on the step length when ||f(z) - z|| does not decrease enough.
         ls_steps: the most halvings per iteration when ``line_search`` is on.
-        armijo: sufficient-decrease constant of the Armijo condition.
+        armijo: sufficient-decrease constant of the Armijo condition, in (0, 0.5).
     """
-    check_options(memory=memory, line_search=line_search, ls_steps=ls_steps, armijo=armijo)
-    # A solve makes at most max_iter - 2 updates, so with memory >= max_iter the buffer never fills: sizing it by
-    # max_iter gives the same iterates without allocating memory + 1 rows that are never used.
-    inverse = _InverseJacobian(x0, min(memory, run.max_iter))
-    x, _, gx = run.evaluate(x0)
-    inverse.set_direction(gx)  # H_0 = I: the first step is f(z0)
-    while not run.finished:
-        x_new, fx_new, lam = _step(run, x, gx, inverse.direction, line_search, ls_steps, armijo)
-        x, _, gx = run.evaluate(x_new, fx_new)
-        if run.finished:
-            break
-        inverse.update(gx, lam, run.active)
-        if inverse.full:
-            inverse.reduce(gx)
+
+    memory: int = 20
+    line_search: bool = False
+    ls_steps: int = 3
+    armijo: float = 1e-4
+    name: ClassVar[str] = "broyden"
+
+    def __post_init__(self) -> None:
+        check_int(self.name, "memory", self.memory, 1)
+        if not isinstance(self.line_search, bool):
+            raise TypeError(f"{self.name}: line_search must be True or False, got {self.line_search!r}.")
+        check_int(self.name, "ls_steps", self.ls_steps, 0)
+        if not 0.0 < check_number(self.name, "armijo", self.armijo) < 0.5:
+            raise ValueError(f"{self.name}: armijo must be in (0, 0.5), got {self.armijo}.")
+
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _BroydenState:
+        # A solve makes at most max_iter - 2 updates, so with memory >= max_iter the buffer never fills: sizing it by
+        # max_iter gives the same iterates without allocating memory + 1 rows that are never used.
+        inverse = _InverseJacobian(z, min(self.memory, loop.max_iter))
+        inverse.set_direction(g)  # H_0 = I: the first step is f(z0)
+        return _BroydenState(inverse)
+
+    def step(self, state: _BroydenState, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+        inverse = state.inverse
+        if state.started:  # the update of the step that led to z
+            inverse.update(g, state.lam, loop.active)
+            if inverse.full:
+                inverse.reduce(g)
+        state.started = True
+        d = inverse.direction
+        if not self.line_search or self.ls_steps == 0:
+            state.lam = None
+            return Step(z + d, state, temporary=True)
+        z_new, fz_new, state.lam = _line_search(loop, z, g, d, self.ls_steps, self.armijo)
+        return Step(z_new, state, fz=fz_new)
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
     return torch.linalg.vecdot(a, b)
 
 
-def _step(
-    run: SolveRun, x: Tensor, gx: Tensor, d: Tensor, line_search: bool, ls_steps: int, armijo: float
-) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """The next iterate x + lam d, f there when the line search already evaluated it, and lam (None: all 1)."""
-    x_new = run.freeze(x + d, x, owned=True)
-    if not line_search or ls_steps == 0:
-        return x_new, None, None
+def _line_search(
+    loop: Loop, x: Tensor, gx: Tensor, d: Tensor, ls_steps: int, armijo: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The next iterate x + lam d, f there, and the step lengths lam (B,): halved (at most ``ls_steps`` times) for the
+    active samples whose ||g||^2 did not decrease enough (Armijo)."""
+    x_new, fx_new = loop.trial(x + d, temporary=True)
     phi0 = _dot(gx, gx)
     step = torch.ones_like(phi0)
-    fx_new = run.call(x_new)
     for _ in range(ls_steps):
         g_try = fx_new - x_new
         phi = _dot(g_try, g_try)
-        retry = run.active & ~(phi <= (1 - 2 * armijo * step) * phi0)  # non-finite phi also retries
+        retry = loop.active & ~(phi <= (1 - 2 * armijo * step) * phi0)  # non-finite phi also retries
         if not bool(retry.any()):
             break
         step = torch.where(retry, step / 2, step)
-        x_try = torch.where(retry[:, None], x + step[:, None] * d, x_new)
-        fx_try = run.call(x_try)
+        x_try, fx_try = loop.trial(torch.where(retry[:, None], x + step[:, None] * d, x_new), temporary=True)
         x_new = x_try
         fx_new = torch.where(retry[:, None], fx_try, fx_new)
     return x_new, fx_new, step

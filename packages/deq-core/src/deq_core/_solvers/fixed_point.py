@@ -2,29 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
+from torch import Tensor
 
 from ._options import check_number
-from ._run import SolveRun
+from .base import Loop, Solver, Step
 
 
-def check_options(*, damping: float) -> None:
-    """Raise TypeError / ValueError for option types / values :func:`fixed_point` cannot use."""
-    if not 0.0 < check_number("fixed_point", "damping", damping) <= 1.0:
-        raise ValueError(f"fixed_point: damping must be in (0, 1], got {damping}.")
-
-
-def fixed_point(run: SolveRun, x0, *, damping: float = 1.0) -> None:
-    """Iterate z_{k+1} = z_k + damping (f(z_k) - z_k).
+@dataclass(frozen=True)
+class FixedPoint(Solver):
+    """Damped fixed-point iteration z_{k+1} = z_k + damping (f(z_k) - z_k). No state; one call of f per iteration.
 
     Args:
-        damping: step size in (0, 1]; 1 is plain iteration, smaller values damp oscillations.
+        damping: step size in (0, 1]; 1 is plain iteration z <- f(z), smaller values damp oscillations.
     """
-    check_options(damping=damping)
-    x, fx, gx = run.evaluate(x0)
-    while not run.finished:
-        if damping == 1.0:
-            step = run.freeze(fx, x)  # fx may be referenced as the best f(z): not overwritten
-        else:
-            step = run.freeze(torch.add(x, gx, alpha=damping), x, owned=True)
-        x, fx, gx = run.evaluate(step)
+
+    damping: float = 1.0
+    name: ClassVar[str] = "fixed_point"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < check_number(self.name, "damping", self.damping) <= 1.0:
+            raise ValueError(f"{self.name}: damping must be in (0, 1], got {self.damping}.")
+
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> None:
+        return None
+
+    def step(self, state: None, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+        if self.damping == 1.0:
+            return Step(fz, state)  # fz may be referenced as the best f(z): not temporary
+        return Step(torch.add(z, g, alpha=self.damping), state, temporary=True)

@@ -13,9 +13,12 @@ from .deq_settings import OPTION_FIELDS, parse_options
 
 
 def check_choice(config: Any, *keys: str) -> None:
-    """Raise ValueError unless each field in ``keys`` holds one of the values of its ``Literal[...]`` annotation."""
+    """Raise ValueError unless each field in ``keys`` holds one of the values of its ``Literal[...]`` annotation
+    (a field annotated otherwise, e.g. a solver given as ``str``, is left to its own check)."""
     hints = typing.get_type_hints(type(config))
     for key in keys:
+        if typing.get_origin(hints[key]) is not typing.Literal:
+            continue
         choices = typing.get_args(hints[key])
         if getattr(config, key) not in choices:
             raise ValueError(f"{key} must be one of {list(choices)}, got {getattr(config, key)!r}.")
@@ -80,12 +83,23 @@ def check_deq_training(config: Any) -> None:
         raise ValueError(f"max_iter_jitter must be < max_iter ({config.max_iter}), got {config.max_iter_jitter}.")
     if {"batch_size", "grad_accum"} <= has and config.batch_size % config.grad_accum:
         raise ValueError(f"batch_size ({config.batch_size}) must be divisible by grad_accum ({config.grad_accum}).")
-    for field_name, method_field in OPTION_FIELDS:
-        if {field_name, method_field} <= has:
-            from ..solve import check_settings  # the solvers' own option checks (names, ranges)
+    for options_field, solver_field in OPTION_FIELDS:
+        if solver_field in has:
+            _check_solver(config, solver_field, options_field if options_field in has else None)
 
-            options = parse_options(getattr(config, field_name), field_name)
-            try:
-                check_settings(getattr(config, method_field), 1, 1.0, "rel", options)
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"{field_name}: {error}") from None
+
+def _check_solver(config: Any, solver_field: str, options_field: str | None) -> None:
+    """The solver named by ``solver_field`` (a built-in's shorthand or an import path) with the options of
+    ``options_field`` (``key=value`` strings), checked by the solver itself; ValueError naming the field."""
+    from .._solvers import resolve_solver
+
+    try:
+        resolve_solver(getattr(config, solver_field))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{solver_field}: {error}") from None
+    if options_field is not None:
+        options = parse_options(getattr(config, options_field), options_field)
+        try:
+            resolve_solver(getattr(config, solver_field), options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{options_field}: {error}") from None

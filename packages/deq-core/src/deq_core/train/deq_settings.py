@@ -7,24 +7,44 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its method)
+OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its solver)
 
 
-# Fields of a training config that are, under the same names, arguments of deq_core.DEQ.
-_LAYER_FIELDS = ("solver", "max_iter", "tol", "stop_mode", "backward", "backward_solver", "backward_max_iter",
-                 "backward_tol", "backward_stop_mode", "phantom_steps", "phantom_damping", "eval_max_iter", "eval_tol",
-                 "jacobian_samples", "on_nonfinite")  # fmt: skip
+# Fields of a training config that are, under the same names, arguments of deq_core.DEQ, of deq_core.Implicit
+# (with the prefix backward_) and of deq_core.Phantom (with the prefix phantom_).
+_LAYER_FIELDS = ("max_iter", "tol", "stop_mode", "eval_max_iter", "eval_tol", "jacobian_samples", "on_nonfinite")
+_IMPLICIT_FIELDS = ("max_iter", "tol", "stop_mode")
+_PHANTOM_FIELDS = ("steps", "damping")
 
 
 def deq_layer_settings(config: Any) -> dict[str, Any]:
-    """Keyword arguments of :class:`deq_core.DEQ` from the fields of ``config`` that have its argument names
-    (``solver``, ``max_iter``, ..., ``eval_tol``; those it lacks keep the layer's defaults), with ``solver_options``
-    and ``backward_options`` read from ``key=value`` strings by :func:`parse_options`."""
+    """Keyword arguments of :class:`deq_core.DEQ` from a config's flat fields (those it lacks keep the layer's
+    defaults): ``solver`` with ``solver_options`` (``key=value`` strings, :func:`parse_options`) becomes the solver
+    object; ``backward`` ("implicit", "phantom", "jfb") with ``backward_solver``, ``backward_options``,
+    ``backward_max_iter``, ``backward_tol``, ``backward_stop_mode`` or ``phantom_steps``, ``phantom_damping`` becomes
+    the backward strategy (``deq_core.Implicit`` / ``Phantom`` / ``JFB``)."""
+    from .. import JFB, Implicit, Phantom
+    from .._solvers import resolve_solver
+
     has = {f.name for f in dataclasses.fields(config)}
-    settings = {name: getattr(config, name) for name in _LAYER_FIELDS if name in has}
-    for field_name, _ in OPTION_FIELDS:
-        if field_name in has:
-            settings[field_name] = parse_options(getattr(config, field_name), field_name)
+    settings: dict[str, Any] = {name: getattr(config, name) for name in _LAYER_FIELDS if name in has}
+
+    def options(field_name: str) -> dict[str, Any]:
+        return parse_options(getattr(config, field_name), field_name) if field_name in has else {}
+
+    if "solver" in has:
+        settings["solver"] = resolve_solver(config.solver, options("solver_options"))
+    backward = getattr(config, "backward", "implicit")
+    if backward == "implicit":
+        implicit = {k: getattr(config, f"backward_{k}") for k in _IMPLICIT_FIELDS if f"backward_{k}" in has}
+        if "backward_solver" in has:
+            implicit["solver"] = resolve_solver(config.backward_solver, options("backward_options"))
+        settings["backward"] = Implicit(**implicit)
+    elif backward == "phantom":
+        settings["backward"] = Phantom(**{k: getattr(config, f"phantom_{k}") for k in _PHANTOM_FIELDS
+                                          if f"phantom_{k}" in has})  # fmt: skip
+    else:
+        settings["backward"] = JFB() if backward == "jfb" else backward  # anything else: the layer's error
     return settings
 
 

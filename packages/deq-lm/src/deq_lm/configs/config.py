@@ -19,7 +19,7 @@ ModelName = Literal[
 MODELS: tuple[str, ...] = typing.get_args(ModelName)
 DEQ_MODELS = ("deq_transformer", "deq_trellisnet")
 TRANSFORMERS = ("deq_transformer", "transformer_xl", "transformer_tied")
-Solver = Literal["anderson", "broyden", "fixed_point"]
+Solver = str  # a deq-core shorthand ("anderson", "broyden", "fixed_point") or an import path "package.module:Class"
 Backward = Literal["implicit", "phantom", "jfb"]
 TaskName = Literal["copy_memory", "lm"]
 HeadName = Literal["linear", "adaptive"]
@@ -54,9 +54,11 @@ class Config:
         dropout in the cells (ordinary dropout in the TCN).
     DEQ:
         solver, max_iter, tol, stop_mode: forward solve. backward, backward_solver, backward_max_iter, backward_tol:
-        gradient. solver_options, backward_options: the solvers' own options as key=value strings (e.g.
-        ``backward_options=memory=10`` for Broyden's stored updates, ``solver_options=m=6,beta=0.8`` for Anderson),
-        checked by the solvers. eval_max_iter, eval_tol: limits at evaluation (None: the training ones).
+        gradient. A solver is a deq-core shorthand ("anderson", "broyden", "fixed_point") or the import path of a
+        user's ``deq_core.Solver``, ``solver=my_pkg.my_module:MySolver``. solver_options, backward_options: the
+        solvers' own options as key=value strings (e.g. ``backward_options=memory=10`` for Broyden's stored updates,
+        ``solver_options=m=6,beta=0.8`` for Anderson), checked by the solvers. eval_max_iter, eval_tol: limits at
+        evaluation (None: the training ones).
         max_iter_jitter: each training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
         jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with

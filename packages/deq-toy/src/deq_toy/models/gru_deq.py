@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from deq_core import DEQ, DEQInfo
+from deq_core import DEQ, Anderson, DEQInfo, Implicit
 
 from .readout import Readout
 
@@ -53,19 +53,7 @@ class RepeatedGRU(_GRUCellModel):
         prev = z
         for _ in range(self.repeats):
             prev, z = z, self.cell(z, x)
-        with torch.no_grad():
-            diff = torch.linalg.vector_norm((z - prev).flatten(1), dim=1)
-            residual = diff / torch.linalg.vector_norm(z.flatten(1), dim=1).clamp_min(1e-12)
-        info = DEQInfo(
-            nfe=self.repeats,
-            iterations=self.repeats,
-            residual=residual,
-            converged=torch.zeros_like(residual, dtype=torch.bool),
-            nonfinite=~torch.isfinite(residual),
-            trace=residual.unsqueeze(0),
-            mode="unrolled",
-        )
-        return self.readout(z), info
+        return self.readout(z), DEQInfo.from_unrolled(prev, z, self.repeats, stop_mode="rel")
 
 
 class GRUDEQ(_GRUCellModel):
@@ -90,16 +78,11 @@ class GRUDEQ(_GRUCellModel):
     ) -> None:
         super().__init__(vocab, hidden, length, readout)
         self.deq = DEQ(
-            solver="anderson",
+            solver=Anderson(m=anderson_m),
             max_iter=max_iter,
             tol=tol,
             stop_mode="rel",
-            solver_options={"m": anderson_m},
-            backward="implicit",
-            backward_solver="anderson",
-            backward_max_iter=backward_max_iter,
-            backward_tol=backward_tol,
-            backward_options={"m": anderson_m},
+            backward=Implicit(Anderson(m=anderson_m), max_iter=backward_max_iter, tol=backward_tol),
         )
 
     def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:

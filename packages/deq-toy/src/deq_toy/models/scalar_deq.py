@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from deq_core import DEQ, DEQInfo
+from deq_core import DEQ, DEQInfo, Implicit
 
 
 class ScalarDEQ(nn.Module):
@@ -47,11 +47,7 @@ class ScalarDEQ(nn.Module):
             max_iter=max_iter,
             tol=tol,
             stop_mode="abs",
-            backward="implicit",
-            backward_solver="broyden",
-            backward_max_iter=backward_max_iter,
-            backward_tol=backward_tol,
-            backward_stop_mode="abs",
+            backward=Implicit("broyden", max_iter=backward_max_iter, tol=backward_tol, stop_mode="abs"),
             jacobian_samples=jacobian_samples,
             on_nonfinite="warn",
         )

@@ -26,7 +26,7 @@ def equilibrium_statistics(model: ScalarDEQ, x: Tensor, method: str, max_iter: i
     """
     with torch.no_grad():
         res = deq_core.solve(
-            lambda z: model.f(z, x), torch.zeros_like(x), method=method, max_iter=max_iter, tol=tol, stop_mode="abs"
+            lambda z: model.f(z, x), torch.zeros_like(x), solver=method, max_iter=max_iter, tol=tol, stop_mode="abs"
         )
         z = res.z
         assert isinstance(z, Tensor)
@@ -73,7 +73,7 @@ class SyntheticTask:
             z, info = model(self.data.x_valid)
             mse = float(torch.nn.functional.mse_loss(z, self.data.y_valid))
         stats = equilibrium_statistics(model, self.data.x_valid, cfg.eval_solver, cfg.max_iter, cfg.tol)
-        train_solver = info.iterations_per_sample
+        train_solver = info.forward.iterations_per_sample
         model.train()
         return {
             "loss": mse,

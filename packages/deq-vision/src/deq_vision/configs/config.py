@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from deq_core.train.checks import check_at_least, check_choice, check_deq_training, check_fraction
-from deq_core.train.deq_settings import deq_layer_settings
+from deq_core.train.deq_settings import parse_options
 
 DatasetName = Literal["cifar10", "imagenet", "folder", "digits", "glyphs"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
@@ -149,7 +149,11 @@ class Config:
 
     def deq_settings(self) -> dict[str, object]:
         """Keyword arguments of the MDEQ constructor set by this config."""
-        settings = deq_layer_settings(self)  # solvers, limits, tolerances, options: the MDEQ passes them to its DEQ
+        names = ("solver", "max_iter", "tol", "stop_mode", "backward_solver", "backward_max_iter", "backward_tol",
+                 "eval_max_iter", "eval_tol")  # fmt: skip
+        settings: dict[str, object] = {name: getattr(self, name) for name in names}  # the MDEQ builds its DEQ
+        for name in ("solver_options", "backward_options"):
+            settings[name] = parse_options(getattr(self, name), name)
         if self.dropout is not None:
             settings["dropout"] = self.dropout
         return settings

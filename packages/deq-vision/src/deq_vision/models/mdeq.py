@@ -82,17 +82,13 @@ class MDEQ(nn.Module):
             BranchBlock(c, expansion, num_groups, dropout, post_gn_affine) for c in self.channels
         )
         self.fusion = Fusion(self.channels, num_groups, post_gn_affine)
+        backward_solver_object = deq_core.resolve_solver(backward_solver, backward_options)
         self.deq = deq_core.DEQ(
-            solver=solver,
+            solver=deq_core.resolve_solver(solver, solver_options),
             max_iter=max_iter,
             tol=tol,
             stop_mode=stop_mode,
-            solver_options=solver_options,
-            backward="implicit",
-            backward_solver=backward_solver,
-            backward_max_iter=backward_max_iter,
-            backward_tol=backward_tol,
-            backward_options=backward_options,
+            backward=deq_core.Implicit(backward_solver_object, max_iter=backward_max_iter, tol=backward_tol),
             eval_max_iter=eval_max_iter,
             eval_tol=eval_tol,
         )

@@ -1,0 +1,102 @@
+"""The solver protocol: :class:`Solver` (``init`` / ``step``), what a step returns (:class:`Step`) and what a solver
+may ask of the loop that runs it (:class:`Loop`).
+
+:func:`deq_core.solve` owns the one loop that runs every solver and all of its bookkeeping: calls of f and their
+count, per-sample residuals, freezing of finished samples, the best iterate, NaN / Inf isolation and the trace. A
+solver only proposes the next iterate from the current one. All tensors a solver sees are flat, (B, D), in the
+solver dtype (float64 when the state has a float64 tensor, else float32); B is the batch, D the state size per
+sample.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from ._run import SolveRun
+
+
+class Step(NamedTuple):
+    """What :meth:`Solver.step` returns.
+
+    Attributes:
+        z: (B, D) the proposed next iterate. The loop keeps the current iterate for finished samples (converged or
+            non-finite), so a solver may propose anything in their rows.
+        state: the solver's state for the next step (the same object, updated in place, is fine).
+        fz: f(z) when the solver already evaluated it through :meth:`Loop.trial` (z then being the iterate that
+            call returned), else None: the loop calls f.
+        temporary: z is a new tensor that nothing else references, so the loop may overwrite rows of it in place
+            (saves a copy when some samples are finished). Leave False when z is, or shares memory with, an input
+            of the step or a tensor kept in the state.
+    """
+
+    z: Tensor
+    state: Any
+    fz: Tensor | None = None
+    temporary: bool = False
+
+
+class Loop:
+    """The view of the running solve that a solver's ``init`` and ``step`` get: limits, the samples still iterating,
+    and counted calls of f for solvers that evaluate trial points (e.g. a line search). Not constructed by users."""
+
+    __slots__ = ("_run", "_z")
+
+    def __init__(self, run: SolveRun) -> None:
+        self._run = run
+        self._z: Tensor | None = None
+
+    @property
+    def max_iter(self) -> int:
+        """The iteration limit of this solve (a history needs no more than max_iter - 1 entries)."""
+        return self._run.max_iter
+
+    @property
+    def iteration(self) -> int:
+        """Iterations (evaluations of an iterate) done so far; 1 when ``init`` is called."""
+        return self._run.iterations
+
+    @property
+    def active(self) -> Tensor:
+        """Bool (B,): samples still iterating (neither converged nor stopped by NaN / Inf)."""
+        return self._run.active
+
+    def trial(self, z: Tensor, *, temporary: bool = False) -> tuple[Tensor, Tensor]:
+        """Evaluate f at a trial point: returns (z', f(z')), z' being ``z`` with the rows of finished samples reset
+        to the current iterate (their f is not recomputed differently). Counted in the solve's NFE; not an iteration
+        (the loop records only the iterate a step returns). ``temporary``: z may be overwritten in place."""
+        assert self._z is not None, "Loop.trial is only available inside Solver.step"
+        z = self._run.freeze(z, self._z, owned=temporary)
+        return z, self._run.call(z)
+
+
+class Solver(abc.ABC):
+    """Base class of fixed-point solvers for z* = f(z*), usable everywhere a built-in solver is (``deq_core.solve``,
+    the forward and the implicit backward of ``deq_core.DEQ``, task configs by import path).
+
+    Write a solver as a frozen dataclass whose fields are its options (checked in ``__post_init__``), with:
+
+    - ``init(z, fz, g, loop) -> state``: called once with the first iterate z0, f(z0) and g = f(z0) - z0, all (B, D);
+      allocate buffers here (``loop.max_iter`` bounds any history).
+    - ``step(state, z, fz, g, loop) -> Step``: from the current iterate z, f(z), g = f(z) - z, propose the next one.
+
+    The loop calls f, counts calls, computes residuals, keeps the best iterate per sample, stops finished samples and
+    isolates NaN / Inf; a step never evaluates f except through ``loop.trial``. The tensors passed in must not be
+    modified in place (the loop may keep them as the best iterate).
+    """
+
+    @property
+    def name(self) -> str:
+        """Short label used in summaries and error messages (built-ins: their shorthand string)."""
+        return type(self).__name__
+
+    @abc.abstractmethod
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Any:
+        """The solver's state before the first step."""
+
+    @abc.abstractmethod
+    def step(self, state: Any, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+        """The next iterate (see :class:`Step`) from the current iterate z, f(z) and g = f(z) - z, all (B, D)."""

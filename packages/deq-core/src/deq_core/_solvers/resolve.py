@@ -1,0 +1,92 @@
+"""A solver given by name: the built-ins' shorthands ("fixed_point", "anderson", "broyden") or an import path
+"package.module:Class" of a user's :class:`~deq_core.Solver` (imported with importlib; there is no registry)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from .anderson import Anderson
+from .base import Solver
+from .broyden import Broyden
+from .fixed_point import FixedPoint
+
+BUILTIN: tuple[type[Solver], ...] = (FixedPoint, Anderson, Broyden)
+SolverLike = Solver | str | type[Solver]
+
+
+def _shorthands() -> dict[str, type[Solver]]:
+    return {str(cls.name): cls for cls in BUILTIN}
+
+
+def _imported(path: str) -> Any:
+    """The object at ``"package.module:Name"``."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"solver {path!r}: cannot import module {module_name!r} ({error}).") from None
+    if not hasattr(module, attr):
+        raise ValueError(f"solver {path!r}: module {module_name!r} has no attribute {attr!r}.")
+    return getattr(module, attr)
+
+
+def _solver_class(solver: str | type[Solver]) -> type[Solver] | Solver:
+    if not isinstance(solver, str):
+        return solver
+    shorthands = _shorthands()
+    if solver in shorthands:
+        return shorthands[solver]
+    if ":" not in solver:
+        raise ValueError(
+            f"unknown solver {solver!r}; choose one of {sorted(shorthands)}, give a deq_core.Solver object, or an "
+            "import path 'package.module:Class'."
+        )
+    found = _imported(solver)
+    if not (isinstance(found, Solver) or (isinstance(found, type) and issubclass(found, Solver))):
+        raise ValueError(f"solver {solver!r} is {found!r}, not a deq_core.Solver subclass or instance.")
+    return found
+
+
+def solver_options(solver: SolverLike) -> dict[str, object]:
+    """The options (dataclass fields) a solver accepts, with their defaults (for an object: its values), e.g.
+    ``solver_options("anderson") == {"m": 8, "beta": 1.0, "reg": 1e-08}``."""
+    found = solver if isinstance(solver, Solver) else _solver_class(solver)
+    if not dataclasses.is_dataclass(found):
+        return {}
+    if isinstance(found, Solver):
+        return {f.name: getattr(found, f.name) for f in dataclasses.fields(found)}
+    return {f.name: f.default for f in dataclasses.fields(found) if f.default is not dataclasses.MISSING}
+
+
+def resolve_solver(solver: SolverLike, options: Mapping[str, Any] | None = None) -> Solver:
+    """The :class:`Solver` for ``solver``: an object as is; a class, shorthand or import path built with ``options``.
+
+    Raises:
+        ValueError: an unknown name, a path that does not import, or an object that is not a Solver.
+        TypeError: options the solver does not have, or options given with a Solver object (set them on it).
+    """
+    options = dict(options or {})
+    if isinstance(solver, Solver):
+        if options:
+            raise TypeError(f"options {sorted(options)} given with the solver object {solver!r}; set them on it.")
+        return solver
+    if not isinstance(solver, (str, type)):
+        raise TypeError(f"solver must be a deq_core.Solver, its class or a name, got {solver!r}.")
+    found = _solver_class(solver)
+    if isinstance(found, Solver):  # an import path naming an instance
+        return resolve_solver(found, options)
+    if not issubclass(found, Solver):
+        raise TypeError(f"solver class {found!r} is not a deq_core.Solver subclass.")
+    known = solver_options(found)
+    unknown = sorted(set(options) - set(known))
+    if unknown and dataclasses.is_dataclass(found):
+        listing = ", ".join(f"{k}={v!r}" for k, v in known.items()) or "none"
+        raise TypeError(f"unknown option(s) {unknown} for solver {_label(solver, found)!r}; its options are {listing}.")
+    return found(**options)
+
+
+def _label(solver: str | type[Solver], cls: type[Solver]) -> str:
+    return solver if isinstance(solver, str) else cls.__name__
