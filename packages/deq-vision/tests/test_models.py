@@ -88,7 +88,7 @@ def test_gradients_reach_every_branch_through_the_implicit_backward() -> None:
 
 
 def test_pretraining_and_jacobian_loss() -> None:
-    model = timm.create_model("mdeq_mini", max_iter=3).train()
+    model = timm.create_model("mdeq_mini", in_chans=3, max_iter=3).train()
     logits, info = model(torch.randn(2, 3, 16, 16), unroll=2, jacobian_loss=True, return_info=True)
     assert info.mode == "unrolled" and info.nfe == 2
     assert info.jacobian_loss is not None and float(info.jacobian_loss.detach()) > 0

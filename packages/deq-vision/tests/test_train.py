@@ -23,7 +23,8 @@ METRIC_KEYS = {"step", "split", "loss", "acc", "nfe_forward", "nfe_backward", "r
 @pytest.mark.parametrize("jacobian", [False, True])
 def test_a_few_steps_lower_the_loss(jacobian: bool) -> None:
     torch.manual_seed(0)
-    model = timm.create_model("mdeq_mini", num_classes=3, max_iter=6, backward_max_iter=6, dropout=0.0).train()
+    model = timm.create_model("mdeq_mini", num_classes=3, in_chans=3, max_iter=6, backward_max_iter=6, dropout=0.0)
+    model.train()
     x = torch.randn(12, 3, 16, 16)
     y = torch.arange(12) % 3
     x = x + y[:, None, None, None].float()  # a learnable signal

@@ -22,28 +22,40 @@ def wn_conv(c_in: int, c_out: int, kernel: int, stride: int = 1) -> nn.Conv2d:
 
 class BranchBlock(nn.Module):
     """The residual block of one branch:
-    conv3x3 -> GN -> ReLU -> conv3x3 -> variational dropout -> + injection -> GN -> + input -> ReLU -> GN.
+    conv3x3 -> GN -> ReLU -> conv3x3 -> variational dropout -> drop path -> + injection -> GN -> + input -> ReLU
+    -> GN.
 
     Args:
         channels: C of the branch. expansion: the inner width is C * expansion. groups: GroupNorm groups.
         dropout: variational dropout probability (one mask per forward pass, shared by all solver iterations).
         post_affine: learnable affine of the last GroupNorm.
+        drop_path: stochastic depth probability: in training, the residual branch (the two convs) of a sample is
+            zeroed with this probability and kept ones are scaled by 1 / (1 - p). One draw per sample per forward
+            pass, shared by every solver iteration (so f stays one map during a solve); identity in eval mode or at 0.
     """
 
-    def __init__(self, channels: int, expansion: int, groups: int, dropout: float, post_affine: bool) -> None:
+    def __init__(
+        self, channels: int, expansion: int, groups: int, dropout: float, post_affine: bool, drop_path: float = 0.0
+    ) -> None:
         super().__init__()
         inner = channels * expansion
         self.conv1 = wn_conv(channels, inner, 3)
         self.gn1 = nn.GroupNorm(groups, inner)
         self.conv2 = wn_conv(inner, channels, 3)
         self.drop = deq_core.VariationalDropout(dropout)
+        self.drop_path = deq_core.VariationalDropout(drop_path, shared_dims=(1, 2, 3))
         self.gn2 = nn.GroupNorm(groups, channels)
         self.gn3 = nn.GroupNorm(groups, channels, affine=post_affine)
+
+    def reset_masks(self, like: Tensor) -> None:
+        """Draw the dropout and drop-path masks for states shaped like ``like`` (B, C, h, w), once per forward pass."""
+        self.drop.reset_mask(like)
+        self.drop_path.reset_mask(like)
 
     def forward(self, z: Tensor, injection: Tensor | None) -> Tensor:
         """z, injection: (B, C, h, w) -> (B, C, h, w). ``injection`` None means no input at this resolution."""
         y = self.conv2(F.relu(self.gn1(self.conv1(z))))
-        y = self.drop(y)
+        y = self.drop_path(self.drop(y))
         if injection is not None:
             y = y + injection
         y = self.gn2(y)
@@ -147,7 +159,7 @@ def conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1) -> nn.Sequ
 
 class ClassificationHead(nn.Module):
     """Per resolution a bottleneck; the finest is downsampled step by step into each coarser one and added; then a
-    1x1 conv + BN + ReLU to ``final_channels``, global average pooling and a linear classifier.
+    1x1 conv + BN + ReLU to ``final_channels`` (:meth:`features`), global average pooling and a linear classifier.
 
     Input: the equilibrium state, one (B, C_i, h_i, w_i) per branch. Output: logits (B, num_classes).
     """
@@ -161,12 +173,12 @@ class ClassificationHead(nn.Module):
         self.num_features = final_channels
         self.classifier = nn.Linear(final_channels, num_classes) if num_classes > 0 else nn.Identity()
 
-    def forward_features(self, zs: Sequence[Tensor]) -> Tensor:
-        """Pooled features (B, final_channels)."""
+    def features(self, zs: Sequence[Tensor]) -> Tensor:
+        """Unpooled features (B, final_channels, h_n, w_n) at the coarsest branch's resolution (branch n - 1)."""
         y = self.increase[0](zs[0])
         for i, down in enumerate(self.downsample):
             y = self.increase[i + 1](zs[i + 1]) + down(y)
-        return self.final(y).mean(dim=(2, 3))
+        return self.final(y)
 
     def forward(self, zs: Sequence[Tensor]) -> Tensor:
-        return self.classifier(self.forward_features(zs))
+        return self.classifier(self.features(zs).mean(dim=(2, 3)))

@@ -3,7 +3,8 @@
     x -> stem -> injection u (B, C_0, H, W)
     z* = f(z*; u), z = (z_0, ..., z_{n-1}), z_i of shape (B, C_i, H / 2^i, W / 2^i), solved from z = 0
     f(z; u) = fusion(block_0(z_0, u), block_1(z_1), ..., block_{n-1}(z_{n-1}))
-    logits = head(z*)
+    features = head bottlenecks(z*)           (B, final_channels, H / 2^(n-1), W / 2^(n-1))   forward_features
+    logits = classifier(mean over h, w)       (B, num_classes)                                forward_head
 
 The solve and its implicit backward come from :class:`deq_core.DEQ` with a tuple state (one tensor per resolution).
 """
@@ -36,7 +37,10 @@ class MDEQ(nn.Module):
         solver, max_iter, tol, stop_mode, backward_solver, backward_max_iter, backward_tol, eval_max_iter, eval_tol,
         solver_options, backward_options: settings of the :class:`deq_core.DEQ` layer (forward solve, implicit
             backward, inference limits, the solvers' own options such as Broyden's ``memory``).
-        drop_rate: accepted for timm compatibility (dropout before the classifier).
+        drop_rate: dropout before the classifier (timm's ``drop_rate``).
+        drop_path_rate: stochastic depth in every branch block (timm's ``drop_path_rate``; the branches run in
+            parallel inside one weight-tied cell, so all get this rate): in training, a sample's residual branch is
+            dropped with this probability, one draw per forward pass shared by all solver iterations.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class MDEQ(nn.Module):
         eval_max_iter: int | None = None,
         eval_tol: float | None = None,
         drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
         solver_options: Mapping[str, Any] | None = None,
         backward_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -72,6 +77,8 @@ class MDEQ(nn.Module):
                 raise ValueError(f"every branch width must be divisible by num_groups={num_groups}, got {channels}.")
         if len(stem_strides) != 2:
             raise ValueError(f"stem_strides needs two strides, got {stem_strides}.")
+        if not 0.0 <= drop_path_rate < 1.0:
+            raise ValueError(f"drop_path_rate must be in [0, 1), got {drop_path_rate}.")
         self.channels = tuple(int(c) for c in channels)
         self.num_classes = num_classes
         self.stem = nn.Sequential(
@@ -79,7 +86,7 @@ class MDEQ(nn.Module):
             conv_bn_relu(self.channels[0], self.channels[0], 3, stem_strides[1]),
         )
         self.blocks = nn.ModuleList(
-            BranchBlock(c, expansion, num_groups, dropout, post_gn_affine) for c in self.channels
+            BranchBlock(c, expansion, num_groups, dropout, post_gn_affine, drop_path_rate) for c in self.channels
         )
         self.fusion = Fusion(self.channels, num_groups, post_gn_affine)
         backward_solver_object = deq_core.resolve_solver(backward_solver, backward_options)
@@ -94,7 +101,8 @@ class MDEQ(nn.Module):
         )
         self.head = ClassificationHead(self.channels, head_channels, final_channels, num_classes)
         self.head_drop = nn.Dropout(drop_rate)
-        self.num_features = final_channels
+        self.drop_rate = drop_rate
+        self.num_features = self.head_hidden_size = final_channels
 
     def cell(self, z: Sequence[Tensor], injection: Tensor) -> tuple[Tensor, ...]:
         """f(z; u): the equilibrium map. z: one (B, C_i, h_i, w_i) per branch; injection: (B, C_0, h_0, w_0)."""
@@ -121,7 +129,7 @@ class MDEQ(nn.Module):
         injection = self.stem(x)
         z0 = self.initial_state(injection)
         for block, z in zip(self.blocks, z0):
-            block.drop.reset_mask(z)
+            block.reset_masks(z)
         with deq_core.cached_weights(self):
             z, info = self.deq(
                 lambda state: self.cell(state, injection),
@@ -133,9 +141,18 @@ class MDEQ(nn.Module):
         return tuple(z), info
 
     def forward_features(self, x: Tensor) -> Tensor:
-        """Pooled features (B, final_channels)."""
+        """Images (B, in_chans, H, W) -> unpooled features (B, final_channels, h, w) after the equilibrium solve (at
+        the layer's training / eval limits): the head's last map, at the coarsest branch's resolution,
+        h = H / (s 2^(n-1)) with s the stem's total stride and n the number of branches (e.g. (B, 1680, 4, 4) for
+        mdeq_large_cifar10 at 32x32, (B, 2048, 7, 7) for the ImageNet models at 224x224)."""
         z, _ = self.equilibrium(x)
-        return self.head.forward_features(z)
+        return self.head.features(z)
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """Unpooled features (B, final_channels, h, w) -> logits (B, num_classes); with ``pre_logits`` the pooled
+        features (B, final_channels) after ``drop_rate`` dropout, before the classifier."""
+        pooled = self.head_drop(x.mean(dim=(2, 3)))
+        return pooled if pre_logits else self.head.classifier(pooled)
 
     def forward(
         self,
@@ -147,6 +164,7 @@ class MDEQ(nn.Module):
         return_info: bool = False,
     ) -> Tensor | tuple[Tensor, deq_core.DEQInfo]:
         """Images (B, in_chans, H, W) -> logits (B, num_classes); with ``return_info`` also the DEQ statistics.
+        Without the keyword arguments, ``forward(x) == forward_head(forward_features(x))``.
 
         Args:
             max_iter: forward solver limit for this call (None: the layer's training / eval limit).
@@ -154,13 +172,40 @@ class MDEQ(nn.Module):
             jacobian_loss: also estimate ||J_f(z*)||_F^2 / D (``info.jacobian_loss``) for Jacobian regularization.
         """
         z, info = self.equilibrium(x, max_iter=max_iter, unroll=unroll, jacobian_loss=jacobian_loss)
-        logits = self.head.classifier(self.head_drop(self.head.forward_features(z)))
+        logits = self.forward_head(self.head.features(z))
         return (logits, info) if return_info else logits
 
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """Parameter groups from input to output, as timm's regex matchers (for ``timm.optim``'s layer-wise learning
+        rate decay, ``param_groups_layer_decay`` / ``create_optimizer_v2(..., layer_decay=...)``).
+
+        Coarse: stem, the equilibrium cell (branch blocks and fusion: one weight-tied layer), the head's bottlenecks;
+        the classifier comes last (unmatched names go last in timm). Fine: each stem conv, the branch blocks, the
+        fusion, then the head in data-flow order (bottleneck 0, downsample 0, bottleneck 1, ..., final conv).
+        """
+        if coarse:
+            return dict(stem=r"^stem\.", cell=r"^(?:blocks|fusion)\.", head=r"^head\.(?:increase|downsample|final)\.")
+        return dict(
+            stem=r"^stem\.(\d+)\.",
+            cell=[(r"^blocks\.", (0,)), (r"^fusion\.", (1,))],
+            head=[
+                (r"^head\.increase\.(\d+)\.", (0,)),
+                (r"^head\.downsample\.(\d+)\.", (1,)),
+                (r"^head\.final\.", (len(self.channels),)),
+            ],
+        )
+
     def get_classifier(self) -> nn.Module:
+        """The linear classifier (nn.Identity when num_classes is 0)."""
         return self.head.classifier
 
     @torch.no_grad()
-    def reset_classifier(self, num_classes: int) -> None:
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new, freshly initialized classifier with ``num_classes`` outputs (0: none, the model returns pooled
+        features). ``global_pool``: only "avg" (the MDEQ pools by its mean), or None."""
+        if global_pool not in (None, "avg"):
+            raise ValueError(
+                f"the MDEQ pools by the spatial mean: global_pool must be 'avg' or None, not {global_pool}."
+            )
         self.num_classes = num_classes
         self.head.classifier = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()

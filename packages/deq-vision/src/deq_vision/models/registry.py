@@ -1,56 +1,100 @@
-"""timm registration of the MDEQ architectures of the papers, and a small ResNet for the CPU-scale digits result.
+"""timm registration of the MDEQ architectures of the papers, and a small ResNet for the CPU-scale results.
 
-After ``import deq_vision``: ``timm.create_model("mdeq_large_cifar10")``, ``"mdeq_tiny_cifar10"``,
-``"mdeq_small_imagenet"``, ``"mdeq_large_imagenet"``, and the CPU-scale ``"mdeq_mini"`` and ``"resnet_mini"``. Keyword
-arguments (num_classes, in_chans, dropout, max_iter, ...) override the defaults below. No pretrained weights exist.
+After ``import deq_vision`` (timm has no plugin discovery: the models exist in timm's registry once this module is
+imported): ``timm.create_model("mdeq_large_cifar10")``, ``"mdeq_tiny_cifar10"``, ``"mdeq_small_imagenet"``,
+``"mdeq_large_imagenet"``, and the CPU-scale ``"mdeq_mini"`` and ``"resnet_mini"``. Keyword arguments (num_classes,
+in_chans, dropout, max_iter, drop_path_rate, ...) override the defaults below. Each model carries a
+``pretrained_cfg`` describing the data it is for (input size, mean / std, crop, classes); no pretrained weights
+exist, so ``pretrained=True`` is an error.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from timm.models import register_model
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.resnet import BasicBlock, ResNet
 
 from .mdeq import MDEQ
 
 # Architectures of the papers' configurations (branch widths, head widths, final width, stem, GroupNorm, dropout,
-# DEQ limits). Solver settings are the MDEQ paper's; the JR presets in deq_vision.configs change them per run.
+# DEQ limits). Solver settings are the MDEQ paper's; the JR presets in deq_vision.configs change them per run. The
+# class count and input channels come from the model's pretrained_cfg (below).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "mdeq_tiny_cifar10": dict(
-        channels=(24, 24), head_channels=(8, 16), final_channels=200, num_classes=10, stem_strides=(1, 1),
+        channels=(24, 24), head_channels=(8, 16), final_channels=200, stem_strides=(1, 1),
         dropout=0.25, max_iter=18, backward_max_iter=20,
     ),
     "mdeq_large_cifar10": dict(
-        channels=(32, 64, 128, 256), head_channels=(14, 28, 56, 112), final_channels=1680, num_classes=10,
+        channels=(32, 64, 128, 256), head_channels=(14, 28, 56, 112), final_channels=1680,
         stem_strides=(1, 1), dropout=0.3, max_iter=18, backward_max_iter=20,
     ),
     "mdeq_small_imagenet": dict(
-        channels=(32, 64, 128, 256), head_channels=(24, 48, 96, 192), final_channels=2048, num_classes=1000,
+        channels=(32, 64, 128, 256), head_channels=(24, 48, 96, 192), final_channels=2048,
         stem_strides=(2, 2), dropout=0.0, post_gn_affine=True, max_iter=26, backward_max_iter=27, stop_mode="abs",
     ),
     "mdeq_large_imagenet": dict(
-        channels=(80, 160, 320, 640), head_channels=(32, 64, 128, 256), final_channels=2048, num_classes=1000,
+        channels=(80, 160, 320, 640), head_channels=(32, 64, 128, 256), final_channels=2048,
         stem_strides=(2, 2), dropout=0.0, post_gn_affine=True, max_iter=26, backward_max_iter=27, stop_mode="abs",
     ),
-    # CPU scale (e.g. 16x16 digits): two narrow branches (16x16, 8x8).
+    # CPU scale (16x16 digits and glyphs): two narrow branches (16x16, 8x8).
     "mdeq_mini": dict(
-        channels=(16, 32), head_channels=(8, 16), final_channels=64, num_classes=10, stem_strides=(1, 1),
+        channels=(16, 32), head_channels=(8, 16), final_channels=64, stem_strides=(1, 1),
         expansion=2, num_groups=4, dropout=0.1, max_iter=12, backward_max_iter=12,
     ),
 }  # fmt: skip
 
 MODEL_NAMES: tuple[str, ...] = (*ARCHITECTURES, "resnet_mini")
 
-_TIMM_ONLY = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
+# The data each model is for, as deq_vision.data feeds it (data/build.py: NORMALIZATION, eval crop fraction 1 for
+# the small datasets and timm's 0.875 for ImageNet, timm's bilinear resize; tests/test_timm_conventions.py checks
+# that both agree): input (C, H, W), per-channel mean / std, crop fraction, classes.
+_CIFAR10 = dict(
+    input_size=(3, 32, 32), mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, num_classes=10
+)
+_IMAGENET = dict(
+    input_size=(3, 224, 224), mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, crop_pct=0.875, num_classes=1000
+)
+_GLYPHS_DIGITS = dict(input_size=(1, 16, 16), mean=(0.5,), std=(0.5,), crop_pct=1.0, num_classes=10)
+
+
+def _cfg(data: dict[str, Any], pool_size: tuple[int, int], description: str, **extra: Any) -> dict[str, Any]:
+    """A pretrained_cfg without weights: the data's input size / normalization / crop / classes, the unpooled
+    feature map's size at that input (``pool_size``), the first conv and the classifier (for timm's adaptation)."""
+    layers = dict(first_conv="stem.0.0", classifier="head.classifier")
+    return dict(
+        **data, pool_size=pool_size, interpolation="bilinear", description=description, license="mit",
+        **{**layers, **extra},
+    )  # fmt: skip
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "mdeq_tiny_cifar10": _cfg(_CIFAR10, (16, 16), "MDEQ-tiny, CIFAR-10 (MDEQ paper)"),
+        "mdeq_large_cifar10": _cfg(_CIFAR10, (4, 4), "MDEQ-large, CIFAR-10 (MDEQ and JR papers)"),
+        "mdeq_small_imagenet": _cfg(_IMAGENET, (7, 7), "MDEQ-small, ImageNet (MDEQ and JR papers)"),
+        "mdeq_large_imagenet": _cfg(_IMAGENET, (7, 7), "MDEQ-large, ImageNet (MDEQ and JR papers)"),
+        "mdeq_mini": _cfg(_GLYPHS_DIGITS, (8, 8), "CPU-scale MDEQ: 16x16 grayscale digits and glyphs"),
+        "resnet_mini": _cfg(
+            _GLYPHS_DIGITS, (1, 1), "CPU-scale ResNet twin: 16x16 grayscale digits and glyphs",
+            first_conv="conv1", classifier="fc",
+        ),
+    }
+)  # fmt: skip
+
+
+def _no_pretrained(name: str, pretrained: bool) -> None:
+    if pretrained:
+        raise ValueError(
+            f"{name} has no pretrained weights (none are published): use pretrained=False, and load a trained run "
+            "with deq_vision.evaluate.load_model(RUN_DIR)."
+        )
 
 
 def _build_mdeq(name: str, pretrained: bool, kwargs: dict[str, Any]) -> MDEQ:
-    if pretrained:
-        raise ValueError(f"{name} has no pretrained weights; load a deq_vision checkpoint instead.")
-    for key in _TIMM_ONLY:
-        kwargs.pop(key, None)
-    return MDEQ(**{**ARCHITECTURES[name], **kwargs})
+    _no_pretrained(name, pretrained)
+    return build_model_with_cfg(MDEQ, name, pretrained=False, **{**ARCHITECTURES[name], **kwargs})
 
 
 @register_model
@@ -79,18 +123,13 @@ def mdeq_large_imagenet(pretrained: bool = False, **kwargs: Any) -> MDEQ:
 
 @register_model
 def mdeq_mini(pretrained: bool = False, **kwargs: Any) -> MDEQ:
-    """A narrow two-branch MDEQ (about 90K parameters) for CPU-scale runs on small images (e.g. 16x16 digits)."""
+    """A narrow two-branch MDEQ (about 90K parameters) for CPU-scale runs on 16x16 digits and glyphs."""
     return _build_mdeq("mdeq_mini", pretrained, kwargs)
 
 
 @register_model
 def resnet_mini(pretrained: bool = False, **kwargs: Any) -> ResNet:
     """timm's ResNet with one BasicBlock per stage, widths 8-64 (about 80K parameters), for CPU-scale runs."""
-    if pretrained:
-        raise ValueError("resnet_mini has no pretrained weights.")
-    for key in _TIMM_ONLY:
-        kwargs.pop(key, None)
-    settings: dict[str, Any] = dict(
-        block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), stem_width=8, num_classes=10
-    )
-    return ResNet(**{**settings, **kwargs})
+    _no_pretrained("resnet_mini", pretrained)
+    settings: dict[str, Any] = dict(block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), stem_width=8)
+    return build_model_with_cfg(ResNet, "resnet_mini", pretrained=False, **{**settings, **kwargs})
