@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deq_core.train.claims import DOES_NOT_HOLD, HOLDS
+from deq_core.train.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import ResumeConfigError
@@ -143,6 +143,33 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     capsys.readouterr()
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
     assert capsys.readouterr().out.count("finished run found") == len(reproduce.PRESETS)
+
+
+def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    out = tmp_path / "out"
+    argv = ["claims", "--quick", "--finished-only", "--output-dir", str(out), "--data-dir", str(corpus)]
+    with pytest.raises(SystemExit) as exit_info:  # no DEQ run yet: one line, exit 2, nothing trained
+        reproduce.main(argv)
+    assert exit_info.value.code == 2
+    assert "has not finished" in capsys.readouterr().err and not (out / "runs").exists()
+    for preset in (reproduce.DEQ, reproduce.TXL, reproduce.JR[0]):
+        folder = reproduce.run_dir(out, preset, 0)
+        reproduce.ensure_run(reproduce.run_config(preset, 0, corpus, True), folder, preset)
+    interrupted = reproduce.run_config(reproduce.TIED, 0, corpus, True)
+    train(dataclasses.replace(interrupted, stop_after=12), reproduce.run_dir(out, reproduce.TIED, 0), name="tied")
+    capsys.readouterr()
+    assert reproduce.main(argv) == 0
+    assert "finished run found" not in capsys.readouterr().out
+    verdicts = json.loads((out / "claims.json").read_text())["verdicts"]
+    assert verdicts["deq-vs-tied-ppl"] == verdicts["deq-vs-tied-memory"] == NOT_MEASURED
+    assert verdicts["jr-nfe-ppl"] == verdicts["jr-speed"] == NOT_MEASURED
+    assert verdicts["deq-vs-txl-ppl"] != NOT_MEASURED and verdicts["deq-vs-txl-memory"] != NOT_MEASURED
+    text = (out / "claims.md").read_text()
+    missing_jr = ", ".join(p.removeprefix("pdocs-") for p in reproduce.JR[1:])
+    assert "not finished: transformer-tied " in text and f"not finished: {missing_jr} " in text
+    assert (out / "ppl_vs_nfe.png").stat().st_size > 0  # the finished JR setting is plotted
+    assert read_metrics(reproduce.run_dir(out, reproduce.TIED, 0) / "metrics.jsonl")[-1]["step"] <= 12
 
 
 def test_plan_lists_every_run_with_its_step_time(tmp_path, capsys):

@@ -33,7 +33,7 @@ import torch
 
 from deq_core.profiling import saved_tensor_bytes
 from deq_core.train.checkpoints import latest_complete_checkpoint
-from deq_core.train.claims import ClaimResult, mean_spread, write_claims
+from deq_core.train.claims import Claim, ClaimResult, mean_spread, write_claims
 from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
 from deq_core.train.reports import markdown_table
@@ -220,30 +220,57 @@ def corpus_dir(args: argparse.Namespace) -> Path:
     return quick
 
 
+def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[str, list[Path]]) -> list[str]:
+    """Train (or read) every run and return every preset; with ``--finished-only``, train nothing and return the
+    presets whose runs have finished for every seed (the unregularized DEQ's must have: UsageError otherwise)."""
+    if not args.finished_only:
+        for preset in PRESETS:
+            for seed, folder in zip(args.seeds, folders[preset]):
+                ensure_run(run_config(preset, seed, data_dir, args.quick), folder, f"{preset}-seed{seed}")
+        return list(PRESETS)
+    done = [p for p in PRESETS
+            if all(finished(f, run_config(p, s, data_dir, args.quick)) for s, f in zip(args.seeds, folders[p]))]  # fmt: skip
+    if DEQ not in done:
+        raise UsageError(f"--finished-only: the run {DEQ} has not finished in {folders[DEQ][0].parent}; every claim "
+                         "compares with it. Train it first (python -m deq_lm.reproduce commands prints how).")  # fmt: skip
+    return done
+
+
+def not_measured(claims: Sequence[Claim], missing: Sequence[str], command: str) -> list[ClaimResult]:
+    """Rows for claims whose runs have not finished (``--finished-only``), naming the missing runs."""
+    note = "not finished: " + ", ".join(p.removeprefix(f"{PREFIX}-") for p in missing) + " (rerun without --finished-only)"
+    return [ClaimResult(c, "-", None, command, note) for c in claims]
+
+
 def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
-    """Train (or read) every run, measure, write DIR/claims.md, claims.json and ppl_vs_nfe.png."""
+    """Train (or read) every run, measure, write DIR/claims.md, claims.json and ppl_vs_nfe.png. With
+    ``--finished-only``, measure only the finished runs: claims needing a missing run are NOT MEASURED."""
     out = Path(args.output_dir)
     folders = {p: [run_dir(out, p, s) for s in args.seeds] for p in PRESETS}
-    for preset in PRESETS:
-        for seed, folder in zip(args.seeds, folders[preset]):
-            ensure_run(run_config(preset, seed, data_dir, args.quick), folder, f"{preset}-seed{seed}")
+    available = available_presets(args, data_dir, folders)
     measured, models = {}, {}
-    for preset in PRESETS:
+    for preset in available:
         measured[preset], loaded = measure(preset, folders[preset], data_dir)
         models[preset] = loaded[0]
-    timed = (DEQ, *JR)
+    timed = [p for p in (DEQ, *JR) if p in available]
     _, task, _, _ = load_model(folders[DEQ][0], data_dir)
     configs = {measured[p].label: run_config(p, args.seeds[0], data_dir, args.quick) for p in timed}
     times = step_times({measured[p].label: models[p] for p in timed}, configs, task, TIMING_REPEATS[args.quick])
     command = "python -m deq_lm.reproduce " + " ".join(shlex.quote(a) for a in args.argv)
     tokens = configs[measured[DEQ].label].batch_size * configs[measured[DEQ].label].tgt_len
-    deq, settings = measured[DEQ], [measured[p] for p in JR]
-    results = [
-        *lc.twin_results(deq, measured[TXL], lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, command),
-        *lc.twin_results(deq, measured[TIED], lc.PPL_VS_TIED, lc.MEMORY_VS_TIED, command),
-        *lc.jr_results(deq, settings, times, command),
-    ]
-    lc.plot_ppl_vs_nfe(deq, settings, out / "ppl_vs_nfe.png")
+    deq, settings = measured[DEQ], [measured[p] for p in JR if p in available]
+    results = []
+    for twin, claim_pair in ((TXL, (lc.PPL_VS_TXL, lc.MEMORY_VS_TXL)), (TIED, (lc.PPL_VS_TIED, lc.MEMORY_VS_TIED))):
+        if twin in available:
+            results += lc.twin_results(deq, measured[twin], *claim_pair, command)
+        else:
+            results += not_measured(claim_pair, [twin], command)
+    if len(settings) == len(JR):
+        results += lc.jr_results(deq, settings, times, command)
+    else:
+        results += not_measured((lc.JR_NFE, lc.JR_SPEED), [p for p in JR if p not in available], command)
+    if settings:
+        lc.plot_ppl_vs_nfe(deq, settings, out / "ppl_vs_nfe.png")
     write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Table 3, JR paper Table 1)",
                  preamble=preamble(args, data_dir, runs_table(measured, folders, tokens)))  # fmt: skip
     dump = {"measured": {k: dataclasses.asdict(v) for k, v in measured.items()},
@@ -303,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the Python documentation corpus written to OUTPUT_DIR/corpus")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of every run (default: 0)")
     parser.add_argument("--quick", action="store_true", help="tiny models, few steps: a smoke test")
+    parser.add_argument("--finished-only", action="store_true", help="claims: train nothing; measure the finished "
+                        "runs, and mark claims whose runs have not finished NOT MEASURED")  # fmt: skip
     return parser
 
 
