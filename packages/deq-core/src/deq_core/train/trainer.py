@@ -226,9 +226,9 @@ def train_record(run: Run, stats: StepStats, seconds: float, steps: int) -> dict
     return record
 
 
-def evaluate(run: Run, split: str) -> dict[str, float]:
+def evaluate(run: Run, split: str, log: bool = True) -> dict[str, float]:
     """The task's results on ``split`` (every process; the model in eval mode, no gradients), logged by the main
-    process and kept in the summary as ``{split}_{key}``."""
+    process (with ``log``) and kept in the summary as ``{split}_{key}``."""
     was_training = run.raw.training
     run.raw.eval()
     try:
@@ -236,7 +236,7 @@ def evaluate(run: Run, split: str) -> dict[str, float]:
             result = run.task.evaluate(run.raw, split, run.accelerator)
     finally:
         run.raw.train(was_training)
-    if run.main:
+    if run.main and log:
         run.log.write({"step": run.state.step, "split": split, **result})
     run.summary.update({f"{split}_{k}": v for k, v in result.items()})
     return result
@@ -349,7 +349,8 @@ def _loop(run: Run) -> dict[str, Any]:
 
 
 def _log_train(run: Run, record: dict[str, Any], bar: Any) -> None:
-    if run.main:
+    """Write the train record (main process; none when ``bar`` is None) and keep its loss and NFE in the summary."""
+    if run.main and bar is not None:
         run.log.write(record)
         bar.set_postfix(progress_postfix(record, run.task.metric))
     run.summary["train_loss"] = record["loss"]
@@ -361,8 +362,13 @@ def _finish(run: Run) -> None:
     the final line."""
     for split in run.task.final_splits:
         evaluate(run, split)
+    for split in run.task.eval_splits:  # resumed from the last checkpoint: nothing was evaluated in this session
+        if f"{split}_loss" not in run.summary:
+            evaluate(run, split, log=False)
     if not run.main:
         return
+    if "train_loss" not in run.summary:
+        _log_train(run, [r for r in run.log.read() if r.get("split") == "train"][-1], None)
     split = run.task.final_splits[-1] if run.task.final_splits else run.task.eval_splits[0]
     plot_training(run.log.path, run.output_dir / "training.png", run.task.metric)
     results = run.task.finish(run.output_dir, run.log.read())
