@@ -163,3 +163,15 @@ def test_cosine_lr_factor_warms_up_then_decays_to_the_floor():
     assert cosine_lr_factor(2, 10, warmup=2) == 1.0
     assert cosine_lr_factor(6, 10, warmup=2, min_ratio=0.1) == pytest.approx(0.55)
     assert cosine_lr_factor(10, 10, min_ratio=0.1) == pytest.approx(0.1) == cosine_lr_factor(50, 10, min_ratio=0.1)
+
+
+def test_a_batch_that_the_processes_cannot_share_is_a_usage_error(tmp_path):
+    from skeleton_task import TinyTask, settings_for
+
+    from deq_core.train.errors import UsageError
+    from deq_core.train.trainer import train
+
+    settings = dataclasses.replace(settings_for(TinyConfig()), batch_size=10, grad_accum=4)
+    with pytest.raises(UsageError, match=r"batch_size \(10\) must be divisible by processes x grad_accum \(1 x 4\)"):
+        train(TinyTask(TinyConfig()), settings, tmp_path / "r")
+    assert not (tmp_path / "r" / "config.json").exists()

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from deq_core.train.errors import UsageError
 from deq_core.train.schedules import cosine_lr_factor
 from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
 from deq_core.train.trainer import train
@@ -42,9 +41,7 @@ class ToyRun(Task):
         return self._task
 
     def build(self, accelerator: Any) -> Parts:
-        cfg, world = self.config, accelerator.num_processes
-        if cfg.batch_size % world:
-            raise UsageError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world}).")
+        cfg = self.config
         self._task = build_task(cfg, self.data_dir)
         optimizer = torch.optim.Adam(self.task.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         total = self.task.total_steps
@@ -81,7 +78,7 @@ def toy_settings(config: Config, name: str, stop_after: int | None, progress: bo
     is_deq = not arithmetic or config.model == "deq"
     return TrainSettings(
         name=name, config=config, steps=total, seed=config.seed, resumable=RESUMABLE_CHANGES,
-        grad_clip=config.clip if arithmetic else 0.0, log_every=config.log_every,
+        batch_size=config.batch_size, grad_clip=config.clip if arithmetic else 0.0, log_every=config.log_every,
         eval_every=(config.eval_every or per_epoch) if arithmetic else config.eval_every,
         save_every=config.checkpoint_every, keep_checkpoints=1, stop_after=stop_after or 0, is_deq=is_deq,
         max_iter=config.max_iter, jacobian=jacobian_schedule(config), progress=progress,

@@ -127,7 +127,9 @@ def claim_results(
             ours=f"MDEQ at 6 steps {mean_spread(early)} %; MDEQ + JR at 6 steps {mean_spread(jr6)} %",
             holds=holds,
             command=command,
-            note="" if holds else f"measured: the unregularized MDEQ's accuracy at 6 steps differs by {-gap:+.2f} "
+            note=""
+            if holds
+            else f"measured: the unregularized MDEQ's accuracy at 6 steps differs by {-gap:+.2f} "
             "points from its accuracy solved to tolerance, so there is no early-stopping loss for JR to recover "
             "(see the residual row: its solves got easier over training, not harder)",
         )

@@ -28,6 +28,8 @@ class TrainSettings:
             compared on resume; ``resumable``: its fields that may change on resume (they change nothing computed);
             ``config_extra``: top-level entries of config.json besides it (e.g. ``{"data_dir": ...}``).
         steps: optimizer steps in all. seed: the global seed (set before :meth:`Task.build`).
+        batch_size: rows per optimizer step over all processes; when > 0 it must be divisible by the number of
+            processes times ``grad_accum`` (checked before anything is built).
         grad_accum: micro-batches per optimizer step (each process splits its batch rows into this many).
         grad_clip: max global gradient norm (0: off). mixed_precision: "no", "fp16" or "bf16" (Accelerate).
         log_every, eval_every: steps between metrics lines / evaluations (also at the last step).
@@ -46,6 +48,7 @@ class TrainSettings:
     seed: int = 0
     resumable: frozenset[str] = frozenset()
     config_extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    batch_size: int = 0
     grad_accum: int = 1
     grad_clip: float = 0.0
     mixed_precision: str = "no"

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .checkpoints import clean_partial_checkpoints, prune_checkpoints
+from .errors import UsageError
 from .metrics import MetricsLog
 from .plots import plot_training
 from .progress import progress_enabled
@@ -131,6 +132,12 @@ def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: boo
     """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
     ``output_dir`` (refusing a config that changes what is computed). Call it holding the folder's RunLock."""
     accelerator = build_accelerator(settings.mixed_precision)
+    world, accum = accelerator.num_processes, settings.grad_accum
+    if settings.batch_size % (world * accum):
+        raise UsageError(
+            f"batch_size ({settings.batch_size}) must be divisible by processes x grad_accum ({world} x {accum}): "
+            "change batch_size, grad_accum or the number of processes."
+        )
     found = check_run_dir(output_dir, resume)
     extra = dict(settings.config_extra)
     changes = check_resume_config(output_dir, settings.config, settings.resumable, **extra) if resume else {}
