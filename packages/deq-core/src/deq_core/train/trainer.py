@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -153,7 +154,7 @@ def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: boo
     if found is not None:
         extra_state = load_training_checkpoint(
             found, run.state, run.objects(), rank=accelerator.process_index, processes=accelerator.num_processes,
-            read_weights=lambda path: load_model(run.raw, str(path), device=str(accelerator.device)),
+            read_weights=lambda path: load_model(run.raw, str(path)),  # read on the CPU, copied into the parameters
             per_process=list(task.process_state()),
         )  # fmt: skip
         task.load_process_state(extra_state, accelerator.device)
@@ -305,7 +306,7 @@ def train(task: Task, settings: TrainSettings, output_dir: str | Path, resume: b
 def _announce(run: Run) -> None:
     """The first console lines: what is trained, on what, by how many processes; data warnings."""
     s, acc = run.settings, run.accelerator
-    run.summary["parameters"] = sum(p.numel() for p in run.raw.parameters())
+    run.summary["parameters"] = sum(p.numel() for p in run.raw.parameters() if p.requires_grad)
     acc.print(
         f"{s.name}: {run.summary['parameters']} parameters, {run.task.describe()}, {acc.num_processes} process(es), "
         f"{s.steps} steps"
@@ -313,7 +314,7 @@ def _announce(run: Run) -> None:
     if s.is_deq and s.pretrain.steps > 0 and run.state.step < s.pretrain.steps:
         acc.print(f"unrolled pretraining (depth {s.pretrain.depth}) for {s.pretrain.steps} steps, then solving")
     for warning in run.task.warnings() if run.main else []:
-        print(f"WARNING: {warning}", flush=True)
+        print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
 
 def _loop(run: Run) -> dict[str, Any]:
