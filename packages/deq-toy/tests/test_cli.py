@@ -16,9 +16,12 @@ from deq_toy.checkpoint import load_checkpoint
 from deq_toy.configs import load_config
 
 
-def test_train_synthetic_writes_metrics_checkpoint_and_figure(tmp_path):
+def test_train_synthetic_writes_metrics_checkpoint_and_figure(tmp_path, capsys):
     out = tmp_path / "run"
     assert train.main(["--config", "synthetic-tiny", "--output-dir", str(out), "--no-progress"]) == 0
+    final = [line for line in capsys.readouterr().out.splitlines() if line.startswith("final (step 20)")]
+    assert len(final) == 1 and "valid mse" in final[0]
+    assert final[0].endswith(f"(predicting the mean); outputs in {out}") and "chance level: mse " in final[0]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rec = [r for r in records if r["split"] == "train"]
     assert {"step", "split", "loss", "mse", "nfe_forward", "nfe_backward", "residual"} <= set(train_rec[-1])
@@ -162,3 +165,13 @@ def test_two_cpu_processes_cooperate_under_accelerate_launch(tmp_path):
     assert train.main([*args, "--output-dir", str(tmp_path / "one")]) == 0
     first = [read_metrics(tmp_path / d / "metrics.jsonl")[0] for d in ("one", "two")]
     assert first[0]["loss"] == pytest.approx(first[1]["loss"], rel=1e-3)
+
+
+def test_the_arithmetic_chance_level_is_the_majority_class_accuracy(tmp_path):
+    from deq_toy.tasks.arithmetic import ArithmeticTask, classification_metrics
+
+    task = ArithmeticTask(load_config("arith-fc-tiny"), tmp_path / "data")
+    sign = 1.0 if float(task.train_y.mean()) >= 0.5 else -1.0
+    acc = classification_metrics(torch.full_like(task.valid_y, sign), task.valid_y)["acc"]
+    assert task.baseline() == f"acc {acc:.1f} % (majority class)"
+    assert 50.0 <= acc < 100.0

@@ -17,7 +17,6 @@
 - :mod:`~deq_core.train.run_config`: the run's ``config.json`` and the resume check.
 - :mod:`~deq_core.train.reports`, :mod:`~deq_core.train.plots`: Markdown tables and the training plot.
 - :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
-- :mod:`~deq_core.train.processes`: how many processes a launcher started; refusing a launch a loop cannot join.
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
 - :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts.
 """
