@@ -145,10 +145,13 @@ def test_existing_run_needs_resume_and_resume_needs_same_config(tmp_path, capsys
         load_config("arith-unknown")
 
 
-def test_two_cpu_processes_cooperate_under_accelerate_launch(tmp_path):
+@pytest.mark.parametrize("config", ["synthetic-tiny", "arith-deq-tiny"])
+def test_two_cpu_processes_cooperate_under_accelerate_launch(tmp_path, config):
     """accelerate launch --multi_gpu --num_processes 2 on CPU: the two processes join (each takes half of every batch),
-    and the first step's loss, averaged over them, is that of one process on the whole batch."""
-    args = ["--config", "synthetic-tiny", "--no-progress", "epochs=1", "log_every=1"]
+    and the first step's loss, averaged over them, is that of one process on the whole batch. (The GRU-DEQ has
+    parameters without gradient: its initial guess is computed without them.)"""
+    data = str(tmp_path / "data")
+    args = ["--config", config, "--data-dir", data, "--no-progress", "epochs=1", "log_every=1"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TQDM_DISABLE="1")
     env.pop("ACCELERATE_CONFIG_FILE", None)
     with socket.socket() as s:

@@ -42,7 +42,8 @@ class ToyRun(Task):
 
     def build(self, accelerator: Any) -> Parts:
         cfg = self.config
-        self._task = build_task(cfg, self.data_dir)
+        with accelerator.main_process_first():  # the main process writes missing data files; the others read them
+            self._task = build_task(cfg, self.data_dir)
         optimizer = torch.optim.Adam(self.task.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         total = self.task.total_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cosine_lr_factor(step, total))
@@ -82,6 +83,7 @@ def toy_settings(config: Config, name: str, stop_after: int | None, progress: bo
         eval_every=(config.eval_every or per_epoch) if arithmetic else config.eval_every,
         save_every=config.checkpoint_every, keep_checkpoints=1, stop_after=stop_after or 0, is_deq=is_deq,
         max_iter=config.max_iter, jacobian=jacobian_schedule(config), progress=progress,
+        find_unused_parameters=arithmetic,  # the GRU-DEQ computes its initial guess without gradients
     )  # fmt: skip
 
 

@@ -40,6 +40,8 @@ class TrainSettings:
         max_iter, max_iter_jitter: the forward iteration limit, drawn per step in [max_iter - jitter, max_iter].
         pretrain: the unrolled pretraining phase. jacobian: the Jacobian-regularization schedule.
         progress: draw a progress bar (on the main process, when stderr is a terminal).
+        find_unused_parameters: tell DistributedDataParallel that some parameters may get no gradient in a step
+            (e.g. a network computing a DEQ's initial guess without gradients); costs a graph traversal per step.
     """
 
     name: str
@@ -64,6 +66,7 @@ class TrainSettings:
     pretrain: PretrainSchedule = PretrainSchedule()
     jacobian: JacobianSchedule = JacobianSchedule()
     progress: bool = True
+    find_unused_parameters: bool = False
 
     def __post_init__(self) -> None:
         for key in ("steps", "grad_accum", "log_every", "eval_every"):

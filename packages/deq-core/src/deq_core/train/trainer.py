@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, send_to_device, set_seed
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, send_to_device, set_seed
 from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
 from tqdm.auto import tqdm
@@ -41,7 +41,7 @@ from .state import TrainState, load_training_checkpoint, save_training_checkpoin
 from .task import Forward, StepPlan, Task, TrainSettings
 
 
-def build_accelerator(mixed_precision: str = "no") -> Accelerator:
+def build_accelerator(mixed_precision: str = "no", find_unused_parameters: bool = False) -> Accelerator:
     """An Accelerator that joins the processes of ``accelerate launch`` / ``torchrun``, also on CPU (where a plain
     ``Accelerator()`` would let each process train alone), with a seedable sampler so that prepared data loaders
     reshuffle per epoch from the seed (the same batches after a resume)."""
@@ -49,6 +49,7 @@ def build_accelerator(mixed_precision: str = "no") -> Accelerator:
         cpu=not torch.cuda.is_available(),
         mixed_precision=mixed_precision,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters)],
     )
 
 
@@ -132,7 +133,7 @@ class Run:
 def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: bool) -> Run:
     """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
     ``output_dir`` (refusing a config that changes what is computed). Call it holding the folder's RunLock."""
-    accelerator = build_accelerator(settings.mixed_precision)
+    accelerator = build_accelerator(settings.mixed_precision, settings.find_unused_parameters)
     world, accum = accelerator.num_processes, settings.grad_accum
     if settings.batch_size % (world * accum):
         raise UsageError(
