@@ -62,17 +62,3 @@ def test_user_errors_share_one_base_and_stay_value_errors() -> None:
 
     for error in (CheckpointError, RunDirError, ResumeConfigError):
         assert issubclass(error, UsageError) and issubclass(error, ValueError), error
-
-
-def test_a_multi_process_launch_of_a_one_process_loop_is_refused() -> None:
-    import pytest
-
-    from deq_core.train.errors import UsageError
-    from deq_core.train.processes import launched_processes, require_one_process
-
-    assert launched_processes({}) == 1 and launched_processes({"WORLD_SIZE": "2"}) == 2
-    require_one_process("python -m demo.train", {"WORLD_SIZE": "1"})
-    with pytest.raises(UsageError, match=r"cannot join the 2 processes .* run `python -m demo.train \.\.\.` directly"):
-        require_one_process("python -m demo.train", {"WORLD_SIZE": "2"})
-    with pytest.raises(UsageError, match="WORLD_SIZE must be a positive integer"):
-        launched_processes({"WORLD_SIZE": "two"})

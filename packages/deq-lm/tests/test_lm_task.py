@@ -43,6 +43,20 @@ def test_train_batches_are_ordered_segments_split_over_processes(corpus_dir):
     assert task.starts_stream(0, 4) and task.starts_stream(n, 4) and not task.starts_stream(1, 4)
 
 
+def test_the_chance_level_is_the_unigram_perplexity_of_the_training_text(corpus_dir):
+    import collections
+    import math
+
+    task = build_task(_lm_config("tiny-lm-transformer-xl", corpus_dir))
+    assert isinstance(task, LanguageModelTask)
+    train, valid = task.corpus.split("train").tolist(), task.corpus.split("valid").tolist()
+    counts = collections.Counter(train)
+    total = len(train) + task.vocab_size  # add-one smoothing over the vocabulary
+    nll = -sum(math.log((counts[t] + 1) / total) for t in valid) / len(valid)
+    text = task.baseline()
+    assert text.startswith(f"ppl {math.exp(nll):.4g} ") and 1 < math.exp(nll) < task.vocab_size
+
+
 def test_segmented_evaluation_with_memory_equals_one_pass(corpus_dir, float64):
     """Transformer-XL with memory at least as long as the split's columns: evaluating 8 tokens at a time and carrying
     the memory gives exactly the NLL of one pass over each whole column."""

@@ -28,7 +28,14 @@ def _files(run: Path) -> list[Path]:
 
 def test_the_checkpoint_holds_the_files_this_test_plants_into(stopped_run: Path) -> None:
     names = {p.name for p in _files(stopped_run)}
-    assert names == {"model.pt", "optimizer.pt", "scheduler.pt", "train_state.json", "rng_rank0.pt", "checkpoint.json"}
+    assert names == {
+        "model.safetensors",
+        "optimizer.pt",
+        "scheduler.pt",
+        "train_state.json",
+        "rng_rank0.pt",
+        "checkpoint.json",
+    }
 
 
 def test_a_planted_pickle_in_any_file_never_runs(stopped_run: Path, tmp_path: Path, capsys) -> None:
@@ -44,5 +51,5 @@ def test_a_planted_pickle_in_any_file_never_runs(stopped_run: Path, tmp_path: Pa
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert planted.name in err or "no complete checkpoint" in err, err
         code = evaluate.main(["--checkpoint", str(run)])
-        assert code == (2 if planted.name in ("model.pt", "train_state.json", "checkpoint.json") else 0)
+        assert code == (2 if planted.name in ("model.safetensors", "train_state.json", "checkpoint.json") else 0)
         assert not marker.exists(), planted.name

@@ -99,7 +99,7 @@ def test_explicit_reference_ignores_z(tmp_path):
     config = load_config("synthetic-gamma0", [*TINY_SYNTHETIC, "feedback=false"])
     results = run_training(config, tmp_path / "run", progress=False)
     assert results["dfdz_max"] == 0.0 and results["nfe_fixed_point_max"] <= 2
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["feedback"] is False
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["feedback"] is False
 
 
 def _valid_log(path, accs):

@@ -4,8 +4,9 @@ of a checkpoint save, and resumed each time, ends with the weights and metrics o
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
-from deq_core.train.checkpoints import latest_complete_checkpoint, safe_load
+from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.faults import random_kills, train_with_faults
 from deq_core.train.metrics import read_metrics
 
@@ -16,7 +17,7 @@ POINTS_PER_SAVE = 8  # 6 files, before and after the rename (20 steps: checkpoin
 def _weights(run: Path) -> dict[str, torch.Tensor]:
     folder = latest_complete_checkpoint(run)
     assert folder is not None and folder.name == "step_0000020"
-    return safe_load(folder / "model.pt")
+    return load_file(str(folder / "model.safetensors"))
 
 
 def test_killed_and_resumed_runs_end_as_an_uninterrupted_run(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_reproduce_tables_per_training_variant_and_readout(tmp_path, capsys):
     assert reproduce.main(argv) == 0
     for variant in ("two", "four_biased"):
         for preset in ("arith-gru", "arith-deq"):
-            config = json.loads((out / variant / preset / "config.json").read_text())
+            config = json.loads((out / variant / preset / "config.json").read_text())["config"]
             assert config["variant"] == variant and config["readout"] == "last"
             results = json.loads((out / variant / preset / "results.json").read_text())
             assert {"test_longer_two", "test_longer_four"} <= set(results)

@@ -45,10 +45,17 @@ def _records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_cli_trains_writes_metrics_and_checkpoints_and_resumes(cifar_dir: Path, tmp_path: Path) -> None:
+def test_cli_trains_writes_metrics_and_checkpoints_and_resumes(
+    cifar_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     common = ["--config", "tiny-mdeq-jr", "--data-dir", str(cifar_dir)]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert train.main([*common, "--output-dir", str(straight)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("step 1: unrolled pretraining done") == 1
+    final = out.strip().splitlines()[-1]
+    assert final.startswith("final (step 4)") and "eval acc" in final
+    assert final.endswith(f"chance level: acc 10 % (uniform guess over 10 classes); outputs in {straight}")
     assert train.main([*common, "--output-dir", str(resumed), "stop_after=2"]) == 0
     assert [p.name for p in (resumed / "checkpoints").iterdir()] == ["step_0000002"]
     assert train.main([*common, "--output-dir", str(resumed), "--resume"]) == 0

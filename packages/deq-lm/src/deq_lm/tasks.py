@@ -10,6 +10,7 @@ Both have the same methods, so ``train.py`` and ``evaluate.py`` never look at th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,6 +66,8 @@ class Task(Protocol):
     def describe(self) -> str: ...
 
     def data_warnings(self) -> list[str]: ...
+
+    def baseline(self) -> str: ...
 
 
 def _rows(tensors: tuple[Tensor, Tensor], batch_size: int, rank: int, world: int) -> tuple[Tensor, Tensor]:
@@ -135,6 +138,10 @@ class CopyMemoryTask:
 
     def data_warnings(self) -> list[str]:
         return []  # generated data
+
+    def baseline(self) -> str:
+        """Chance level of the metric: a uniform guess among the 8 symbols to recall."""
+        return "acc 0.125 (uniform guess among 8 symbols)"
 
     def eval_set(self, split: str) -> tuple[Tensor, Tensor]:
         """The fixed ``split`` ("valid" or "test") set: (inputs, targets), (n, T + 20)."""
@@ -247,6 +254,14 @@ class LanguageModelTask:
                     "check that the split is the same kind of text as train.txt, or lower min_freq / raise vocab_size."
                 )
         return found
+
+    def baseline(self) -> str:
+        """Chance level of the metric: the validation perplexity of the training text's unigram frequencies (add-one
+        smoothed), i.e. of a model that ignores the context."""
+        vocab = self.corpus.vocab_size
+        counts = torch.bincount(self.corpus.split("train").flatten(), minlength=vocab).double() + 1.0
+        nll = -(counts / counts.sum()).log()[self.corpus.split("valid").flatten()].mean()
+        return f"ppl {math.exp(float(nll)):.4g} (unigram frequencies of the training text)"
 
     @property
     def vocab_size(self) -> int:

@@ -93,27 +93,6 @@ def plot_figure5(
     return path
 
 
-def plot_training_curves(records: list[dict[str, Any]], path: str | Path, keys: Sequence[str]) -> Path:
-    """One panel per key: train and valid values of ``key`` against the step."""
-    path = Path(path)
-    fig = Figure(figsize=(4 * len(keys), 3.2))
-    for i, key in enumerate(keys):
-        ax = fig.add_subplot(1, len(keys), i + 1)
-        for split in ("train", "valid"):
-            steps, values = select(records, split, key)
-            if steps:
-                ax.plot(steps, values, label=split, marker="." if split == "valid" else None)
-        ax.set_xlabel("step")
-        ax.set_title(key)
-        if key in ("loss", "residual"):
-            ax.set_yscale("log")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    return path
-
-
 def plot_residuals(runs: dict[str, list[dict[str, Any]]], path: str | Path, tol: float | None = 1e-3) -> Path:
     """Per run, against the step: the mean relative residual ||f(z) - z|| / ||f(z)|| of the training batches (with the
     solver tolerance dashed), the forward NFE of the training batches, and the validation accuracy."""

@@ -153,7 +153,7 @@ def arithmetic(
     rows, curves, long_length = [], {}, 41
     for preset, folder, run_overrides in selected:
         res = ensure_run(preset, run_overrides, folder, data_dir, progress)
-        config = json.loads((folder / preset / "config.json").read_text())
+        config = json.loads((folder / preset / "config.json").read_text())["config"]
         long_length = config.get("long_length", long_length)
         rows.append(arithmetic_row(preset, res, config))
         if config["model"] in ("deq", "repeated_gru"):

@@ -22,7 +22,7 @@ def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: P
     results_path = run_dir / "results.json"
     config = load_config(preset, overrides)
     if results_path.exists():
-        stored = json.loads((run_dir / "config.json").read_text())
+        stored = json.loads((run_dir / "config.json").read_text())["config"]
         if stored != json.loads(json.dumps(dataclasses.asdict(config))):
             raise UsageError(
                 f"{run_dir} holds a finished run with another config; use the same overrides as that "
@@ -30,4 +30,4 @@ def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: P
             )
         return json.loads(results_path.read_text())
     resume = latest_complete_checkpoint(run_dir) is not None
-    return run_training(config, run_dir, data_dir, resume=resume, progress=progress)
+    return run_training(config, run_dir, data_dir, resume=resume, progress=progress, name=preset)

@@ -1,4 +1,7 @@
-"""``python -m deq_toy.train --config NAME [--data-dir DIR] [--output-dir DIR] [--resume] [key=value ...]``."""
+"""``python -m deq_toy.train --config NAME [--data-dir DIR] [--output-dir DIR] [--resume] [key=value ...]``.
+
+The same file runs under ``accelerate launch`` (``accelerate launch --multi_gpu --num_processes 2 -m deq_toy.train
+...`` on CPU: the processes join and each takes its rows of every batch)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import sys
 from collections.abc import Sequence
 
 from deq_core.train.errors import UsageError
-from deq_core.train.processes import require_one_process
 
 from .configs import PRESETS, load_config
 from .loop import run_training
@@ -33,7 +35,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 for a user error, printed without a traceback)."""
     args = build_parser().parse_args(argv)
     try:
-        require_one_process("python -m deq_toy.train")
         config = load_config(args.config, args.overrides)
         output_dir = args.output_dir or f"runs/{args.config}"
         results = run_training(
@@ -43,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resume=args.resume,
             stop_after=args.stop_after,
             progress=not args.no_progress,
+            name=args.config,
         )
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

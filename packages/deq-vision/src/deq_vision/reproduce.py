@@ -200,7 +200,12 @@ def reproduce_command(
 
 
 def print_commands(
-    out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool,
+    out: Path,
+    data_dir: Path,
+    seeds: Sequence[int],
+    quick: bool,
+    threads: int,
+    given: bool,
     gammas: Sequence[float] = GAMMAS,
 ) -> None:
     """One line per step: write the data, one training command per run, then the claims command."""
@@ -213,7 +218,12 @@ def print_commands(
 
 
 def claims(
-    out: Path, data_dir: Path, seeds: Sequence[int], quick: bool, threads: int, given: bool,
+    out: Path,
+    data_dir: Path,
+    seeds: Sequence[int],
+    quick: bool,
+    threads: int,
+    given: bool,
     gammas: Sequence[float] = GAMMAS,
 ) -> str:
     """Train what is missing, evaluate every run, write the claims table and its companions; return claims.md."""

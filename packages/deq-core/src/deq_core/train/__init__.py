@@ -1,7 +1,10 @@
 """What the training scripts of the task packages (deq-toy, deq-lm, deq-vision) share; installed with the extra
 ``pip install 'deq-core[train]'`` and never imported by ``import deq_core``. One job per module:
 
-- :mod:`~deq_core.train.schedules`: Jacobian-regularization and pretraining schedules, the jittered iteration limit.
+- :mod:`~deq_core.train.trainer`, :mod:`~deq_core.train.task`: the training skeleton (:func:`trainer.train`) and what
+  a task supplies to it (:class:`task.Task`, :class:`task.TrainSettings`).
+- :mod:`~deq_core.train.schedules`: Jacobian-regularization and pretraining schedules, the jittered iteration limit, the
+  cosine learning-rate factor.
 - :mod:`~deq_core.train.overrides`: ``key=value`` command-line overrides of a config dataclass.
 - :mod:`~deq_core.train.checks`: validation of a training config (one-line errors naming the key).
 - :mod:`~deq_core.train.deq_settings`: a config's DEQ settings as the arguments of :class:`deq_core.DEQ`.
@@ -12,9 +15,8 @@
   random generators).
 - :mod:`~deq_core.train.rundir`: the run folder's lock; refusing to train over a run or to resume nothing.
 - :mod:`~deq_core.train.run_config`: the run's ``config.json`` and the resume check.
-- :mod:`~deq_core.train.reports`, :mod:`~deq_core.train.plots`: Markdown tables and the solver panels of a plot.
+- :mod:`~deq_core.train.reports`, :mod:`~deq_core.train.plots`: Markdown tables and the training plot.
 - :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
-- :mod:`~deq_core.train.processes`: how many processes a launcher started; refusing a launch a loop cannot join.
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
 - :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 from importlib.util import find_spec
 
 # The distributions of the extra ``deq-core[train]`` (packages/deq-core/pyproject.toml), by import name.
-_EXTRA = ("accelerate",)
+_EXTRA = ("accelerate", "safetensors", "tqdm", "matplotlib")
 
 _missing = [name for name in _EXTRA if find_spec(name) is None]
 if _missing:

@@ -1,11 +1,13 @@
-"""Panels of a training plot shared by the task packages: :func:`draw_solver_curves` (NFE and residual)."""
+"""The training plot of a run (:func:`plot_training`) and its solver panels (:func:`draw_solver_curves`: NFE and
+residual), shared by the task packages."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from .metrics import select
+from .metrics import read_metrics, select
 
 
 def draw_solver_curves(nfe_ax: Any, residual_ax: Any, records: Iterable[dict[str, Any]], split: str = "train") -> None:
@@ -22,3 +24,45 @@ def draw_solver_curves(nfe_ax: Any, residual_ax: Any, records: Iterable[dict[str
     if steps:
         residual_ax.plot(steps, values)
     residual_ax.set(title="forward residual (mean)", xlabel="step", yscale="log")
+
+
+def end_of_pretraining(records: Iterable[dict[str, Any]]) -> int | None:
+    """The last logged step of the unrolled (pretraining) phase, when a solve phase follows it."""
+    train = [r for r in records if r.get("split") == "train"]
+    unrolled = [int(r["step"]) for r in train if r.get("mode") == "unrolled"]
+    solved = [int(r["step"]) for r in train if r.get("mode") == "solve"]
+    if unrolled and solved and max(unrolled) < max(solved):
+        return max(unrolled)
+    return None
+
+
+def plot_training(metrics_path: str | Path, out_path: str | Path, metric: str) -> Path:
+    """Write the training plot of a run from its metrics.jsonl: loss (log scale) and ``metric`` of every split over
+    steps, forward / backward NFE and the forward residual (DEQs), with a dotted line at the end of pretraining.
+    Returns ``out_path`` (a PNG). Needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    splits = sorted({str(r.get("split")) for r in records}, key=lambda s: (s != "train", s))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for split in splits:
+        for ax, key in ((axes[0], "loss"), (axes[1], metric)):
+            steps, values = select(records, split, key)
+            if steps:
+                ax.plot(steps, values, "-" if split == "train" else "o-", label=split, markersize=3)
+    axes[0].set(title="loss", xlabel="step", yscale="log")
+    axes[1].set(title=metric, xlabel="step")
+    draw_solver_curves(axes[2], axes[3], records)
+    switch = end_of_pretraining(records)
+    for ax in axes:
+        if switch is not None:
+            ax.axvline(switch, color="grey", linestyle=":", linewidth=1, label="end of unrolled pretraining")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return Path(out_path)

@@ -5,11 +5,13 @@ uninterrupted one would:
   gamma growing by a step every K steps).
 - :class:`PretrainSchedule`: the unrolled (weight-tied) pretraining phase for the first N steps.
 - :func:`jittered_max_iter`: a random forward iteration limit per step, deterministic per (seed, step).
+- :func:`cosine_lr_factor`: the learning-rate factor of a linear warmup then cosine decay (for ``LambdaLR``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 
@@ -88,3 +90,14 @@ def jittered_max_iter(max_iter: int, jitter: int, seed: int, step: int) -> int:
     if jitter == 0:
         return max_iter
     return random.Random(seed * 7919 + step).randint(max_iter - jitter, max_iter)
+
+
+def cosine_lr_factor(step: int, total: int, warmup: int = 0, min_ratio: float = 0.0) -> float:
+    """Multiplier of the base learning rate at ``step`` (0-based): linear warmup over ``warmup`` steps, then cosine
+    decay from 1 to ``min_ratio`` at ``total`` steps (held there after). Use it as
+    ``LambdaLR(optimizer, lambda s: cosine_lr_factor(s, total, warmup, min_ratio))``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(total - warmup, 1)
+    progress = min((step - warmup) / span, 1.0)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -9,13 +9,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from deq_core import DEQInfo
-from deq_core.train.schedules import JacobianSchedule
+from deq_core.train.task import Forward
 
 from ..configs.arithmetic import ArithmeticConfig
 from ..data.arithmetic import VARIANTS, ensure_split, one_hot, to_indices
 from ..models import any_length, build_arithmetic_model
-from .base import epoch_batch_indices
+from .base import ToyTask, epoch_batch_indices, step_budget
 
 EVAL_BATCH = 500
 
@@ -72,7 +71,7 @@ def classification_metrics(logits: Tensor, labels: Tensor) -> dict[str, float]:
     }
 
 
-class ArithmeticTask:
+class ArithmeticTask(ToyTask):
     """Data, model and loss of one arithmetic run (see :class:`ArithmeticConfig`)."""
 
     def __init__(self, config: ArithmeticConfig, data_dir: Path) -> None:
@@ -85,36 +84,29 @@ class ArithmeticTask:
             self.data_dir, config, config.variant, "valid", config.n_valid, config.length
         )
         self.model = build_arithmetic_model(config)
-        self.schedule = JacobianSchedule(
-            weight=config.jacobian_weight, probability=config.jacobian_probability, seed=config.seed
+        self.steps_per_epoch, self.total_steps = step_budget(
+            config.n_train, config.batch_size, config.epochs, config.max_steps
         )
-        self.steps_per_epoch = max(config.n_train // config.batch_size, 1)
-        epochs_steps = config.epochs * self.steps_per_epoch
-        self.total_steps = min(epochs_steps, config.max_steps) if config.max_steps > 0 else epochs_steps
-        self.clip: float | None = config.clip
         self.eval_every = config.eval_every or self.steps_per_epoch
 
     def batch(self, step: int) -> tuple[Tensor, Tensor]:
         idx = epoch_batch_indices(len(self.train_y), self.config.batch_size, step, self.config.seed)
         return one_hot(self.train_x[idx]), self.train_y[idx]
 
-    def train_step(self, batch: tuple[Tensor, Tensor], step: int) -> tuple[Tensor, dict[str, float], DEQInfo | None]:
+    def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
         x, y = batch
-        regularize = self.config.model == "deq" and self.schedule.active(step)
-        logits, info = self.model(x, jacobian_loss=regularize)
+        logits, info = model(x, jacobian_loss=jacobian)
         bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
-        loss = bce
         stats = {"bce": float(bce.detach()), **classification_metrics(logits.detach(), y)}
         if info is not None:
-            stats["nfe_forward"] = float(info.nfe)
-            stats["residual"] = float(info.residual.mean())
             stats["converged"] = float(info.converged.float().mean())
-        if regularize:
-            assert info is not None and info.jacobian_loss is not None
-            loss = bce + self.schedule.weight_at(step) * info.jacobian_loss
-            stats["jacobian"] = float(info.jacobian_loss.detach())
-        stats["loss"] = float(loss.detach())
-        return loss, stats, info
+        return Forward(bce, stats, info)
+
+    def baseline(self) -> str:
+        """The validation accuracy of always answering the majority class of the training labels."""
+        majority = float(self.train_y.mean()) >= 0.5
+        acc = 100.0 * float(((self.valid_y > 0.5) == majority).float().mean())
+        return f"acc {acc:.1f} % (majority class)"
 
     def evaluate_tensors(self, tokens: Tensor, labels: Tensor) -> dict[str, float]:
         """Loss, accuracy, precision, recall and (for DEQ / repeated models) mean NFE, residual, converged fraction."""
@@ -154,7 +146,7 @@ class ArithmeticTask:
         }
 
     def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from ..plots import plot_residuals, plot_training_curves
+        from ..plots import plot_residuals
 
         results: dict[str, Any] = {
             "config": "arithmetic",
@@ -165,7 +157,6 @@ class ArithmeticTask:
         for name, (tokens, labels) in self.evaluation_sets().items():
             results[name] = self.evaluate_tensors(tokens, labels)
         (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        plot_training_curves(records, output_dir / "training.png", ["loss", "acc", "residual"])
         if self.config.model in ("deq", "repeated_gru"):
             plot_residuals({self.config.model: records}, output_dir / "residual.png")
         return results

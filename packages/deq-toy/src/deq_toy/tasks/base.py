@@ -1,36 +1,64 @@
-"""What the training loop needs from a task: a model, deterministic batches, a loss, an evaluation, final outputs."""
+"""What both toy tasks share (:class:`ToyTask`), their step budget and their deterministic batches."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from deq_core import DEQInfo
+from deq_core.train.schedules import JacobianSchedule
+from deq_core.train.task import Forward
 
 
-class Task(Protocol):
-    """One experiment: data + model + loss. Built after the global seed is set (the model's initialization)."""
+class ToyTask:
+    """What both toy tasks share: the run's step budget (:func:`step_budget`), deterministic batches, and
+    :meth:`train_step` (forward + the scheduled Jacobian term) for training without the skeleton. A subclass sets
+    ``config``, ``model``, ``steps_per_epoch``, ``total_steps``, ``eval_every`` and implements :meth:`batch`,
+    :meth:`forward`, :meth:`evaluate`, :meth:`baseline` and :meth:`finish`; the training
+    skeleton runs it through :class:`deq_toy.loop.ToyRun`."""
 
+    config: Any
     model: nn.Module
-    steps_per_epoch: int
-    total_steps: int
-    clip: float | None
 
-    def batch(self, step: int) -> Any:
-        """The training batch of ``step`` (0-based), a function of (seed, step) only, so that a resumed run sees the
-        same batches."""
+    def batch(self, step: int) -> tuple[Tensor, Tensor]:
+        """The training batch of ``step`` (0-based), a function of (seed, step) only."""
+        raise NotImplementedError
 
-    def train_step(self, batch: Any, step: int) -> tuple[Tensor, dict[str, float], DEQInfo | None]:
-        """Forward pass in train mode: (loss to backpropagate, statistics, DEQ info or None)."""
+    def forward(self, model: nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
+        """Forward pass in train mode: the task loss (without the Jacobian term), statistics, the DEQ info."""
+        raise NotImplementedError
 
-    def evaluate(self) -> dict[str, float]:
-        """Validation statistics (model in eval mode, no gradients)."""
+    def jacobian_schedule(self) -> JacobianSchedule:
+        """When and with which weight the Jacobian regularizer is added (see :func:`jacobian_schedule`)."""
+        return jacobian_schedule(self.config)
 
-    def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """Final evaluation and plots; returns the final results (also written to output_dir/results.json)."""
+    def train_step(self, batch: tuple[Tensor, Tensor], step: int) -> tuple[Tensor, dict[str, float], DEQInfo | None]:
+        """(loss to backpropagate, with the Jacobian term when scheduled at ``step``; statistics; DEQ info)."""
+        schedule = self.jacobian_schedule()
+        out = self.forward(self.model, batch, schedule.active(step))
+        loss = out.loss
+        if out.info is not None and out.info.jacobian_loss is not None:
+            loss = loss + schedule.weight_at(step) * out.info.jacobian_loss
+        return loss, out.stats, out.info
+
+
+def jacobian_schedule(config: Any) -> JacobianSchedule:
+    """The Jacobian schedule of a toy config: weight ``jacobian_weight`` on every step (the synthetic task) or with
+    probability ``jacobian_probability`` (arithmetic); never for the arithmetic models without a DEQ."""
+    if getattr(config, "model", "deq") != "deq":
+        return JacobianSchedule()
+    probability = getattr(config, "jacobian_probability", 1.0)
+    return JacobianSchedule(weight=config.jacobian_weight, probability=probability, seed=config.seed)
+
+
+def step_budget(n_train: int, batch_size: int, epochs: int, max_steps: int = 0) -> tuple[int, int]:
+    """(steps per epoch, total steps) of a run: ``epochs`` passes over ``n_train`` rows in batches of
+    ``batch_size`` (the last partial batch dropped), cut at ``max_steps`` when > 0."""
+    per_epoch = max(n_train // batch_size, 1)
+    total = epochs * per_epoch
+    return per_epoch, min(total, max_steps) if max_steps > 0 else total
 
 
 def epoch_batch_indices(n: int, batch_size: int, step: int, seed: int) -> Tensor:

@@ -10,13 +10,13 @@ import torch
 from torch import Tensor
 
 import deq_core
-from deq_core import DEQInfo
+from deq_core.train.task import Forward
 
 from ..configs.synthetic import SyntheticConfig
 from ..data.synthetic import make_synthetic
 from ..models import build_scalar_model
 from ..models.scalar_deq import ScalarDEQ
-from .base import epoch_batch_indices
+from .base import ToyTask, epoch_batch_indices, step_budget
 
 
 def equilibrium_statistics(model: ScalarDEQ, x: Tensor, method: str, max_iter: int, tol: float) -> dict[str, Any]:
@@ -34,36 +34,32 @@ def equilibrium_statistics(model: ScalarDEQ, x: Tensor, method: str, max_iter: i
     return {"z": z, "nfe": res.iterations_per_sample, "dfdz": slope, "converged": res.converged, "result": res}
 
 
-class SyntheticTask:
+class SyntheticTask(ToyTask):
     """Data, model and loss of one synthetic 1D run (see :class:`SyntheticConfig`)."""
 
     def __init__(self, config: SyntheticConfig) -> None:
         self.config = config
         self.data = make_synthetic(config.n_train, config.n_valid, config.noise_std, config.data_seed)
         self.model = build_scalar_model(config)
-        self.steps_per_epoch = max(config.n_train // config.batch_size, 1)
-        self.total_steps = config.epochs * self.steps_per_epoch
-        self.clip: float | None = None
+        self.steps_per_epoch, self.total_steps = step_budget(config.n_train, config.batch_size, config.epochs)
+        self.eval_every = config.eval_every
 
     def batch(self, step: int) -> tuple[Tensor, Tensor]:
         idx = epoch_batch_indices(self.config.n_train, self.config.batch_size, step, self.config.seed)
         return self.data.x_train[idx], self.data.y_train[idx]
 
-    def train_step(self, batch: tuple[Tensor, Tensor], step: int) -> tuple[Tensor, dict[str, float], DEQInfo]:
+    def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
         x, y = batch
-        regularize = self.config.jacobian_weight > 0
-        z, info = self.model(x, jacobian_loss=regularize)
+        z, info = model(x, jacobian_loss=jacobian)
         mse = torch.nn.functional.mse_loss(z, y)
-        loss = mse
-        stats = {"mse": float(mse.detach()), "nfe_forward": float(info.nfe), "residual": float(info.residual.mean())}
-        if regularize:
-            assert info.jacobian_loss is not None
-            loss = mse + self.config.jacobian_weight * info.jacobian_loss
-            stats["jacobian"] = float(info.jacobian_loss.detach())
         with torch.no_grad():
-            stats["dfdz_mean"] = float(self.model.df_dz(z.detach(), x).abs().mean())
-        stats["loss"] = float(loss.detach())
-        return loss, stats, info
+            dfdz = float(self.model.df_dz(z.detach(), x).abs().mean())
+        return Forward(mse, {"mse": float(mse.detach()), "dfdz_mean": dfdz}, info)
+
+    def baseline(self) -> str:
+        """The validation MSE of predicting the mean training target."""
+        mse = float(((self.data.y_valid - self.data.y_train.mean()) ** 2).mean())
+        return f"mse {mse:.4g} (predicting the mean)"
 
     def evaluate(self) -> dict[str, float]:
         """Validation MSE of z* (training solver, eval mode) and equilibrium statistics with ``eval_solver``."""
@@ -90,10 +86,9 @@ class SyntheticTask:
         }
 
     def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from ..plots import plot_figure5, plot_training_curves
+        from ..plots import plot_figure5
 
         results = {"config": "synthetic", "jacobian_weight": self.config.jacobian_weight, **self.evaluate()}
         (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         plot_figure5([(f"gamma = {self.config.jacobian_weight:g}", self.model)], output_dir / "figure5.png")
-        plot_training_curves(records, output_dir / "training.png", ["loss", "nfe_forward", "dfdz_mean"])
         return results

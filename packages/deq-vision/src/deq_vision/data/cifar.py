@@ -97,7 +97,6 @@ class CIFAR10(ArrayImages):
         self.classes = CLASSES
 
 
-
 def write_cifar_folder(data_dir: str | Path, images: np.ndarray, labels: np.ndarray, train_parts: int = 5) -> Path:
     """Write a CIFAR-format folder (for tests and examples): ``images`` (N, 32, 32, 3) uint8, ``labels`` (N,).
 

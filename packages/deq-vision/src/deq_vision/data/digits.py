@@ -50,4 +50,3 @@ class Digits(ArrayImages):
         idx = train_idx if train else test_idx
         self.images, self.targets = images[idx], labels[idx]
         self.transform = transform
-

@@ -194,7 +194,6 @@ class Glyphs(ArrayImages):
         self.transform = transform
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deq_vision.data glyphs", description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", type=Path, required=True)

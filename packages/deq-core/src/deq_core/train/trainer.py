@@ -1,0 +1,387 @@
+"""The training skeleton shared by the task packages: :func:`train` runs a :class:`~deq_core.train.task.Task` with
+:class:`~deq_core.train.task.TrainSettings` on Accelerate.
+
+It owns devices and processes (``Accelerator(cpu=True)`` without CUDA, so that ``accelerate launch --multi_gpu
+--num_processes N`` / ``torchrun`` processes join on CPU too), mixed precision, gradient accumulation and clipping,
+the DEQ step (:func:`plan_step`), the metrics file, the progress bar and console lines, crash-safe checkpoints
+(:mod:`deq_core.train.state`: written aside, renamed when complete, tensors and plain data only) with bit-exact
+resume, and the training plot. Files of OUTPUT_DIR: config.json, metrics.jsonl, checkpoints/step_N/, summary.json,
+training.png (and what :meth:`Task.finish` writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, send_to_device, set_seed
+from safetensors.torch import load_model, save_file, save_model
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from .checkpoints import clean_partial_checkpoints, prune_checkpoints
+from .errors import UsageError
+from .metrics import MetricsLog
+from .plots import plot_training
+from .progress import progress_enabled
+from .run_config import check_resume_config, record_resume, save_config
+from .rundir import RunLock, check_run_dir
+from .schedules import jittered_max_iter
+from .state import TrainState, load_training_checkpoint, save_training_checkpoint
+from .task import Forward, StepPlan, Task, TrainSettings
+
+
+def build_accelerator(mixed_precision: str = "no", find_unused_parameters: bool = False) -> Accelerator:
+    """An Accelerator that joins the processes of ``accelerate launch`` / ``torchrun``, also on CPU (where a plain
+    ``Accelerator()`` would let each process train alone), with a seedable sampler so that prepared data loaders
+    reshuffle per epoch from the seed (the same batches after a resume)."""
+    return Accelerator(
+        cpu=not torch.cuda.is_available(),
+        mixed_precision=mixed_precision,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters)],
+    )
+
+
+def micro_batches(batch: tuple[Tensor, ...], n: int) -> list[tuple[Tensor, ...]]:
+    """Split a batch (a tuple of tensors with the batch dimension first) into ``n`` equal micro-batches.
+
+    Raises:
+        ValueError: the rows cannot be split evenly.
+    """
+    rows = batch[0].shape[0]
+    if rows % n:
+        raise ValueError(f"{rows} rows per process cannot be split into {n} micro-batches (grad_accum).")
+    return list(zip(*(t.chunk(n) for t in batch), strict=True))
+
+
+def plan_step(settings: TrainSettings, step: int) -> StepPlan:
+    """The DEQ step of optimizer step ``step`` (0-based): pretraining unroll, jittered forward limit and Jacobian
+    regularization, each a function of (seed, step) only."""
+    if not settings.is_deq:
+        return StepPlan(step, micro_batches=settings.grad_accum)
+    jacobian = settings.jacobian
+    return StepPlan(
+        step,
+        micro_batches=settings.grad_accum,
+        unroll=settings.pretrain.unroll_at(step),
+        max_iter=jittered_max_iter(settings.max_iter, settings.max_iter_jitter, settings.seed, step),
+        jacobian=jacobian.active(step),
+        jacobian_weight=jacobian.weight_at(step),
+    )
+
+
+@dataclass
+class StepStats:
+    """Statistics of one optimizer step on this process, averaged over its micro-batches."""
+
+    mode: str
+    lr: float
+    jacobian: bool
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, out: Forward) -> None:
+        """Record one micro-batch (after its backward pass, so that the DEQ's backward statistics are set)."""
+        found = {"loss": float(out.loss.detach()), **out.stats}
+        if out.info is not None:
+            found.update(out.info.statistics())
+        for key, value in found.items():
+            self.values.setdefault(key, []).append(float(value))
+
+    def means(self) -> dict[str, float]:
+        return {k: sum(v) / len(v) for k, v in self.values.items()}
+
+
+@dataclass
+class Run:
+    """Everything a training run holds, built by :func:`setup_run`."""
+
+    task: Task
+    settings: TrainSettings
+    output_dir: Path
+    accelerator: Accelerator
+    model: nn.Module  # prepared (e.g. wrapped in DistributedDataParallel)
+    raw: nn.Module  # the unwrapped model
+    optimizer: Any
+    scheduler: Any
+    state: TrainState
+    log: MetricsLog
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def objects(self) -> dict[str, Any]:
+        """The state-dict objects of a checkpoint besides the weights."""
+        objects = {"optimizer": self.optimizer, "scheduler": self.scheduler, **self.task.checkpoint_objects()}
+        if self.accelerator.scaler is not None:
+            objects["scaler"] = self.accelerator.scaler
+        return objects
+
+
+def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: bool) -> Run:
+    """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
+    ``output_dir`` (refusing a config that changes what is computed). Call it holding the folder's RunLock."""
+    accelerator = build_accelerator(settings.mixed_precision, settings.find_unused_parameters)
+    world, accum = accelerator.num_processes, settings.grad_accum
+    if settings.batch_size % (world * accum):
+        raise UsageError(
+            f"batch_size ({settings.batch_size}) must be divisible by processes x grad_accum ({world} x {accum}): "
+            "change batch_size, grad_accum or the number of processes."
+        )
+    found = check_run_dir(output_dir, resume)
+    extra = dict(settings.config_extra)
+    changes = check_resume_config(output_dir, settings.config, settings.resumable, **extra) if resume else {}
+    set_seed(settings.seed)
+    parts = task.build(accelerator)
+    if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
+        clean_partial_checkpoints(output_dir)
+        if found is None:
+            save_config(settings.config, output_dir, settings.name, **extra)
+    model, optimizer = accelerator.prepare(parts.model, parts.optimizer)
+    run = Run(task, settings, output_dir, accelerator, model, accelerator.unwrap_model(model), optimizer,
+              parts.scheduler, TrainState(), MetricsLog(output_dir / "metrics.jsonl"))  # fmt: skip
+    if found is not None:
+        extra_state = load_training_checkpoint(
+            found, run.state, run.objects(), rank=accelerator.process_index, processes=accelerator.num_processes,
+            read_weights=lambda path: load_model(run.raw, str(path)),  # read on the CPU, copied into the parameters
+            per_process=list(task.process_state()),
+        )  # fmt: skip
+        task.load_process_state(extra_state, accelerator.device)
+        accelerator.print(f"resumed from {found} at step {run.state.step}")
+    if run.main:
+        if found is not None:
+            record_resume(output_dir, run.state.step, changes)
+            if run.log.resume_at(run.state.metrics_lines):
+                print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
+        elif run.log.path.exists():
+            run.log.path.unlink()
+    accelerator.wait_for_everyone()
+    return run
+
+
+def train_step(run: Run, batches: Iterator[Any]) -> StepStats:
+    """One optimizer step (``run.state.step`` is its 0-based index): this process's batch in ``grad_accum``
+    micro-batches, gradients synchronized on the last, the Jacobian term added when scheduled, clipped, optimizer
+    and LR-schedule steps, then :meth:`Task.after_step`."""
+    settings, acc, state = run.settings, run.accelerator, run.state
+    plan = plan_step(settings, state.step)
+    stats = StepStats(plan.mode, run.optimizer.param_groups[0]["lr"], plan.jacobian)
+    parts = micro_batches(send_to_device(next(batches), acc.device), settings.grad_accum)
+    for i, micro in enumerate(parts):
+        last = i == len(parts) - 1
+        with contextlib.nullcontext() if last else acc.no_sync(run.model):
+            with acc.autocast():
+                out = run.task.forward(run.model, micro, replace(plan, micro=i))
+            total = out.loss
+            if plan.jacobian and out.info is not None and out.info.jacobian_loss is not None:
+                total = total + plan.jacobian_weight * out.info.jacobian_loss
+            acc.backward(total / settings.grad_accum)
+        stats.add(out)
+    loss = stats.means()["loss"]
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"training loss is {loss} at step {state.step + 1}; stopping.")
+    if settings.save_grads_at == state.step + 1 and run.main:
+        save_gradients(run.raw, run.output_dir / f"grads_step{state.step + 1}.safetensors")
+    if settings.grad_clip > 0:
+        acc.clip_grad_norm_(run.model.parameters(), settings.grad_clip)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    step_scheduler(run.scheduler, state.step)
+    run.task.after_step(run.raw, state.step)
+    return stats
+
+
+def step_scheduler(scheduler: Any, steps_done: int) -> None:
+    """Advance the LR schedule after an optimizer step: a torch ``LRScheduler`` by one step, a timm scheduler to
+    ``steps_done`` (one scheduler "epoch" per optimizer step)."""
+    if isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
+        scheduler.step()
+    else:
+        scheduler.step(steps_done)
+
+
+def save_gradients(model: nn.Module, path: Path) -> None:
+    """Write every parameter's (synchronized) gradient to a safetensors file, keyed by parameter name."""
+    grads = {
+        name: p.grad.detach().float().contiguous().cpu() for name, p in model.named_parameters() if p.grad is not None
+    }
+    save_file(grads, str(path))
+
+
+def train_record(run: Run, stats: StepStats, seconds: float, steps: int) -> dict[str, Any]:
+    """The metrics.jsonl record of the last step, averaged over processes; throughput over the last ``steps``."""
+    means = stats.means()
+    keys = sorted(means)
+    values = torch.tensor([means[k] for k in keys], dtype=torch.float64, device=run.accelerator.device)
+    means = dict(zip(keys, run.accelerator.reduce(values, "mean").tolist(), strict=True))
+    record: dict[str, Any] = {"step": run.state.step, "split": "train", "loss": means.pop("loss"), **means}
+    record.update(lr=stats.lr, mode=stats.mode, jacobian_active=stats.jacobian)
+    if run.task.throughput is not None:
+        unit, per_step = run.task.throughput
+        record[f"{unit}_per_s"] = steps * per_step / max(seconds, 1e-9)
+    return record
+
+
+def evaluate(run: Run, split: str, log: bool = True) -> dict[str, float]:
+    """The task's results on ``split`` (every process; the model in eval mode, no gradients), logged by the main
+    process (with ``log``) and kept in the summary as ``{split}_{key}``."""
+    was_training = run.raw.training
+    run.raw.eval()
+    try:
+        with torch.no_grad():
+            result = run.task.evaluate(run.raw, split, run.accelerator)
+    finally:
+        run.raw.train(was_training)
+    if run.main and log:
+        run.log.write({"step": run.state.step, "split": split, **result})
+    run.summary.update({f"{split}_{k}": v for k, v in result.items()})
+    return result
+
+
+def save_checkpoint(run: Run) -> None:
+    """Checkpoint the run at its step (every process calls it); keep the newest ``keep_checkpoints``."""
+    acc = run.accelerator
+    run.state.metrics_lines = run.log.line_count() if run.main else 0
+    save_training_checkpoint(
+        run.output_dir, run.state, run.objects(), rank=acc.process_index, processes=acc.num_processes,
+        barrier=acc.wait_for_everyone, write_weights=lambda path: save_model(run.raw, str(path)),
+        per_process=run.task.process_state(),
+    )  # fmt: skip
+    if run.main:
+        prune_checkpoints(run.output_dir, run.settings.keep_checkpoints)
+    acc.wait_for_everyone()
+
+
+def final_line(run: Run, split: str) -> str:
+    """The last console line: train loss, the final split's loss and metric, NFE per step, the chance level and the
+    output folder."""
+    s, metric = run.summary, run.task.metric
+    line = f"final (step {run.state.step}): train loss {s.get('train_loss', float('nan')):.4g}"
+    line += f", {split} loss {s[f'{split}_loss']:.4g}, {split} {metric} {s[f'{split}_{metric}']:.4f}"
+    if "train_nfe_forward" in s:
+        line += f", NFE forward {s['train_nfe_forward']:.1f}"
+        if "train_nfe_backward" in s:
+            line += f" / backward {s['train_nfe_backward']:.1f}"
+    return line + f"; chance level: {run.task.baseline()}; outputs in {run.output_dir}"
+
+
+def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:
+    """What the progress bar shows: loss, metric, forward/backward NFE."""
+    postfix = {"loss": f"{record['loss']:.4g}"}
+    if metric in record:
+        postfix[metric] = f"{record[metric]:.3f}"
+    if "nfe_forward" in record:
+        postfix["nfe"] = f"{record['nfe_forward']:.0f}/{record.get('nfe_backward', 0):.0f}"
+    return postfix
+
+
+def train(task: Task, settings: TrainSettings, output_dir: str | Path, resume: bool = False) -> dict[str, Any]:
+    """Run (or resume) training of ``task`` in ``output_dir``, locked for the run; return the summary (step,
+    parameters, train loss and NFE of the last logged step, ``{split}_{key}`` of the last evaluations, seconds spent
+    in training steps this session, "results" of :meth:`Task.finish`), also written to OUTPUT_DIR/summary.json.
+
+    Raises:
+        RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
+        ResumeConfigError: ``resume`` with a config that changes what is computed.
+        CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
+    """
+    main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+    with RunLock(output_dir) if main else contextlib.nullcontext():
+        run = setup_run(task, settings, Path(output_dir), resume)
+        return _loop(run)
+
+
+def _announce(run: Run) -> None:
+    """The first console lines: what is trained, on what, by how many processes; data warnings."""
+    s, acc = run.settings, run.accelerator
+    run.summary["parameters"] = sum(p.numel() for p in run.raw.parameters() if p.requires_grad)
+    acc.print(
+        f"{s.name}: {run.summary['parameters']} parameters, {run.task.describe()}, {acc.num_processes} process(es), "
+        f"{s.steps} steps"
+    )
+    if s.is_deq and s.pretrain.steps > 0 and run.state.step < s.pretrain.steps:
+        acc.print(f"unrolled pretraining (depth {s.pretrain.depth}) for {s.pretrain.steps} steps, then solving")
+    for warning in run.task.warnings() if run.main else []:
+        print(f"WARNING: {warning}", file=sys.stderr, flush=True)
+
+
+def _loop(run: Run) -> dict[str, Any]:
+    s, state = run.settings, run.state
+    _announce(run)
+    bar = tqdm(total=s.steps, initial=state.step, disable=not (s.progress and progress_enabled(run.main)),
+               desc=s.name, dynamic_ncols=True)  # fmt: skip
+    say = bar.write if run.main else (lambda text: None)
+    batches = run.task.train_batches(state.step, run.accelerator)
+    window = [0.0, 0]  # training-step seconds and steps since the last metrics line
+    seconds = 0.0
+    run.model.train()
+    while state.step < s.steps:
+        started = time.perf_counter()
+        stats = train_step(run, batches)
+        elapsed = time.perf_counter() - started
+        seconds, window = seconds + elapsed, [window[0] + elapsed, window[1] + 1]
+        bar.update(1)
+        if state.step % s.log_every == 0 or state.step == s.steps:
+            _log_train(run, train_record(run, stats, window[0], window[1]), bar)
+            window = [0.0, 0]
+        if s.is_deq and state.step == s.pretrain.steps < s.steps:
+            say(f"step {state.step}: unrolled pretraining done; the DEQ now solves for its equilibrium")
+        if state.step % s.eval_every == 0 or state.step == s.steps:
+            for split in run.task.eval_splits:
+                result = evaluate(run, split)
+                say(f"step {state.step}: {split} " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
+        stop = 0 < s.stop_after <= state.step < s.steps
+        if (s.save_every > 0 and state.step % s.save_every == 0) or stop or state.step == s.steps:
+            save_checkpoint(run)
+        if stop:
+            run.accelerator.print(f"stopping after step {state.step} (stop_after={s.stop_after}); resume with --resume")
+            break
+    bar.close()
+    run.summary.update(step=state.step, train_seconds_this_session=seconds)
+    if state.step == s.steps:
+        _finish(run)
+    run.accelerator.wait_for_everyone()
+    return run.summary
+
+
+def _log_train(run: Run, record: dict[str, Any], bar: Any) -> None:
+    """Write the train record (main process; none when ``bar`` is None) and keep its loss and NFE in the summary."""
+    if run.main and bar is not None:
+        run.log.write(record)
+        bar.set_postfix(progress_postfix(record, run.task.metric))
+    run.summary["train_loss"] = record["loss"]
+    run.summary.update({f"train_{k}": record[k] for k in ("nfe_forward", "nfe_backward") if k in record})
+
+
+def _finish(run: Run) -> None:
+    """End of training: the final evaluations, then (main process) summary.json, the plot, the task's outputs and
+    the final line."""
+    for split in run.task.final_splits:
+        evaluate(run, split)
+    for split in run.task.eval_splits:  # resumed from the last checkpoint: nothing was evaluated in this session
+        if f"{split}_loss" not in run.summary:
+            evaluate(run, split, log=False)
+    if not run.main:
+        return
+    if "train_loss" not in run.summary:
+        _log_train(run, [r for r in run.log.read() if r.get("split") == "train"][-1], None)
+    split = run.task.final_splits[-1] if run.task.final_splits else run.task.eval_splits[0]
+    plot_training(run.log.path, run.output_dir / "training.png", run.task.metric)
+    results = run.task.finish(run.output_dir, run.log.read())
+    if results:
+        run.summary["results"] = results
+    (run.output_dir / "summary.json").write_text(json.dumps(run.summary, indent=1) + "\n")
+    print(final_line(run, split), flush=True)

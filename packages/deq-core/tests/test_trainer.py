@@ -1,0 +1,177 @@
+"""The training skeleton (deq_core.train.trainer) on a tiny task: it learns, prints the story of the run, resumes
+bit-exactly, accumulates gradients exactly, and joins two CPU processes under ``accelerate launch``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.metrics import read_metrics
+from deq_core.train.schedules import JacobianSchedule, PretrainSchedule
+from deq_core.train.task import TrainSettings
+from deq_core.train.trainer import micro_batches, plan_step
+
+sys.path.insert(0, str(Path(__file__).parent))
+from skeleton_task import TinyConfig, run  # noqa: E402
+
+TIMING_KEYS = ("items_per_s",)
+WEIGHTS = "model.safetensors"
+
+
+def _train_lines(path: Path, key: str) -> list[float]:
+    return [r[key] for r in read_metrics(path / "metrics.jsonl") if r["split"] == "train"]
+
+
+def test_a_deq_learns_and_the_console_tells_the_story(tmp_path, capsys):
+    summary = run(TinyConfig(steps=40), tmp_path / "run")
+    out = capsys.readouterr().out
+    losses = _train_lines(tmp_path / "run", "loss")
+    assert len(losses) == 40
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
+    modes = _train_lines(tmp_path / "run", "mode")
+    assert modes[:3] == ["unrolled"] * 3 and set(modes[3:]) == {"solve"}
+    assert out.count("unrolled pretraining done") == 1 and "step 3: unrolled pretraining done" in out
+    assert min(_train_lines(tmp_path / "run", "nfe_forward")[3:]) >= 1
+    final = [line for line in out.splitlines() if line.startswith("final (step 40)")]
+    assert len(final) == 1, out
+    assert f"outputs in {tmp_path / 'run'}" in final[0] and "chance level: mse " in final[0]
+    assert f"valid mse {summary['valid_mse']:.4f}" in final[0]
+    assert (tmp_path / "run" / "training.png").stat().st_size > 1000
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_resume_is_bit_exact(tmp_path):
+    cfg = TinyConfig(steps=12, save_every=4)  # dropout, Jacobian draws with p=0.5, jittered limits, pretraining
+    run(cfg, tmp_path / "straight")
+    run(dataclasses.replace(cfg, stop_after=6), tmp_path / "stopped")
+    assert latest_complete_checkpoint(tmp_path / "stopped").name.endswith("6")
+    assert not (tmp_path / "stopped" / "summary.json").exists()
+    run(cfg, tmp_path / "stopped", resume=True)
+    a, b = (read_metrics(tmp_path / d / "metrics.jsonl") for d in ("straight", "stopped"))
+    assert len(a) == len(b) > 12
+    for ra, rb in zip(a, b):
+        assert {k: v for k, v in ra.items() if k not in TIMING_KEYS} == {k: rb[k] for k in ra if k not in TIMING_KEYS}
+    wa, wb = (load_file(str(latest_complete_checkpoint(tmp_path / d) / WEIGHTS)) for d in ("straight", "stopped"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_refuses_a_changed_config(tmp_path):
+    from deq_core.train.run_config import ResumeConfigError
+
+    run(TinyConfig(steps=4, stop_after=2), tmp_path / "r")
+    with pytest.raises(ResumeConfigError, match="lr: 0.03 -> 0.1"):
+        run(TinyConfig(steps=4, lr=0.1), tmp_path / "r", resume=True)
+
+
+def test_gradient_accumulation_matches_the_full_batch(tmp_path):
+    cfg = TinyConfig(steps=1, save_grads_at=1, dropout=0.0, jac_weight=0.0, pretrain_steps=0, max_iter_jitter=0)
+    run(cfg, tmp_path / "full")
+    run(dataclasses.replace(cfg, grad_accum=4), tmp_path / "accum")
+    a, b = (load_file(str(tmp_path / d / "grads_step1.safetensors")) for d in ("full", "accum"))
+    assert a.keys() == b.keys() and len(a) == 5
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6)
+    assert max(float(g.abs().max()) for g in a.values()) > 1e-3
+
+
+def test_an_explicit_model_trains_without_deq_statistics(tmp_path):
+    run(TinyConfig(deq=False, steps=6), tmp_path / "mlp")
+    record = read_metrics(tmp_path / "mlp" / "metrics.jsonl")[0]
+    assert "nfe_forward" not in record and record["mode"] == "solve" and record["jacobian_active"] is False
+
+
+def test_plan_step_follows_the_schedules():
+    settings = TrainSettings(
+        name="t", config=TinyConfig(), steps=100, seed=3, is_deq=True, max_iter=10, max_iter_jitter=3,
+        pretrain=PretrainSchedule(5, 2), jacobian=JacobianSchedule(1.0, 0.5, growth=0.5, every=10, seed=3),
+    )  # fmt: skip
+    plans = [plan_step(settings, s) for s in range(100)]
+    assert [p.unroll for p in plans[:6]] == [2, 2, 2, 2, 2, None]
+    assert {p.max_iter for p in plans} == {7, 8, 9, 10}
+    assert 20 < sum(p.jacobian for p in plans) < 80 and plans[25].jacobian_weight == 2.0
+    assert plans == [plan_step(settings, s) for s in range(100)]
+    explicit = plan_step(dataclasses.replace(settings, is_deq=False), 0)
+    assert explicit.unroll is None and explicit.max_iter is None and not explicit.jacobian
+
+
+def test_micro_batches_split_rows_and_refuse_a_remainder():
+    x, y = torch.arange(12).reshape(6, 2), torch.arange(6)
+    parts = micro_batches((x, y), 3)
+    assert [p[1].tolist() for p in parts] == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(ValueError, match="5 rows per process cannot be split into 2 micro-batches"):
+        micro_batches((x[:5], y[:5]), 2)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        TrainSettings(name="t", config=TinyConfig(), steps=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_cpu_processes_cooperate_under_accelerate_launch(tmp_path):
+    """accelerate launch --multi_gpu --num_processes 2 on CPU: the processes join (each takes half of every batch)
+    and their synchronized gradients equal those of one process on the whole batch."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.pop("ACCELERATE_CONFIG_FILE", None)
+    settings = ["steps=2", "save_grads_at=1", "dropout=0", "jac_weight=0", "pretrain_steps=0", "max_iter_jitter=0"]
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_ip", "127.0.0.1", "--main_process_port", str(_free_port()),
+        str(Path(__file__).parent / "skeleton_task.py"), str(tmp_path / "two"), *settings,
+    ]  # fmt: skip
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "2 process(es)" in proc.stdout and proc.stdout.count("final (step 2)") == 1
+    cfg = TinyConfig(steps=2, save_grads_at=1, dropout=0.0, jac_weight=0.0, pretrain_steps=0, max_iter_jitter=0)
+    run(cfg, tmp_path / "one")
+    g1, g2 = (load_file(str(tmp_path / d / "grads_step1.safetensors")) for d in ("one", "two"))
+    for name in g1:
+        torch.testing.assert_close(g1[name], g2[name], rtol=1e-4, atol=1e-6)
+    first = [_train_lines(tmp_path / d, "loss")[0] for d in ("one", "two")]
+    assert first[0] == pytest.approx(first[1], rel=1e-5)
+
+
+def test_the_jacobian_term_reaches_the_gradients_when_scheduled(tmp_path):
+    cfg = TinyConfig(steps=1, save_grads_at=1, dropout=0.0, pretrain_steps=0, max_iter_jitter=0, jac_prob=1.0)
+    run(dataclasses.replace(cfg, jac_weight=0.0), tmp_path / "off")
+    run(dataclasses.replace(cfg, jac_weight=5.0), tmp_path / "on")
+    off, on = (load_file(str(tmp_path / d / "grads_step1.safetensors")) for d in ("off", "on"))
+    assert (on["cell.weight"] - off["cell.weight"]).abs().max() > 1e-4
+    assert read_metrics(tmp_path / "on" / "metrics.jsonl")[0]["jacobian_active"] is True
+    assert "jacobian_loss" in read_metrics(tmp_path / "on" / "metrics.jsonl")[0]
+
+
+def test_cosine_lr_factor_warms_up_then_decays_to_the_floor():
+    from deq_core.train.schedules import cosine_lr_factor
+
+    assert [cosine_lr_factor(s, 10, warmup=2) for s in (0, 1)] == [0.5, 1.0]
+    assert cosine_lr_factor(2, 10, warmup=2) == 1.0
+    assert cosine_lr_factor(6, 10, warmup=2, min_ratio=0.1) == pytest.approx(0.55)
+    assert cosine_lr_factor(10, 10, min_ratio=0.1) == pytest.approx(0.1) == cosine_lr_factor(50, 10, min_ratio=0.1)
+
+
+def test_a_batch_that_the_processes_cannot_share_is_a_usage_error(tmp_path):
+    from skeleton_task import TinyTask, settings_for
+
+    from deq_core.train.errors import UsageError
+    from deq_core.train.trainer import train
+
+    settings = dataclasses.replace(settings_for(TinyConfig()), batch_size=10, grad_accum=4)
+    with pytest.raises(UsageError, match=r"batch_size \(10\) must be divisible by processes x grad_accum \(1 x 4\)"):
+        train(TinyTask(TinyConfig()), settings, tmp_path / "r")
+    assert not (tmp_path / "r" / "config.json").exists()
