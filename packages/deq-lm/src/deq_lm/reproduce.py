@@ -228,17 +228,24 @@ def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[st
             for seed, folder in zip(args.seeds, folders[preset]):
                 ensure_run(run_config(preset, seed, data_dir, args.quick), folder, f"{preset}-seed{seed}")
         return list(PRESETS)
-    done = [p for p in PRESETS
-            if all(finished(f, run_config(p, s, data_dir, args.quick)) for s, f in zip(args.seeds, folders[p]))]  # fmt: skip
-    if DEQ not in done:
-        raise UsageError(f"--finished-only: the run {DEQ} has not finished in {folders[DEQ][0].parent}; every claim "
-                         "compares with it. Train it first (python -m deq_lm.reproduce commands prints how).")  # fmt: skip
+
+    def done(preset: str) -> bool:
+        pairs = zip(args.seeds, folders[preset])
+        return all(finished(f, run_config(preset, s, data_dir, args.quick)) for s, f in pairs)
+
+    if not done(DEQ):
+        raise UsageError(
+            f"--finished-only: the run {DEQ} has not finished in {folders[DEQ][0].parent}; every claim compares "
+            "with it. Train it first (python -m deq_lm.reproduce commands prints how)."
+        )
+    return [p for p in PRESETS if done(p)]
     return done
 
 
 def not_measured(claims: Sequence[Claim], missing: Sequence[str], command: str) -> list[ClaimResult]:
     """Rows for claims whose runs have not finished (``--finished-only``), naming the missing runs."""
-    note = "not finished: " + ", ".join(p.removeprefix(f"{PREFIX}-") for p in missing) + " (rerun without --finished-only)"
+    names = ", ".join(p.removeprefix(f"{PREFIX}-") for p in missing)
+    note = f"not finished: {names} (rerun without --finished-only)"
     return [ClaimResult(c, "-", None, command, note) for c in claims]
 
 
