@@ -71,6 +71,22 @@ def test_claim4_thresholds():
     assert unequal[0].verdict == DOES_NOT_HOLD and "parameter counts differ" in unequal[0].note
 
 
+def test_claim4_rows_that_fail_say_what_was_measured():
+    deq = lc.Measured("deq", (22.0,), (15.0,), 100, 30 * 2**20, layers=1, valid_ppl=(40.0, 30.0, 24.0))
+    twin = lc.Measured("txl", (20.0,), (0.0,), 100, 40 * 2**20, layers=4, valid_ppl=(32.0, 25.0, 20.0))
+    ppl_row, mem_row = lc.twin_results(deq, twin, lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c")
+    assert ppl_row.verdict == mem_row.verdict == DOES_NOT_HOLD
+    assert "1.250x / 1.200x / 1.200x (narrowing" in ppl_row.note
+    flat = lc.twin_results(dataclasses.replace(deq, valid_ppl=(30.0, 30.0)), dataclasses.replace(twin, valid_ppl=(
+        25.0, 25.0)), lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c")[0]  # fmt: skip
+    assert "1.200x / 1.200x (not narrowing" in flat.note
+    # 10 MiB per twin layer; 30 MiB <= 25 % of the twin's needs >= 12 such layers
+    assert "10.0 MiB per layer" in mem_row.note and ">= 12 such layers" in mem_row.note
+    held = lc.twin_results(deq, dataclasses.replace(twin, ppl=(21.5,), saved_bytes=130 * 2**20), lc.PPL_VS_TXL,
+                           lc.MEMORY_VS_TXL, "c")  # fmt: skip
+    assert [r.verdict for r in held] == [HOLDS, HOLDS] and held[0].note == held[1].note == ""
+
+
 def test_claim5_thresholds_pick_the_best_qualifying_setting():
     deq = measured("deq", 20.0, 24)
     settings = [measured("a", 20.5, 13), measured("b", 20.9, 10), measured("c", 25.0, 5)]

@@ -150,6 +150,8 @@ def measure(preset: str, folders: Sequence[Path], data_dir: Path) -> tuple[lc.Me
         nfe=tuple(float(t.get("nfe_forward", 0.0)) for t in tests),
         params=count_parameters(models[0].body),
         saved_bytes=saved_activation_bytes(models[0], task, cfg),
+        layers=1 if cfg.model.startswith("deq_") else cfg.n_layers,  # tracked applications of a layer per step
+        valid_ppl=tuple(float(r["ppl"]) for r in read_metrics(folders[0] / "metrics.jsonl") if r["split"] == "valid"),
     )
     return measured, models
 
