@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from deq_core.train.devices import add_device_argument
 from deq_core.train.reports import MarkdownReport
 
 # Fixed thread count for every benchmark. One thread, not two: on the 2-core CI-like machine, shared with other jobs,
@@ -60,13 +61,19 @@ def num_threads(n: int) -> Iterator[None]:
 # command line and output
 
 
-def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parser(description: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --quick, --out, --seed, --threads, --device (a script adds its own)."""
     parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="reduced sizes and repeats (CI smoke run, < 60 s)")
     parser.add_argument("--out", metavar="FILE", help="also write the Markdown report to FILE")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default 0)")
     parser.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
-    return parser.parse_args(argv)
+    add_device_argument(parser)
+    return parser
+
+
+def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return parser(description).parse_args(argv)
 
 
 Report = MarkdownReport  # the benchmarks' reports: printed as they go, written to --out at the end
