@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import statistics
 import sys
@@ -39,6 +40,7 @@ from deq_core.train.reports import MarkdownReport
 # 2 threads vs 8 us with 1, while other processes kept the load at ~6), and batched LU of 512 x 512 matrices failed
 # with MKL "DLASWP parameter 6" errors. Override with --threads.
 THREADS = 1
+CPU = torch.device("cpu")
 
 
 def setup_torch(threads: int = THREADS) -> None:
@@ -108,13 +110,24 @@ def true_residual(f: Callable[[Tensor], Tensor], z: Tensor) -> Tensor:
     return torch.linalg.vector_norm(diff, dim=1) / torch.linalg.vector_norm(fz.reshape(z.shape[0], -1).double(), dim=1)
 
 
+def synchronize() -> None:
+    """Wait for the work queued on every CUDA device in use (a no-op on CPU), so that a wall clock read after it
+    covers the work done before it."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+
+
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Wall times of each function, run round-robin ``repeats`` times (after ``warmup`` untimed rounds)."""
+    """Wall times of each function, run round-robin ``repeats`` times (after ``warmup`` untimed rounds); on CUDA
+    each time includes the device's work (:func:`synchronize` before and after)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(warmup + repeats):
         for name, fn in fns.items():
+            synchronize()
             t0 = time.perf_counter()
             fn()
+            synchronize()
             dt = time.perf_counter() - t0
             if r >= warmup:
                 times[name].append(dt)
@@ -162,6 +175,13 @@ class Problem:
     cell: nn.Module | None = None
     x: Tensor | None = None
     facts: dict[str, str] = field(default_factory=dict)
+
+    def to(self, device: torch.device) -> Problem:
+        """The same problem with its cell, injection and start on ``device`` (the cell is moved in place)."""
+        if self.cell is None or self.x is None:
+            raise ValueError(f"problem {self.name} has no cell and injection to move")
+        cell, x = self.cell.to(device), self.x.to(device)
+        return dataclasses.replace(self, f=lambda z: cell(z, x), z0=self.z0.to(device), cell=cell, x=x)
 
 
 # ---- tanh(W z + x) -------------------------------------------------------------------------------------------------
