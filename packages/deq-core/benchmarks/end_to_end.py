@@ -380,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Geometric mean of the time ratios: {P.fmt(statistics.geometric_mean(ratios))}; target <= 0.8: "
         f"{'met' if max(ratios) <= 0.8 else 'not met'} on {sum(r <= 0.8 for r in ratios)} of {len(ratios)} rows."
     )
-    rep.write(args.out)
+    words = ["OMP_NUM_THREADS=1", "python", "packages/deq-core/benchmarks/end_to_end.py", *(argv or sys.argv[1:])]
+    command = " ".join(words)
+    rep.write(args.out, f"Command: `{command}`")
     return 0
 
 
