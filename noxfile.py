@@ -66,7 +66,9 @@ def tests(session: nox.Session, package: str) -> None:
     if package == "deq-core":
         wheel = _check_wheel(session)
         session.install(f"{wheel}[train]")  # the deq_core.train tests: the wheel's training extra
-        session.install("pytest>=8", "hypothesis>=6.100", "numpy")  # numpy: the random-state tests
+        # numpy: the random-state tests; torchdeq: the end-to-end benchmark's test (the peer it compares against,
+        # never a dependency of deq-core)
+        session.install("pytest>=8", "hypothesis>=6.100", "numpy", "torchdeq==0.1.0")
     else:
         _install_package(session, package)
     session.run("python", "-m", "pytest", str(ROOT / "packages" / package), "-q", *session.posargs)

@@ -149,12 +149,14 @@ def rel_diff(a: list[Tensor], b: list[Tensor]) -> float:
     return num / max(float(x.abs().max()) for x in a)
 
 
-def make_cases(quick: bool, seed: int) -> list[Case]:
+def make_cases(quick: bool, seed: int, device: torch.device = P.CPU) -> list[Case]:
     batch = 4 if quick else 8
     gen = torch.Generator().manual_seed(seed + 3)
+    x_tf = torch.randn(batch, 32, 64, generator=gen)
+    x_conv = 1.5 * torch.randn(batch, 32, 16, 16, generator=gen)
     return [
-        Case("transformer", P.transformer_cell(seed), torch.randn(batch, 32, 64, generator=gen)),
-        Case("conv", P.conv_cell(seed), 1.5 * torch.randn(batch, 32, 16, 16, generator=gen)),
+        Case("transformer", P.transformer_cell(seed).to(device), x_tf.to(device)),
+        Case("conv", P.conv_cell(seed).to(device), x_conv.to(device)),
     ]
 
 
@@ -170,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     rep.add("## Training memory: DEQ (implicit backward) vs explicit weight-tied network")
     rep.add()
     rep.add(
-        f"torch {torch.__version__}, float32, depths {list(depths)}. Saved = unique storages saved for backward "
+        f"torch {torch.__version__}, device {args.device}, float32, depths {list(depths)}. Saved = unique storages "
+        "saved for backward "
         "(saved_tensors_hooks, parameters and x excluded); peak = largest live tensor bytes during forward + "
         "backward (tracked per ATen op with a TorchDispatchMode); solve peak = the same for the no-grad forward "
         "solve alone. MiB."
     )
     rep.add()
     saved_rows, peak_rows, notes = [], [], []
-    for case in make_cases(args.quick, args.seed):
+    for case in make_cases(args.quick, args.seed, args.device):
         ours_saved, ours_peak = [], []
         for depth in depths:
             forwards = {

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import statistics
 import sys
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from deq_core.train.devices import add_device_argument
 from deq_core.train.reports import MarkdownReport
 
 # Fixed thread count for every benchmark. One thread, not two: on the 2-core CI-like machine, shared with other jobs,
@@ -38,6 +40,7 @@ from deq_core.train.reports import MarkdownReport
 # 2 threads vs 8 us with 1, while other processes kept the load at ~6), and batched LU of 512 x 512 matrices failed
 # with MKL "DLASWP parameter 6" errors. Override with --threads.
 THREADS = 1
+CPU = torch.device("cpu")
 
 
 def setup_torch(threads: int = THREADS) -> None:
@@ -60,13 +63,19 @@ def num_threads(n: int) -> Iterator[None]:
 # command line and output
 
 
-def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parser(description: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --quick, --out, --seed, --threads, --device (a script adds its own)."""
     parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="reduced sizes and repeats (CI smoke run, < 60 s)")
     parser.add_argument("--out", metavar="FILE", help="also write the Markdown report to FILE")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default 0)")
     parser.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
-    return parser.parse_args(argv)
+    add_device_argument(parser)
+    return parser
+
+
+def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return parser(description).parse_args(argv)
 
 
 Report = MarkdownReport  # the benchmarks' reports: printed as they go, written to --out at the end
@@ -101,13 +110,24 @@ def true_residual(f: Callable[[Tensor], Tensor], z: Tensor) -> Tensor:
     return torch.linalg.vector_norm(diff, dim=1) / torch.linalg.vector_norm(fz.reshape(z.shape[0], -1).double(), dim=1)
 
 
+def synchronize() -> None:
+    """Wait for the work queued on every CUDA device in use (a no-op on CPU), so that a wall clock read after it
+    covers the work done before it."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+
+
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Wall times of each function, run round-robin ``repeats`` times (after ``warmup`` untimed rounds)."""
+    """Wall times of each function, run round-robin ``repeats`` times (after ``warmup`` untimed rounds); on CUDA
+    each time includes the device's work (:func:`synchronize` before and after)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(warmup + repeats):
         for name, fn in fns.items():
+            synchronize()
             t0 = time.perf_counter()
             fn()
+            synchronize()
             dt = time.perf_counter() - t0
             if r >= warmup:
                 times[name].append(dt)
@@ -155,6 +175,13 @@ class Problem:
     cell: nn.Module | None = None
     x: Tensor | None = None
     facts: dict[str, str] = field(default_factory=dict)
+
+    def to(self, device: torch.device) -> Problem:
+        """The same problem with its cell, injection and start on ``device`` (the cell is moved in place)."""
+        if self.cell is None or self.x is None:
+            raise ValueError(f"problem {self.name} has no cell and injection to move")
+        cell, x = self.cell.to(device), self.x.to(device)
+        return dataclasses.replace(self, f=lambda z: cell(z, x), z0=self.z0.to(device), cell=cell, x=x)
 
 
 # ---- tanh(W z + x) -------------------------------------------------------------------------------------------------

@@ -167,7 +167,8 @@ def nfe_over_starts(problem: P.Problem, method: tuple, draws: int, scale: float 
     generator = torch.Generator().manual_seed(1234)
     ours, tdeq = [], []
     for _ in range(draws):
-        z0 = problem.z0 + scale * torch.randn(problem.z0.shape, generator=generator, dtype=problem.z0.dtype)
+        noise = torch.randn(problem.z0.shape, generator=generator, dtype=problem.z0.dtype).to(problem.z0.device)
+        z0 = problem.z0 + scale * noise
         counted = P.Counted(problem.f)
         run_ours(counted, z0, ours_name, problem.max_iter, ours_opts)
         ours.append(counted.calls)
@@ -267,7 +268,7 @@ def bare_anderson(f: Callable[[Tensor], Tensor], z0: Tensor, calls: int, m: int 
     fx = f_flat(x)
     dg = x.new_zeros(batch, slots + 1, x.shape[1])  # rows: the last differences of g, then the current g
     df = x.new_zeros(batch, slots, x.shape[1])  # differences of f(z)
-    gram = torch.zeros(batch, slots, slots, dtype=torch.float64)
+    gram = torch.zeros(batch, slots, slots, dtype=torch.float64, device=x.device)
     torch.sub(fx, x, out=dg[:, slots])
     x_new = fx
     for k in range(1, calls):
@@ -292,12 +293,14 @@ def history_pass_time(problem: P.Problem, rows: int, repeats: int = 30) -> float
     """Median seconds of one batched pass over ``rows`` history rows of the problem's state size: the product
     (B, 1, D) x (B, D, rows), the way the solvers read their histories."""
     flat = problem.z0.reshape(problem.z0.shape[0], -1)
-    hist = torch.randn(flat.shape[0], rows, flat.shape[1], dtype=flat.dtype)
+    hist = torch.randn(flat.shape[0], rows, flat.shape[1], dtype=flat.dtype, device=flat.device)
     vec = torch.randn_like(flat).unsqueeze(1)
     times = []
     for _ in range(repeats + 3):
+        P.synchronize()
         t0 = time.perf_counter()
         torch.bmm(vec, hist.transpose(1, 2))
+        P.synchronize()
         times.append(time.perf_counter() - t0)
     return P.median(times[3:])
 
@@ -312,14 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     rep.add(f"## Solvers: deq-core {deq_core.__version__} vs TorchDEQ {version('torchdeq')}")
     rep.add()
     rep.add(
-        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), float32, tol {TOL:g} (rel), z0 = 0, "
+        f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} thread(s), float32, tol {TOL:g} "
+        "(rel), z0 = 0, "
         f"{repeats} interleaved timing repeats{' (--quick: reduced sizes)' if args.quick else ''}. "
         "NFE counted by a wrapper; residuals recomputed from the returned z; conv. = true residual <= tol. "
         "Ratio = ours/TorchDEQ wall time (median of per-repeat ratios); overhead = time / (NFE x time of one f call)."
     )
     rep.add()
 
-    problems = build_problems(args.quick, args.seed)
+    problems = [p.to(args.device) for p in build_problems(args.quick, args.seed)]
     rows: list[Row] = []
     rep.add("### Problems")
     rep.add()

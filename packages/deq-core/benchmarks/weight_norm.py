@@ -51,7 +51,7 @@ class LinearCell(nn.Module):
         return torch.tanh(self.fc2(torch.relu(self.fc1(z))) + x)
 
 
-def make_cells(quick: bool, seed: int) -> list[tuple[str, nn.Module, Tensor, str]]:
+def make_cells(quick: bool, seed: int, device: torch.device = P.CPU) -> list[tuple[str, nn.Module, Tensor, str]]:
     cells = []
     conv = P.conv_cell(seed)
     deq_core.weight_norm(conv.conv1)
@@ -65,7 +65,7 @@ def make_cells(quick: bool, seed: int) -> list[tuple[str, nn.Module, Tensor, str
         deq_core.weight_norm(lin.fc1)
         deq_core.weight_norm(lin.fc2)
         cells.append((name, lin, torch.randn(batch, 256, generator=gen), "256 (hidden 1024)"))
-    return cells
+    return [(name, cell.to(device), x.to(device), dim) for name, cell, x, dim in cells]
 
 
 class ParamCounter:
@@ -125,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     rep.add("## Weight normalization: recomputed per call vs `deq_core.cached_weights`")
     rep.add()
     rep.add(
-        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), float32. One DEQ training step: "
+        f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} thread(s), float32. One DEQ "
+        "training step: "
         f"{ITERS} forward fixed-point iterations + the tracked call f(z*), then backward with {ITERS} adjoint "
         f"iterations. {repeats} interleaved repeats; ratio = median of per-repeat ratios cached/plain."
     )
     rep.add()
     rows = []
-    for name, cell, x, dim in make_cells(args.quick, args.seed):
+    for name, cell, x, dim in make_cells(args.quick, args.seed, args.device):
         counter = ParamCounter(cell)
         counter.calls = 0
         plain = training_step(cell, x, cached=False)

@@ -11,6 +11,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+import torch
+
 from deq_core.train.reports import MarkdownReport
 
 MIB = 2.0**20
@@ -46,10 +48,19 @@ def command_line(script: str, argv: Sequence[str]) -> str:
     return "Command: `" + " ".join(words) + "`"
 
 
+def synchronize() -> None:
+    """Wait for the work queued on every CUDA device in use (a no-op on CPU)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+
+
 def seconds(fn: Callable[[], object]) -> float:
-    """Wall-clock seconds of one call of ``fn``."""
+    """Wall-clock seconds of one call of ``fn`` (on CUDA including the device's work)."""
+    synchronize()
     start = time.perf_counter()
     fn()
+    synchronize()
     return time.perf_counter() - start
 
 

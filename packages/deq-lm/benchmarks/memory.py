@@ -38,8 +38,8 @@ reduction on (after ``memory`` = 20 updates, iteration 22), 2 (memory // 2) = 20
 of ``--extra-for`` are also measured at ``--extra-limit`` 22 iterations: both DEQ-TrellisNets (Broyden forward, where it
 raises the peak) and the small
 DEQ-Transformer, whose solvers (Anderson forward, Broyden backward) are those of the medium ones, which take 2-5 minutes
-each at 22 iterations on one CPU thread. The main table uses each DEQ's largest measured limit. On CUDA every model
-runs on the GPU with its preset's limits.
+each at 22 iterations on one CPU thread. The main table uses each DEQ's largest measured limit. With ``--device cuda``
+(default cpu) every model runs on the GPU with its preset's limits.
 
 The twin's depth sweep (``--depths``, plus each preset's own depth) shows its saved bytes growing linearly with depth
 while the DEQ's stay constant. ``--quick``: the presets' ``tiny-*`` versions (widths 8-16, memory 8, twin depths 2-3),
@@ -64,6 +64,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 import deq_core
+from deq_core.train.devices import add_device_argument
 from deq_lm.configs import Config, get_config
 from deq_lm.models.factory import build_body
 from deq_lm.models.heads import build_embedding_and_head, embedding_width
@@ -489,7 +490,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="twin depths of the sweep (default 4,8,16,18,32; 2,4,8 with --quick)",
     )  # fmt: skip
     parser.add_argument("--only", nargs="*", default=None, help="only the pairs whose DEQ preset is one of these")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    add_device_argument(parser)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -498,8 +499,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def make_protocol(args: argparse.Namespace) -> Protocol:
     """Sizes and devices from the command line: on CUDA everything on the GPU at the presets' limits; on CPU the DEQs
     on the CPU at small limits and the twins on the meta device."""
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda" if cuda else "cpu")
+    device = args.device
+    cuda = device.type == "cuda"
     default_iters = () if cuda else ((2, 3) if args.quick else (2, 4))
     return Protocol(
         tgt_len=args.tgt_len,

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from deq_core import DEQInfo
 from deq_core.train.checkpoints import resolve_checkpoint
+from deq_core.train.devices import add_device_argument
 from deq_core.train.overrides import apply_overrides
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model
@@ -54,6 +55,7 @@ from deq_lm.tasks import Task, build_task
 
 DEQ_PRESET, JR_PRESET, TXL_PRESET = "pydoc-deq-transformer", "pydoc-deq-transformer-jr", "pydoc-transformer-xl"
 DEEP_TXL_LAYERS = 18
+CPU = torch.device("cpu")
 TOL_LIMIT = 100  # inference iteration limit when measuring the NFE needed to reach the tolerance
 PAPER = (
     "Published (GPU, WikiText-103): DEQ-Transformer 2.82x the training time and 1.76x the inference time of an "
@@ -149,9 +151,10 @@ def run_entries(runs: Sequence[Path], seed: int) -> tuple[list[Entry], Task]:
     return entries, task
 
 
-def segments(task: Task, batch_size: int) -> Segments:
-    """The first two training segments for a batch of ``batch_size`` sequences."""
-    return Segments(task.train_batch(0, batch_size), task.train_batch(1, batch_size))
+def segments(task: Task, batch_size: int, device: torch.device = CPU) -> Segments:
+    """The first two training segments for a batch of ``batch_size`` sequences, on ``device``."""
+    first, second = (tuple(t.to(device) for t in task.train_batch(i, batch_size)) for i in (0, 1))
+    return Segments(first, second)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -305,7 +308,8 @@ def report(rep: lb.Report, entries: Sequence[Entry], repeats: int, batch: tuple[
     trained = any(e.source != "fresh" for e in entries if e.is_deq)
     rep.add(
         f"Batch {batch[0]} x {batch[1]} tokens, medians of {repeats} interleaved rounds after one warm-up, "
-        f"torch {torch.__version__} on CPU with {torch.get_num_threads()} thread(s). "
+        f"torch {torch.__version__} on {next(twin.model.parameters()).device} with {torch.get_num_threads()} "
+        "thread(s). "
         + (
             "DEQ rows use trained checkpoints: their NFE are those of trained models."
             if trained
@@ -326,6 +330,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides of the fresh configs")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--seed", type=int, default=0)
+    add_device_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -338,8 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         entries, task = run_entries(args.runs, args.seed)
     else:
         entries, task = fresh_entries(args.set, args.seed)
-    batch_size = entries[0].cfg.batch_size
-    seg = segments(task, batch_size)
+    for e in entries:
+        e.model.to(args.device)
+    seg = segments(task, entries[0].cfg.batch_size, args.device)
     run_rounds(entries, seg, repeats)
     rep = lb.Report()
     rep.add("## Training and inference time: DEQ-Transformer (with and without JR) vs Transformer-XL")

@@ -214,3 +214,41 @@ def test_history_bytes_match_what_the_solver_allocates(
     added = count(solver, small, vector, n_long, limit) - count(solver, small, vector, n_small, limit)
     assert added - 2 * vector - vector / 20 <= grown <= added + vector / 20
     assert (added > 0) == (solver == "broyden")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# profile_step.py and --device (every script)
+
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("[!_]*.py"))  # what nox -s bench runs
+
+
+def test_profile_quick_script(tmp_path: Path) -> None:
+    """The split of the DEQ step: every part, the calls of f counted, shares summing to about 100 %."""
+    out = tmp_path / "profile.md"
+    proc = run_script("profile_step", "--quick", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert text.startswith("Command: `OMP_NUM_THREADS=1 python packages/deq-lm/benchmarks/profile_step.py --quick")
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    parts = [r[0].strip() for r in rows]
+    assert parts[:3] == ["f forward: solver calls", "f forward: with autograd", "f backward"]
+    assert {"forward solver", "adjoint solver", "weight norm", "optimizer"} <= set(parts)
+    shares = [float(r[2].strip().rstrip("%")) for r in rows]
+    assert sum(shares) == pytest.approx(100.0, abs=1.0)
+    assert all(s >= 0 for s, p in zip(shares, parts) if p != "other")
+    assert "DEQ step / twin step:" in text and "calls of f" in text
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_missing_gpu_is_a_one_line_error(script: str) -> None:
+    """``--device cuda`` without a GPU (CUDA_VISIBLE_DEVICES="" for the subprocess): argparse's one-line error."""
+    env = dict(subprocess_env(), CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{script}.py"), "--device", "cuda", "--quick"], env=env,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"{script}.py: error: argument --device: device 'cuda' is not available: this machine has no CUDA GPU; "
+        "use --device cpu"
+    )

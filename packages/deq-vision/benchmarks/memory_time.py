@@ -1,7 +1,7 @@
 """Memory and time of training and inference: MDEQ, MDEQ + JR and timm's ResNet-18 / ResNet-101, in one run, as
 ratios (the JR paper's Figure 6); and the NFE needed to reach the tolerance with and without JR (from trained runs).
 
-    python packages/deq-vision/benchmarks/memory_time.py [--quick] [--batch 8] [--repeats 3]
+    python packages/deq-vision/benchmarks/memory_time.py [--quick] [--batch 8] [--repeats 3] [--device cpu]
         [--runs RUN_WITHOUT_JR RUN_WITH_JR]     # e.g. the digits-mdeq and digits-mdeq-jr run directories
 
 Memory is the size of the activations autograd saves for the backward pass (``deq_core.saved_tensor_bytes``: the
@@ -18,7 +18,7 @@ import dataclasses
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 import deq_core
+from deq_core.train.devices import add_device_argument
 from deq_vision.configs import Config, get_config
 from deq_vision.train import build_model
 
@@ -44,8 +45,12 @@ def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeats):
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         start = time.perf_counter()
         fn()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -89,7 +94,7 @@ def measure(
     }
 
 
-def nfe_to_tolerance(run_dir: Path, tol: float, max_iter: int, n_images: int) -> dict[str, float]:
+def nfe_to_tolerance(run_dir: Path, tol: float, max_iter: int, n_images: int, device: torch.device) -> dict[str, float]:
     """Solve the trained MDEQ of ``run_dir`` on ``n_images`` evaluation images to ``tol`` (at most ``max_iter``
     iterations): the NFE used, and the fraction of images that reached the tolerance."""
     from torch.utils.data import DataLoader
@@ -98,19 +103,20 @@ def nfe_to_tolerance(run_dir: Path, tol: float, max_iter: int, n_images: int) ->
     from deq_vision.evaluate import load_model
 
     cfg, model, _ = load_model(run_dir)
+    model = model.to(device)
     _, eval_set = build_datasets(dataclasses.replace(cfg, eval_limit=n_images), None)
-    x, _ = next(iter(DataLoader(eval_set, batch_size=n_images)))
+    x = next(iter(DataLoader(eval_set, batch_size=n_images)))[0].to(device)
     with torch.no_grad():
         injection = model.stem(x)
         with deq_core.cached_weights(model):
             res = deq_core.solve(
-                lambda z: model.cell(z, injection), model.initial_state(injection), method=cfg.solver,
+                lambda z: model.cell(z, injection), model.initial_state(injection), solver=cfg.solver,
                 max_iter=max_iter, tol=tol, stop_mode=cfg.stop_mode,
             )  # fmt: skip
     return {"nfe": res.nfe, "converged": float(res.converged.float().mean()), "residual": float(res.residual.mean())}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="batch 2, one repeat, solver limits of 4")
     parser.add_argument("--batch", type=int, default=8)
@@ -119,9 +125,10 @@ def main() -> None:
     parser.add_argument("--runs", nargs=2, type=Path, metavar=("WITHOUT_JR", "WITH_JR"), default=None)
     parser.add_argument("--tols", type=lambda t: [float(v) for v in t.split(",")], default=[1e-2, 1e-3])
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
-    args = parser.parse_args()
+    add_device_argument(parser)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device
     batch, repeats = (2, 1) if args.quick else (args.batch, args.repeats)
 
     rows = {}
@@ -149,7 +156,7 @@ def main() -> None:
         for label, run in zip(("without JR", "with JR"), args.runs):
             nfe[label] = {}
             for tol in args.tols:
-                nfe[label][f"{tol:g}"] = nfe_to_tolerance(run, tol, max_iter=100, n_images=128)
+                nfe[label][f"{tol:g}"] = nfe_to_tolerance(run, tol, max_iter=100, n_images=128, device=device)
                 print(f"NFE to reach residual {tol:g} ({label}, {run}): {nfe[label][f'{tol:g}']}", flush=True)
         result["nfe_to_tolerance"] = nfe
     if args.out is not None:

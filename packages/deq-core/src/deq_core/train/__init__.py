@@ -19,6 +19,8 @@
 - :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
 - :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts.
+- :mod:`~deq_core.train.steptime`: where a DEQ training step's time goes (inside f or outside it).
+- :mod:`~deq_core.train.devices`: the ``--device`` option of the benchmark scripts (a checked device name).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from deq_core import VariationalDropout
 
-from .attention import RelativeAttention, sinusoid_positions
+from .attention import AttentionContext, RelativeAttention, sinusoid_positions
 from .common import apply_weight_norm
 from .interface import BodyOutput, Control
 
@@ -48,14 +48,23 @@ class TransformerBlock(nn.Module):
         self.drop_attn.reset_mask(like)
         self.drop_ff.reset_mask(like)
 
+    def context(self, memory: Tensor | None, pos: Tensor, q_len: int, injection: Tensor | None) -> AttentionContext:
+        """What the block's attention computes once per segment (memory (B, M, d_model) or None, pos (M + L, d_model),
+        ``q_len`` = L, injection or None): the DEQ's f reuses it at every call."""
+        mem = None if memory is None or not self.pre_ln else self.ln1(memory)
+        return self.attn.context(memory if mem is None else mem, pos, q_len, injection)
+
+    def step(self, z: Tensor, ctx: AttentionContext) -> Tensor:
+        """z: (B, L, d_model) -> (B, L, d_model) with the segment's attention context."""
+        if self.pre_ln:
+            h = z + self.drop_attn(self.attn.attend(self.ln1(z), ctx))
+            return h + self.drop_ff(self.ff2(torch.relu(self.ff1(self.ln2(h)))))
+        h = self.ln1(z + self.drop_attn(self.attn.attend(z, ctx)))
+        return self.ln2(h + self.drop_ff(self.ff2(torch.relu(self.ff1(h)))))
+
     def forward(self, z: Tensor, memory: Tensor | None, pos: Tensor, injection: Tensor | None = None) -> Tensor:
         """z: (B, L, d_model); memory: (B, M, d_model) or None; pos: (M + L, d_model). Returns (B, L, d_model)."""
-        if self.pre_ln:
-            mem = None if memory is None else self.ln1(memory)
-            h = z + self.drop_attn(self.attn(self.ln1(z), mem, pos, injection))
-            return h + self.drop_ff(self.ff2(torch.relu(self.ff1(self.ln2(h)))))
-        h = self.ln1(z + self.drop_attn(self.attn(z, memory, pos, injection)))
-        return self.ln2(h + self.drop_ff(self.ff2(torch.relu(self.ff1(h)))))
+        return self.step(z, self.context(memory, pos, z.shape[1], injection))
 
 
 def extend_memory(memory: Tensor | None, z: Tensor, mem_len: int) -> Tensor:
@@ -78,6 +87,7 @@ class TransformerContext:
     memory: Tensor | None  # (B, M, d_model)
     pos: Tensor  # (M + L, d_model)
     shape: tuple[int, int, int]  # (B, L, d_model)
+    attention: AttentionContext  # the memory's projections, the projected positions and the masks
 
 
 class DEQTransformerCell(nn.Module):
@@ -122,13 +132,15 @@ class DEQTransformerCell(nn.Module):
         like = injection.new_zeros(batch, length, self.d_model)
         self.block.reset_masks(like)
         pos = distance_encodings(mem_slots + length, self.d_model, injection)
-        return TransformerContext(injection, memory, pos, (batch, length, self.d_model))
+        attention = self.block.context(memory, pos, length, injection)
+        return TransformerContext(injection, memory, pos, (batch, length, self.d_model), attention)
 
     def initial(self, ctx: TransformerContext) -> Tensor:
         return ctx.injection.new_zeros(ctx.shape)
 
     def f(self, z: Tensor, ctx: TransformerContext) -> Tensor:
-        return self.block(z, ctx.memory, ctx.pos, ctx.injection)
+        """The equilibrium map: only what depends on z is computed here (the segment's part is in ``ctx``)."""
+        return self.block.step(z, ctx.attention)
 
     def readout(self, z: Tensor, ctx: TransformerContext) -> Tensor:
         return self.final_norm(z)
