@@ -17,9 +17,8 @@ def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
     text = (out / "claims.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert len(rows) == 9
-    assert all(any(f"**{v}**" in r for v in ("HOLDS", "DOES NOT HOLD", "NOT MEASURED")) for r in rows)
-    assert sum("**NOT MEASURED**" in r for r in rows) == 1  # two-op: not in the plan
+    assert len(rows) == 10
+    assert all(any(f"**{v}**" in r for v in ("HOLDS", "DOES NOT HOLD")) for r in rows)  # every claim measured
     assert "jacobian-regularization-icml2021.txt" in rows[0] and "Figure 10" in rows[1]
     assert "reproduce claims --quick" in rows[0]
     assert (out / "synthetic_ablation.md").read_text().count("\n| ") == 7  # header + 6 settings
@@ -59,40 +58,59 @@ def test_synthetic_verdict_follows_its_thresholds():
     assert not synthetic.verdict(slow)[0]
 
 
-def _arith(acc: float, residual: float = 5e-4, converged: float = 1.0) -> dict:
-    return {"test_four": {"acc": acc, "residual": residual, "converged": converged, "nfe_forward": 20.0}}
+def _arith(acc: float, residual: float = 5e-4, converged: float = 1.0, two: float = 96.0) -> dict:
+    four = {"acc": acc, "residual": residual, "converged": converged, "nfe_forward": 20.0}
+    return {"test_four": four, "test_two": {"acc": two}, "test_two_biased": {"acc": two - 2.0}}
 
 
-def test_arithmetic_verdicts_follow_their_thresholds():
-    res = {
+def _results() -> dict:
+    return {
         "arith-fc": _arith(64.0),
         "arith-gru": _arith(80.0),
         "arith-stacked-gru": _arith(85.0),
         "arith-deq": _arith(87.0),
         "arith-gru-batch64": _arith(81.0),
+        "arith-gru-two": _arith(0.0, two=96.0),
+        "arith-deq-two": _arith(0.0, two=96.3),
     }
-    gains = dict.fromkeys(res, 0.2)
-    rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, gains, "cmd")}
-    assert rows == {
-        "ordering": True,
-        "deq-accuracy": True,
-        "deq-converges": True,
-        "batch-schedule": True,
-        "plateau": True,
-    }
-    res["arith-deq"] = _arith(84.0, residual=2e-3)
+
+
+def test_arithmetic_accuracy_verdicts_follow_their_thresholds():
+    res = _results()
+    rows = {r.claim.key: r.holds for r in arithmetic.accuracy_rows(res, "cmd")}
+    assert rows == {"ordering": True, "deq-accuracy": True, "batch-schedule": True, "two-ops": True}
+    res["arith-deq"] = _arith(84.0)
     res["arith-gru-batch64"] = _arith(82.0)
-    rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, gains, "cmd")}
-    assert rows == {
-        "ordering": False,
-        "deq-accuracy": False,
-        "deq-converges": False,
-        "batch-schedule": False,
-        "plateau": True,
-    }
+    res["arith-deq-two"] = _arith(0.0, two=95.9)  # below the GRU's 96.0
+    rows = {r.claim.key: r.holds for r in arithmetic.accuracy_rows(res, "cmd")}
+    assert rows == {"ordering": False, "deq-accuracy": False, "batch-schedule": False, "two-ops": False}
     res["arith-gru-batch64"] = _arith(80.5)  # within 1.5 points of arith-gru again
-    rows = {r.claim.key: r.holds for r in arithmetic.measured_rows(res, {**gains, "arith-gru": 1.5}, "cmd")}
-    assert rows["batch-schedule"] is True and rows["plateau"] is False
+    assert {r.claim.key: r.holds for r in arithmetic.accuracy_rows(res, "cmd")}["batch-schedule"] is True
+
+
+def _train_log(path, residuals):
+    path.mkdir(parents=True)
+    lines = [
+        json.dumps({"step": 10 * (i + 1), "split": "train", "residual": r, "nfe_forward": 8, "converged": 1.0})
+        for i, r in enumerate(residuals)
+    ]
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_arithmetic_solver_verdicts_follow_their_thresholds(tmp_path):
+    for name in ("arith-deq", "arith-deq-plain"):
+        _train_log(tmp_path / "arithmetic" / name, [5e-4, 6e-4])
+    res = _results()
+    profile = {"run_minutes": 44.0, "summary": "0.6 s per step"}
+    profiles = {"arith-deq": profile, "arith-deq-plain": {**profile, "run_minutes": 300.0}}
+    rows = {r.claim.key: r.holds for r in arithmetic.solver_rows(res, profiles, tmp_path, "cmd")}
+    assert rows == {"deq-converges": True, "speed": True}
+    res["arith-deq"] = _arith(87.0, residual=5e-4, converged=0.98)  # 2 % of the samples unconverged
+    profiles["arith-deq"] = {**profile, "run_minutes": 46.0}
+    rows = {r.claim.key: r.holds for r in arithmetic.solver_rows(res, profiles, tmp_path, "cmd")}
+    assert rows == {"deq-converges": False, "speed": False}
+    res["arith-deq"] = _arith(87.0, residual=1.1e-3)
+    assert not arithmetic.solver_rows(res, profiles, tmp_path, "cmd")[0].holds
 
 
 def test_explicit_reference_ignores_z(tmp_path):

@@ -136,6 +136,38 @@ def growth(curve: Sequence[dict[str, float]], after: int) -> float:
     return _mean(values[-n:]) / max(_mean(values[:n]), 1e-30)
 
 
+def _early_stop_result(
+    early: list[float], jr_stop: list[float], mdeq_acc: float, stop: int, command: str
+) -> ClaimResult:
+    """The early-stopping row: top-1 of the unregularized MDEQ and of MDEQ + JR both stopped at MAIN_NFE (max_iter
+    ``stop``); ``mdeq_acc``: the unregularized MDEQ's mean top-1 solved to tolerance."""
+    holds = _mean(early) < _mean(jr_stop) - 1.0
+    gap = mdeq_acc - _mean(early)
+    reason = (
+        f"measured: the unregularized MDEQ's accuracy at NFE {MAIN_NFE} differs by {-gap:+.2f} points from its "
+        "accuracy solved to tolerance, so there is no early-stopping loss for JR to recover (see the residual row: "
+        "its solves got easier over training, not harder)"
+    )
+    return ClaimResult(
+        EARLY_STOP,
+        ours=f"at NFE {MAIN_NFE} (max_iter {stop}): MDEQ {mean_spread(early)} %; MDEQ + JR {mean_spread(jr_stop)} %",
+        holds=holds,
+        command=command,
+        note="" if holds else reason,
+    )
+
+
+def _resnet_result(params: tuple[int, int], acc: dict[str, list[float]], command: str) -> ClaimResult:
+    """The ResNet-twin row: parameters within 10 % and the MDEQ's top-1 within 1 point of the twin's."""
+    return ClaimResult(
+        RESNET_TWIN,
+        ours=f"MDEQ {params[0]:,} params, {mean_spread(acc['mdeq'])} %; ResNet {params[1]:,} params, "
+        f"{mean_spread(acc['resnet'])} %",
+        holds=abs(params[0] / params[1] - 1) <= 0.1 and _mean(acc["mdeq"]) >= _mean(acc["resnet"]) - 1.0,
+        command=command,
+    )
+
+
 def claim_results(
     runs: Sequence[RunLike], evals: dict[str, Any], command: str, pretrain_steps: int, jr_limit: int | None = None
 ) -> tuple[list[ClaimResult], dict[str, Any]]:
@@ -169,35 +201,11 @@ def claim_results(
         )
     ]
     early, jr_stop = stop_acc(evals, mdeq, MAIN_NFE), stop_acc(evals, jr, MAIN_NFE)
-    holds = _mean(early) < _mean(jr_stop) - 1.0
-    gap = _mean(acc["mdeq"]) - _mean(early)
-    reason = (
-        f"measured: the unregularized MDEQ's accuracy at NFE {MAIN_NFE} differs by {-gap:+.2f} points from its "
-        "accuracy solved to tolerance, so there is no early-stopping loss for JR to recover (see the residual row: "
-        "its solves got easier over training, not harder)"
-    )
-    results.append(
-        ClaimResult(
-            EARLY_STOP,
-            ours=f"at NFE {MAIN_NFE} (max_iter {stop}): MDEQ {mean_spread(early)} %; MDEQ + JR "
-            f"{mean_spread(jr_stop)} %",
-            holds=holds,
-            command=command,
-            note="" if holds else reason,
-        )
-    )
+    results.append(_early_stop_result(early, jr_stop, _mean(acc["mdeq"]), stop, command))
     results.append(_gamma_result(runs, evals, command))
     results.append(_residual_result(evals, mdeq, jr, command, pretrain_steps))
     params = (evals[mdeq[0]]["parameters"], evals[resnet[0]]["parameters"])
-    results.append(
-        ClaimResult(
-            RESNET_TWIN,
-            ours=f"MDEQ {params[0]:,} params, {mean_spread(acc['mdeq'])} %; ResNet {params[1]:,} params, "
-            f"{mean_spread(acc['resnet'])} %",
-            holds=abs(params[0] / params[1] - 1) <= 0.1 and _mean(acc["mdeq"]) >= _mean(acc["resnet"]) - 1.0,
-            command=command,
-        )
-    )
+    results.append(_resnet_result(params, acc, command))
     summary = {
         "convention": CONVENTION, "acc": acc, "calls_of_f": calls, "nfe_paper": nfe, "nfe_ratio": ratio,
         f"acc_mdeq_nfe{MAIN_NFE}": early, f"acc_jr_nfe{MAIN_NFE}": jr_stop,

@@ -49,7 +49,7 @@ def run_claims(
     if "arithmetic" in groups:
         rows += arithmetic.arithmetic_claims(output_dir, quick, progress, command, "repeated" in groups)
     else:
-        claims = (*arithmetic.MEASURED, arithmetic.BIASED, arithmetic.TWO_OPS, arithmetic.REPEATED)
+        claims = (*arithmetic.MEASURED, arithmetic.BIASED, arithmetic.REPEATED)
         rows += arithmetic.not_measured_rows(claims, full, "run with --claims arithmetic")
     title = "deq-toy claims" + (" (--quick smoke run: tiny data, not a result)" if quick else "")
     write_claims(output_dir / "claims.md", rows, title=title, preamble="" if quick else PREAMBLE)
