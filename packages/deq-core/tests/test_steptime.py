@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import deq_core
-from deq_core.train.steptime import F_PARTS, StepTimer, profile_steps, split_rows, split_summary
+from deq_core.train.steptime import F_PARTS, StepTimer, profile_steps, split_rows, split_summary, training_step
 
 
 class Cell(nn.Module):
@@ -80,3 +80,27 @@ def test_profile_rows_and_summary() -> None:
     assert sum(shares) == pytest.approx(100.0 * sum(prof.parts.values()) / prof.total, abs=0.1 * len(rows))
     inside = sum(prof.parts[k] for k in F_PARTS) / prof.total
     assert f"i.e. {4.0 * inside:.2f}x the twin step" in split_summary(prof, 4.0, "twin")
+
+
+def test_training_step_updates_as_a_plain_step_and_times_its_parts() -> None:
+    """training_step with and without a timer makes the same update as zero_grad / backward / step by hand."""
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    models = []
+    for _ in range(3):
+        torch.manual_seed(1)
+        models.append(nn.Linear(3, 2))
+    by_hand, plain, timed = models
+    opt = torch.optim.SGD(by_hand.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        by_hand(x).square().mean().backward()
+        opt.step()
+    timer = StepTimer()
+    for model, t in ((plain, None), (timed, timer)):
+        step = training_step(lambda m=model: m(x).square().mean(), torch.optim.SGD(model.parameters(), lr=0.1), t)
+        step()
+        step()
+        for a, b in zip(model.parameters(), by_hand.parameters()):
+            assert torch.equal(a, b)
+    assert set(timer.regions) == {"forward", "backward", "optimizer"}
+    assert all(seconds > 0 for seconds in timer.regions.values())

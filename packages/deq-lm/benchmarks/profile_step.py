@@ -30,7 +30,14 @@ from torch import Tensor
 import deq_core
 from deq_core.train.devices import add_device_argument
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.steptime import StepTimer, interleaved_ratio, profile_steps, split_rows, split_summary
+from deq_core.train.steptime import (
+    StepTimer,
+    interleaved_ratio,
+    profile_steps,
+    split_rows,
+    split_summary,
+    training_step,
+)
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model
 from deq_lm.tasks import build_task
@@ -64,21 +71,12 @@ def make_setup(name: str, overrides: Sequence[str], device: torch.device, seed: 
 def step_fn(s: Setup, timer: StepTimer | None = None) -> Callable[[], None]:
     """One training step of ``s``; with a timer, its regions are timed."""
 
-    def region(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        return fn if timer is None else timer.wrap(name, fn)
-
-    def forward() -> Tensor:
+    def loss() -> Tensor:
         out = s.model(s.x, s.state, targets=s.y)
         assert out.nll is not None
         return out.nll.mean()
 
-    def run() -> None:
-        s.opt.zero_grad(set_to_none=True)
-        loss = region("forward", forward)()
-        region("backward", loss.backward)()
-        region("optimizer", s.opt.step)()
-
-    return run
+    return training_step(loss, s.opt, timer)
 
 
 def instrument(s: Setup, timer: StepTimer) -> None:

@@ -36,7 +36,14 @@ from torch import Tensor, nn
 import deq_core
 from deq_core.train.devices import add_device_argument
 from deq_core.train.reports import MarkdownReport
-from deq_core.train.steptime import StepTimer, interleaved_ratio, profile_steps, split_rows, split_summary
+from deq_core.train.steptime import (
+    StepTimer,
+    interleaved_ratio,
+    profile_steps,
+    split_rows,
+    split_summary,
+    training_step,
+)
 from deq_vision.configs import Config, get_config
 from deq_vision.train import build_model
 
@@ -65,20 +72,7 @@ def make_setup(name: str, batch: int, device: torch.device, seed: int) -> Setup:
 
 def step_fn(s: Setup, timer: StepTimer | None = None) -> Callable[[], None]:
     """One training step of ``s``; with a timer, its regions are timed."""
-
-    def region(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        return fn if timer is None else timer.wrap(name, fn)
-
-    def forward() -> Tensor:
-        return nn.functional.cross_entropy(s.model(s.x), s.y)
-
-    def run() -> None:
-        s.opt.zero_grad(set_to_none=True)
-        loss = region("forward", forward)()
-        region("backward", loss.backward)()
-        region("optimizer", s.opt.step)()
-
-    return run
+    return training_step(lambda: nn.functional.cross_entropy(s.model(s.x), s.y), s.opt, timer)
 
 
 def synchronizer(device: torch.device) -> Callable[[], None] | None:

@@ -102,9 +102,9 @@ class StepTimer:
                 self.f_calls += 1
                 self.f_seconds += self._clock.now() - t0
                 return out
-            out = _restructure(_on_output(self, _PassEnd, _tensors(z)), z)
+            out = _restructure(_mark_backward(self._pass_ended, _tensors(z)), z)
             out = f(out, *args, **kwargs)
-            out = _restructure(_on_output(self, _PassStart, _tensors(out)), out)
+            out = _restructure(_mark_backward(self._pass_started, _tensors(out)), out)
             self.f_autograd_calls += 1
             self.f_autograd_seconds += self._clock.now() - t0
             return out
@@ -167,6 +167,25 @@ class StepTimer:
         return sum(b[0] - a[1] for a, b in zip(self.passes, self.passes[1:]))
 
 
+def training_step(
+    loss_fn: Callable[[], Tensor], optimizer: torch.optim.Optimizer, timer: StepTimer | None = None
+) -> Callable[[], None]:
+    """A training step as a function of no arguments: zero the gradients, ``loss = loss_fn()`` (a scalar tensor),
+    ``loss.backward()``, ``optimizer.step()``; with ``timer``, the three parts are timed as the regions "forward",
+    "backward" and "optimizer"."""
+
+    def region(name: str, fn: Callable[..., T]) -> Callable[..., T]:
+        return fn if timer is None else timer.wrap(name, fn)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = region("forward", loss_fn)()
+        region("backward", loss.backward)()
+        region("optimizer", optimizer.step)()
+
+    return step
+
+
 def _tensors(state: Any) -> tuple[Tensor, ...]:
     return (state,) if isinstance(state, Tensor) else tuple(state)
 
@@ -177,37 +196,26 @@ def _restructure(tensors: tuple[Tensor, ...], like: Any) -> Any:
     return type(like)(tensors)
 
 
-def _on_output(timer: StepTimer, fn: type[torch.autograd.Function], tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+def _mark_backward(mark: Callable[[], None], tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """``tensors`` unchanged, but ``mark()`` is called when the backward pass reaches them (nothing to mark when
+    none of them requires grad)."""
     if not any(t.requires_grad for t in tensors):
         return tensors
-    return fn.apply(timer, *tensors)
+    return _BackwardMark.apply(mark, *tensors)
 
 
-class _PassStart(torch.autograd.Function):
-    """Identity on f's output; its backward marks the start of a backward pass through f."""
+class _BackwardMark(torch.autograd.Function):
+    """Identity on its tensors; its backward calls the given mark (on f's output: a backward pass through f starts;
+    on f's input state: it ends)."""
 
     @staticmethod
-    def forward(ctx: Any, timer: StepTimer, *tensors: Tensor) -> tuple[Tensor, ...]:
-        ctx.timer = timer
+    def forward(ctx: Any, mark: Callable[[], None], *tensors: Tensor) -> tuple[Tensor, ...]:
+        ctx.mark = mark
         return tuple(t.view_as(t) for t in tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor) -> tuple[Any, ...]:
-        ctx.timer._pass_started()
-        return (None, *grads)
-
-
-class _PassEnd(torch.autograd.Function):
-    """Identity on f's input state; its backward marks the end of a backward pass through f."""
-
-    @staticmethod
-    def forward(ctx: Any, timer: StepTimer, *tensors: Tensor) -> tuple[Tensor, ...]:
-        ctx.timer = timer
-        return tuple(t.view_as(t) for t in tensors)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Tensor) -> tuple[Any, ...]:
-        ctx.timer._pass_ended()
+        ctx.mark()
         return (None, *grads)
 
 
