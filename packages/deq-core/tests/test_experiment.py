@@ -35,11 +35,13 @@ def test_overrides_parse_each_type() -> None:
     "item, message",
     [
         ("foo=1", "unknown config key 'foo'; valid keys: lr, steps, solver, sizes, name, jitter"),
-        ("steps=2.5", "steps must be an integer"),
-        ("steps=ten", "steps must be an integer"),
-        ("lr=fast", "lr must be a number"),
-        ("solver=newton", "solver must be one of ['anderson', 'broyden']"),
-        ("jitter=maybe", "jitter must be true or false"),
+        ("steps=2.5", "'steps=2.5': Value '2.5' of type 'float' could not be converted to Integer"),
+        ("steps=ten", "'steps=ten': Value 'ten' of type 'str' could not be converted to Integer"),
+        ("lr=fast", "'lr=fast': Value 'fast' of type 'str' could not be converted to Float"),
+        ("solver=newton", "'solver=newton': Invalid value 'newton', expected one of ['anderson', 'broyden']"),
+        ("jitter=maybe", "'jitter=maybe': Value 'maybe' is not a valid bool"),
+        ("sizes=1,x", "'sizes=1,x': an element could not be converted to Integer"),
+        ("lr=none", "'lr=none': Value 'none' of type 'str' could not be converted to Float"),
         ("lr", "not of the form key=value"),
     ],
 )
@@ -47,6 +49,27 @@ def test_bad_overrides_say_what_is_wrong(item: str, message: str) -> None:
     with pytest.raises(ValueError) as err:
         apply_overrides(Config(), [item])
     assert message in str(err.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Optim:
+    lr: float = 1e-3
+    betas: tuple[float, ...] = (0.9, 0.999)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Nested:
+    name: str = "run"
+    optim: _Optim = dataclasses.field(default_factory=_Optim)
+
+
+def test_dotted_overrides_reach_nested_configs_and_later_items_win() -> None:
+    cfg = apply_overrides(_Nested(), ["optim.lr=3e-4", "optim.betas=0.5,0.9", "name=a", "name=b"])
+    assert cfg == _Nested(name="b", optim=_Optim(lr=3e-4, betas=(0.5, 0.9)))
+    with pytest.raises(ValueError, match="unknown config section 'optim' key 'momentum'; valid keys: lr, betas"):
+        apply_overrides(_Nested(), ["optim.momentum=0.9"])
+    with pytest.raises(ValueError, match="'optim.lr=x': Value 'x' of type 'str' could not be converted to Float"):
+        apply_overrides(_Nested(), ["optim.lr=x"])
 
 
 def test_jacobian_schedule_weight_grows_every_period() -> None:

@@ -112,7 +112,7 @@ def test_reproduce_synthetic_table(tmp_path):
         (["--config", "nope"], "unknown config 'nope'; known configs:"),
         (["--config", "synthetic-tiny", "lr"], "not of the form key=value"),
         (["--config", "synthetic-tiny", "learning_rate=1"], "unknown config key 'learning_rate'; valid keys:"),
-        (["--config", "synthetic-tiny", "epochs=two"], "epochs must be an integer"),
+        (["--config", "synthetic-tiny", "epochs=two"], "'epochs=two': Value 'two' of type 'str' could not"),
         (["--config", "synthetic-tiny", "epochs=0"], "epochs must be >= 1"),
         (["--config", "arith-fc-tiny", "readout=last"], "readout=last applies to the GRU models only"),
     ],

@@ -1,5 +1,6 @@
-"""``key=value`` command-line overrides of a config dataclass (:func:`apply_overrides`), type-checked, with errors that
-list the valid keys."""
+"""``key=value`` command-line overrides of a config dataclass (:func:`apply_overrides`), parsed and type-checked by
+OmegaConf's structured configs (dotted keys reach nested dataclasses), with errors that say which key and value are
+wrong and list the valid keys."""
 
 from __future__ import annotations
 
@@ -9,80 +10,82 @@ import typing
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 C = TypeVar("C")
 
 
-def _coerce(text: str, kind: Any, key: str) -> Any:
-    """Parse ``text`` as the type ``kind`` of config field ``key``."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(kind)
-        if type(None) in options and text.lower() in ("none", "null"):
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(text, option, key)
-            except ValueError as err:
-                errors.append(str(err))
-        raise ValueError("; ".join(errors))
-    if origin is typing.Literal:
-        choices = typing.get_args(kind)
-        for choice in choices:
-            if str(choice) == text:
-                return choice
-        raise ValueError(f"{key} must be one of {list(choices)}, got {text!r}")
-    if origin in (tuple, list):
-        (item,) = typing.get_args(kind)[:1] or (str,)
-        parts = [p for p in text.strip("()[]").split(",") if p.strip()]
-        values = [_coerce(p.strip(), item, key) for p in parts]
-        return tuple(values) if origin is tuple else values
-    if kind is bool:
-        lowered = text.lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{key} must be true or false, got {text!r}")
-    if kind is int:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"{key} must be an integer, got {text!r}") from None
-        if not value.is_integer():
-            raise ValueError(f"{key} must be an integer, got {text!r}")
-        return int(value)
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"{key} must be a number, got {text!r}") from None
-    if kind is str:
-        return text
-    raise ValueError(f"{key} has type {kind} which cannot be set from the command line")
-
-
 def apply_overrides(config: C, overrides: Sequence[str]) -> C:
-    """Return a copy of the dataclass ``config`` with ``key=value`` overrides applied.
+    """Return a copy of the dataclass ``config`` with ``key=value`` overrides applied (``key`` may be dotted,
+    ``optim.lr=3e-4``, for a field of a nested dataclass).
 
-    Values are parsed by the field's annotated type (int, float, bool, str, Literal[...], Optional, tuple[...]).
+    Values are parsed by the field's annotated type (int, float, bool, str, ``Literal[...]``, optional, tuple, nested
+    dataclass) as OmegaConf parses a dotlist, with three conveniences of the command line: a sequence may be given
+    without brackets (``sizes=4,5,6``), ``none`` means null for an optional field, and an integer field accepts a
+    float that is a whole number (``steps=1e4``).
 
     Raises:
         ValueError: malformed item, unknown key (the message lists the valid keys) or a value of the wrong type.
     """
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"apply_overrides needs a dataclass instance, got {type(config).__name__}.")
-    hints = typing.get_type_hints(type(config))
-    names = [f.name for f in dataclasses.fields(config)]
-    changes: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise ValueError(f"override {item!r} is not of the form key=value (e.g. lr=3e-4).")
-        if key not in names:
-            raise ValueError(f"unknown config key {key!r}; valid keys: {', '.join(names)}.")
-        changes[key] = _coerce(text.strip(), hints[key], key)
-    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
+    if not overrides:
+        return config
+    merged = OmegaConf.structured(config)
+    for item in overrides:  # one at a time, so that an error names its item
+        try:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([_normalize(item, config)]))
+        except OmegaConfBaseException as err:
+            raise ValueError(f"{item.strip()!r}: {_reason(err)}.") from None
+    return typing.cast(C, OmegaConf.to_object(merged))
+
+
+def _reason(err: OmegaConfBaseException) -> str:
+    """OmegaConf's message in one line (its element errors leave their ``$VALUE`` template unfilled)."""
+    reason = str(err).splitlines()[0]
+    if "$VALUE" in reason:
+        return "an element could not be converted to " + reason.rpartition("converted to ")[2]
+    return reason
+
+
+def _normalize(item: str, config: Any) -> str:
+    """``key=value`` with the key checked against the config's fields and the value in OmegaConf's dotlist syntax."""
+    key, sep, text = item.partition("=")
+    key, text = key.strip().replace("-", "_"), text.strip()
+    if not sep or not key:
+        raise ValueError(f"override {item!r} is not of the form key=value (e.g. lr=3e-4).")
+    kind = _field_type(config, key)
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        if type(None) in args and text.lower() == "none":
+            return f"{key}=null"
+        kind = next((a for a in args if a is not type(None)), kind)
+    if typing.get_origin(kind) in (tuple, list) and not text.startswith("["):
+        text = f"[{text.strip('()')}]"
+    if kind is int:
+        text = _whole_number(text)
+    return f"{key}={text}"
+
+
+def _field_type(config: Any, key: str) -> Any:
+    """The annotated type of the (possibly dotted) field ``key`` of the dataclass ``config``."""
+    node, kind = config, None
+    for depth, name in enumerate(key.split(".")):
+        names = [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
+        if name not in names:
+            where = "config" if depth == 0 else f"config section {'.'.join(key.split('.')[:depth])!r}"
+            raise ValueError(f"unknown {where} key {name!r}; valid keys: {', '.join(names)}.")
+        kind = typing.get_type_hints(type(node))[name]
+        node = getattr(node, name)
+    return kind
+
+
+def _whole_number(text: str) -> str:
+    """``"1e4"`` -> ``"10000"``: a float that is a whole number, written as an integer; anything else unchanged (for
+    OmegaConf to reject with its message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return str(int(value)) if value.is_integer() else text
