@@ -26,8 +26,8 @@ Problems (float32; defined in ``problems.py``):
 Settings, identical for both libraries: tol 1e-4, stop_mode "rel", max_iter 100 (200 for the non-contractive
 problems), z0 = 0. Anderson, two rows: "m=6" with m = 6 past (z, f(z)) pairs in both (TorchDEQ m=6, tau=1, its
 default lam=1e-4; ours m=6, beta=1, default reg), and "defaults" with each library's defaults (ours m=8, TorchDEQ
-m=6); Broyden: each library's defaults (TorchDEQ keeps max_iter rank-one updates, ours ``memory=20`` with a rank
-reduction to 10 when full); fixed point: undamped.
+m=6); Broyden: each library's defaults (both keep every update of the solve: TorchDEQ max_iter pairs of rows u, v,
+ours one direction row per update; ``benchmarks/broyden_memory.py`` shows smaller memories); fixed point: undamped.
 
 Measured per problem and method, for each library:
 
@@ -44,13 +44,12 @@ Measured per problem and method, for each library:
 Two further sections explain what the targets depend on:
 
 - overhead floor (conv problem): the time of one batched pass over the histories the methods read every iteration
-  (Anderson: m - 1 rows, twice; Broyden: on average 0.75 memory rows, twice), in units of t_f, added to plain
+  (Anderson: m - 1 rows, twice; Broyden: on average half its NFE rows, twice), in units of t_f, added to plain
   fixed-point iteration's overhead: a lower bound on each method's overhead on this machine;
 - a bare Anderson on the conv problem (the method's tensor work only, without any of the bookkeeping), timed
   against ours in a loop of its own: what the method itself costs on this machine;
-- Broyden with every update kept, float64: NFE of ours with the default memory and with memory = max_iter (what
-  TorchDEQ keeps) and of TorchDEQ, on float64 copies of the problems from z0 = 0, where rounding no longer moves
-  the counts of equal methods apart.
+- Broyden in float64: NFE of ours and of TorchDEQ (both keeping every update) on float64 copies of the problems from
+  z0 = 0, where rounding no longer moves the counts of equal methods apart.
 
 The script prints whether the targets of the issue are met: our NFE <= TorchDEQ's for the same method on every
 problem; our Anderson converges on the near-critical problem (tanh-outlier-0.99) in <= 60 NFE; our overhead <= 1.5
@@ -233,10 +232,9 @@ def anderson_sweep(problem: P.Problem, ms: tuple[int, ...]) -> list[list[object]
     return rows
 
 
-def broyden_same_memory(problem: P.Problem) -> list[object]:
-    """NFE of Broyden in float64 from z0 = 0: ours with the default memory and with memory = max_iter (every update
-    kept, as TorchDEQ does), and TorchDEQ's. In float64 the rounding that moves float32 counts is 1e-9 times smaller,
-    so equal methods give equal counts."""
+def broyden_float64(problem: P.Problem) -> list[object]:
+    """NFE of Broyden in float64 from z0 = 0, ours and TorchDEQ's, both keeping every update. In float64 the rounding
+    that moves float32 counts is 1e-9 times smaller, so equal methods give equal counts."""
     assert problem.cell is not None and problem.x is not None
     cell, x = copy.deepcopy(problem.cell).double(), problem.x.double()
 
@@ -244,14 +242,10 @@ def broyden_same_memory(problem: P.Problem) -> list[object]:
         return cell(z, x)
 
     z0 = problem.z0.double()
-    counts = []
-    for memory in (deq_core.solver_options("broyden")["memory"], problem.max_iter):
-        counted = P.Counted(f)
-        run_ours(counted, z0, "broyden", problem.max_iter, {"memory": memory})
-        counts.append(counted.calls)
-    counted = P.Counted(f)
-    run_tdeq(counted, z0, "broyden", problem.max_iter, {})
-    return [problem.name, *counts, counted.calls]
+    ours, tdeq = P.Counted(f), P.Counted(f)
+    run_ours(ours, z0, "broyden", problem.max_iter, {})
+    run_tdeq(tdeq, z0, "broyden", problem.max_iter, {})
+    return [problem.name, ours.calls, tdeq.calls]
 
 
 @torch.no_grad()
@@ -407,18 +401,17 @@ def main(argv: list[str] | None = None) -> int:
     conv_rows = {r.method: r for r in rows if r.problem == "conv"}
     t_f = P.median([t for r in conv_rows.values() for t in r.f_times])
     base = conv_rows["fixed_point"].ours.overhead
-    memory = int(deq_core.solver_options("broyden")["memory"])
     anderson_rows = int(deq_core.solver_options("anderson")["m"]) - 1
-    broyden_rows = round(0.75 * memory)
+    broyden_rows = max(conv_rows["broyden"].ours.nfe // 2, 1)  # every update kept: on average half of them
     pass_a, pass_b = history_pass_time(conv, anderson_rows), history_pass_time(conv, broyden_rows)
     rep.add("### Overhead floor on the conv problem")
     rep.add()
     rep.add(
         f"Plain fixed-point iteration, whose only extra work is the residual and best-iterate bookkeeping, has "
         f"overhead {P.fmt(base)}. On top of it, every Anderson iteration reads its two histories of m - 1 = "
-        f"{anderson_rows} rows once each, and every Broyden iteration reads its stored rank-one terms twice: with "
-        f"memory = {memory}, on average {broyden_rows} rows (a base of rank {memory // 2} after the first reduction "
-        f"plus 0-{memory - memory // 2} newer directions). One batched pass over {anderson_rows} rows of the conv "
+        f"{anderson_rows} rows once each, and every Broyden iteration reads its stored directions twice: one per "
+        f"update so far, on average {broyden_rows} rows over its {conv_rows['broyden'].ours.nfe} calls of f. One "
+        f"batched pass over {anderson_rows} rows of the conv "
         f"state (8 x 8192 floats each) takes {P.fmt(pass_a / t_f)} x t_f here, over {broyden_rows} rows "
         f"{P.fmt(pass_b / t_f)} x t_f, so the overhead cannot go below about {P.fmt(base + 2 * pass_a / t_f)} "
         f"(Anderson) and {P.fmt(base + 2 * pass_b / t_f)} (Broyden) on this machine, before any of the methods' own "
@@ -459,18 +452,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     rep.add()
 
-    rep.add("### Broyden with every update kept, float64")
+    rep.add("### Broyden in float64")
     rep.add()
     rep.add(
-        "TorchDEQ's Broyden keeps every rank-one update (max_iter of them); ours keeps `memory` (20 by default) and "
-        "reduces the rank when full. Same problems in float64, z0 = 0: ours with the default memory, ours with "
-        "memory = max_iter (the same method as TorchDEQ's), TorchDEQ."
+        "Both libraries' Broyden keep every update of the solve by default (the same method). Same problems in "
+        "float64, z0 = 0."
     )
     rep.add()
-    same = [broyden_same_memory(problem) for problem in problems]
-    rep.table(["problem", f"NFE ours memory={memory}", "NFE ours memory=max_iter", "NFE TDEQ"], same)
-    ok = all(row[2] <= row[3] for row in same)
-    rep.add(f"- Same method and memory, float64: our NFE <= TorchDEQ's on every problem: {'MET' if ok else 'NOT MET'}.")
+    same = [broyden_float64(problem) for problem in problems]
+    rep.table(["problem", "NFE ours", "NFE TDEQ"], same)
+    ok = all(row[1] <= row[2] for row in same)
+    rep.add(f"- Same method, float64: our NFE <= TorchDEQ's on every problem: {'MET' if ok else 'NOT MET'}.")
     rep.add()
 
     draws = 2 if args.quick else 8

@@ -25,7 +25,7 @@ def test_strings_are_shorthands_for_the_default_objects():
     deq = deq_core.DEQ(solver="broyden", backward="phantom")
     assert deq.solver == Broyden() and deq.backward == Phantom(steps=5, damping=0.5)
     assert deq_core.DEQ(backward="jfb").backward == JFB()
-    assert deq_core.DEQ().backward == Implicit(Broyden(memory=20), max_iter=30, tol=1e-6, stop_mode="rel")
+    assert deq_core.DEQ().backward == Implicit(Broyden(memory=None), max_iter=30, tol=1e-6, stop_mode="rel")
     assert Implicit("anderson").solver == Anderson()
     with pytest.raises(dataclasses.FrozenInstanceError):
         Implicit().tol = 1.0  # type: ignore[misc]

@@ -179,8 +179,9 @@ def history_bytes(
     limited to ``max_iter`` (None: no limit): deq-core (>= 0.2.2) sizes them by min(m or memory, max_iter). Anderson
     keeps 2 (min(m, max_iter) - 1) vectors from the start; Broyden min(memory, max_iter) + 1 directions from the
     start, plus 2 (memory // 2) vectors of its rank-reduced base from its first reduction on (after memory updates,
-    i.e. from iteration memory + 2); fixed-point iteration none. Options not given take deq-core's defaults (m = 8,
-    memory = 20). ``solver``: a name with ``options``, or a solver object (its own options)."""
+    i.e. from iteration memory + 2; by default memory = max_iter: never reduced); fixed-point iteration none.
+    Options not given take deq-core's defaults (m = 8, memory None). ``solver``: a name with ``options``, or a solver
+    object (its own options)."""
     settings = {**deq_core.solver_options(solver), **options}
     solver = solver if isinstance(solver, str) else solver.name
 
@@ -190,6 +191,10 @@ def history_bytes(
     if solver == "anderson":
         return 2 * (sized(int(settings["m"])) - 1) * vector_bytes
     if solver == "broyden":
+        if settings["memory"] is None:  # the default: every update of the solve kept, never reduced
+            if max_iter is None:
+                raise ValueError("Broyden's default memory is max_iter: give max_iter to size its buffer.")
+            return (max_iter + 1) * vector_bytes
         memory = int(settings["memory"])
         base = 2 * (memory // 2) if iterations >= memory + 2 else 0
         return (sized(memory) + 1 + base) * vector_bytes

@@ -216,6 +216,16 @@ def test_history_bytes_match_what_the_solver_allocates(
     assert (added > 0) == (solver == "broyden")
 
 
+def test_history_bytes_of_broyden_default_memory(memory: ModuleType) -> None:
+    """deq-core's default Broyden keeps every update: max_iter + 1 directions, never a reduced base."""
+    limit, vector = 12, 8 * 100
+    peak = _solve_peak("broyden", {}, 1e-5, limit, 2, 100)[0]
+    assert memory.history_bytes("broyden", {}, vector, 11, limit) == (limit + 1) * vector
+    assert peak >= (limit + 1) * vector
+    with pytest.raises(ValueError, match="give max_iter"):
+        memory.history_bytes("broyden", {}, vector, 11)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # profile_step.py and --device (every script)
 

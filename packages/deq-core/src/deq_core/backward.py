@@ -24,7 +24,7 @@ from .solve import SolverResult, check_limits, solve
 if TYPE_CHECKING:
     from .info import DEQInfo
 
-_ADJOINT_SOLVER = Broyden()  # Implicit's default: Broyden(memory=20)
+_ADJOINT_SOLVER = Broyden()  # Implicit's default: every update of the solve kept
 
 
 @dataclass(frozen=True)

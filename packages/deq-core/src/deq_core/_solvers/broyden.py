@@ -20,12 +20,14 @@ is one batched pass to get t = D w, a small lower-triangular solve for the coeff
 the factors applied one after another (float64; the Gram matrix D D^T is kept up to date with the same pass), and
 one batched pass to add D^T h: two passes over the history per iteration.
 
-Limited memory: once the stored updates reach ``memory``, the whole low-rank part of H is replaced by its best
-approximation of rank memory // 2 (Broyden rank reduction, van de Rotten & Verduyn Lunel 2003), kept in the additive
-form H_base = I + sum u_i v_i^T under the factors that follow: dropping single old terms instead makes the iteration
-diverge, and restarting from H = I loses the curvature learned so far. The reduction works on small Gram matrices
-kept up to date (float64) and two passes over the rows. Storage: memory + 1 direction rows and 2 (memory // 2) rows
-for the base, each of the state's size (the additive form needs 2 memory).
+Limited memory (only when ``memory`` is set below max_iter; by default every update of the solve is kept: full
+Broyden, no reduction): once the stored updates reach ``memory``, the whole low-rank part of H
+is replaced by its best approximation of rank memory // 2 (Broyden rank reduction, van de Rotten & Verduyn Lunel
+2003), kept in the additive form H_base = I + sum u_i v_i^T under the factors that follow: dropping single old terms
+instead makes the iteration diverge, and restarting from H = I loses the curvature learned so far. The reduction
+works on small Gram matrices kept up to date (float64) and two passes over the rows. Storage: memory + 1 direction
+rows and 2 (memory // 2) rows for the base, each of the state's size (the additive form needs 2 memory), and three
+(memory + 1) x (memory + 1) float64 matrices per sample.
 With ``line_search`` the step length is halved (at most ``ls_steps`` times) for the samples whose residual norm did
 not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
 """
@@ -249,21 +251,26 @@ class Broyden(Solver):
     with the line search, each counted).
 
     Args:
-        memory: number of rank-one updates kept (>= 1); when full, reduced to the dominant memory // 2 (so with
-            memory 1 every update is dropped at once: plain fixed-point steps).
+        memory: number of rank-one updates kept (>= 1), or None (the default) to keep every update of the solve
+            (memory = max_iter: H is never reduced). Storage per sample: min(memory, max_iter) + 1 state-sized rows,
+            plus 2 (memory // 2) rows once a full memory was reduced to its dominant memory // 2 updates (so with
+            memory 1 every update is dropped at once: plain fixed-point steps). A reduction costs iterations on
+            near-critical problems (benchmarks/broyden_memory.py), so set ``memory`` only to bound storage below
+            max_iter + 1 rows; TorchDEQ's Broyden keeps 2 max_iter rows.
         line_search: backtrack on the step length when ||f(z) - z|| does not decrease enough.
         ls_steps: the most halvings per iteration when ``line_search`` is on.
         armijo: sufficient-decrease constant of the Armijo condition, in (0, 0.5).
     """
 
-    memory: int = 20
+    memory: int | None = None
     line_search: bool = False
     ls_steps: int = 3
     armijo: float = 1e-4
     name: ClassVar[str] = "broyden"
 
     def __post_init__(self) -> None:
-        check_int(self.name, "memory", self.memory, 1)
+        if self.memory is not None:
+            check_int(self.name, "memory", self.memory, 1)
         if not isinstance(self.line_search, bool):
             raise TypeError(f"{self.name}: line_search must be True or False, got {self.line_search!r}.")
         check_int(self.name, "ls_steps", self.ls_steps, 0)
@@ -271,9 +278,10 @@ class Broyden(Solver):
             raise ValueError(f"{self.name}: armijo must be in (0, 0.5), got {self.armijo}.")
 
     def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _BroydenState:
-        # A solve makes at most max_iter - 2 updates, so with memory >= max_iter the buffer never fills: sizing it by
-        # max_iter gives the same iterates without allocating memory + 1 rows that are never used.
-        inverse = _InverseJacobian(z, min(self.memory, loop.max_iter))
+        # A solve makes at most max_iter - 2 updates, so with memory >= max_iter (or None) the buffer never fills:
+        # sizing it by max_iter gives the same iterates without allocating memory + 1 rows that are never used.
+        memory = loop.max_iter if self.memory is None else min(self.memory, loop.max_iter)
+        inverse = _InverseJacobian(z, memory)
         inverse.set_direction(g)  # H_0 = I: the first step is f(z0)
         return _BroydenState(inverse)
 
