@@ -220,5 +220,5 @@ def test_reset_classifier_rejects_other_pooling() -> None:
 
 
 def test_package_version() -> None:
-    assert deq_vision.__version__ == "0.3.0"
+    assert deq_vision.__version__ == "0.3.1"
     assert 'version = "0.3.0"' in (PACKAGE / "pyproject.toml").read_text()
