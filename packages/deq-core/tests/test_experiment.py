@@ -35,12 +35,12 @@ def test_overrides_parse_each_type() -> None:
     "item, message",
     [
         ("foo=1", "unknown config key 'foo'; valid keys: lr, steps, solver, sizes, name, jitter"),
-        ("steps=2.5", "'steps=2.5': Value '2.5' of type 'float' could not be converted to Integer"),
+        ("steps=2.5", "'steps=2.5': Value '2.5' of type 'str' could not be converted to Integer"),
         ("steps=ten", "'steps=ten': Value 'ten' of type 'str' could not be converted to Integer"),
         ("lr=fast", "'lr=fast': Value 'fast' of type 'str' could not be converted to Float"),
         ("solver=newton", "'solver=newton': Invalid value 'newton', expected one of ['anderson', 'broyden']"),
         ("jitter=maybe", "'jitter=maybe': Value 'maybe' is not a valid bool"),
-        ("sizes=1,x", "'sizes=1,x': an element could not be converted to Integer"),
+        ("sizes=1,x", "'sizes=1,x': an element of ['1', 'x'] could not be converted to Integer"),
         ("lr=none", "'lr=none': Value 'none' of type 'str' could not be converted to Float"),
         ("lr", "not of the form key=value"),
     ],
@@ -66,6 +66,9 @@ class _Nested:
 def test_dotted_overrides_reach_nested_configs_and_later_items_win() -> None:
     cfg = apply_overrides(_Nested(), ["optim.lr=3e-4", "optim.betas=0.5,0.9", "name=a", "name=b"])
     assert cfg == _Nested(name="b", optim=_Optim(lr=3e-4, betas=(0.5, 0.9)))
+    # values are text, not YAML: "no" stays a string, "${x}" is no interpolation
+    assert apply_overrides(_Nested(), ["name=no"]).name == "no"
+    assert apply_overrides(_Nested(), ["name=${x}"]).name == "${x}"
     with pytest.raises(ValueError, match="unknown config section 'optim' key 'momentum'; valid keys: lr, betas"):
         apply_overrides(_Nested(), ["optim.momentum=0.9"])
     with pytest.raises(ValueError, match="'optim.lr=x': Value 'x' of type 'str' could not be converted to Float"):

@@ -10,7 +10,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 C = TypeVar("C")
@@ -20,10 +20,10 @@ def apply_overrides(config: C, overrides: Sequence[str]) -> C:
     """Return a copy of the dataclass ``config`` with ``key=value`` overrides applied (``key`` may be dotted,
     ``optim.lr=3e-4``, for a field of a nested dataclass).
 
-    Values are parsed by the field's annotated type (int, float, bool, str, ``Literal[...]``, optional, tuple, nested
-    dataclass) as OmegaConf parses a dotlist, with three conveniences of the command line: a sequence may be given
-    without brackets (``sizes=4,5,6``), ``none`` means null for an optional field, and an integer field accepts a
-    float that is a whole number (``steps=1e4``).
+    Values are converted and checked by OmegaConf's typed nodes for the field's annotated type (int, float, bool,
+    str, ``Literal[...]``, optional, tuple, nested dataclass); a sequence is given comma-separated, with or without
+    brackets (``sizes=4,5,6``), ``none`` or ``null`` is None for an optional field, and an integer field accepts a
+    float that is a whole number (``steps=1e4``). Values are not read as YAML: ``name=no`` is the string "no".
 
     Raises:
         ValueError: malformed item, unknown key (the message lists the valid keys) or a value of the wrong type.
@@ -33,24 +33,36 @@ def apply_overrides(config: C, overrides: Sequence[str]) -> C:
     if not overrides:
         return config
     merged = OmegaConf.structured(config)
+    _make_writable(merged)  # frozen dataclasses give read-only nodes; to_object builds frozen instances again
     for item in overrides:  # one at a time, so that an error names its item
+        key, value = _parse(item, config)
         try:
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([_normalize(item, config)]))
+            OmegaConf.update(merged, key, value, merge=False)
         except OmegaConfBaseException as err:
-            raise ValueError(f"{item.strip()!r}: {_reason(err)}.") from None
+            raise ValueError(f"{item.strip()!r}: {_reason(err, value)}.") from None
     return typing.cast(C, OmegaConf.to_object(merged))
 
 
-def _reason(err: OmegaConfBaseException) -> str:
-    """OmegaConf's message in one line (its element errors leave their ``$VALUE`` template unfilled)."""
+def _make_writable(node: DictConfig) -> None:
+    """Clear the read-only flag of ``node`` and of every nested config node."""
+    OmegaConf.set_readonly(node, False)
+    for child in node.values():
+        if isinstance(child, DictConfig):
+            _make_writable(child)
+
+
+def _reason(err: OmegaConfBaseException, value: object) -> str:
+    """OmegaConf's message in one line (for a sequence: which elements it expected)."""
     reason = str(err).splitlines()[0]
-    if "$VALUE" in reason:
-        return "an element could not be converted to " + reason.rpartition("converted to ")[2]
+    if isinstance(value, list) and "converted to " in reason:
+        return f"an element of {value} could not be converted to " + reason.rpartition("converted to ")[2]
     return reason
 
 
-def _normalize(item: str, config: Any) -> str:
-    """``key=value`` with the key checked against the config's fields and the value in OmegaConf's dotlist syntax."""
+def _parse(item: str, config: Any) -> tuple[str, str | list[str] | None]:
+    """``key=value`` -> (key, value) with the key checked against the config's fields and the value as text for
+    OmegaConf's typed nodes to convert and check (a list of texts for a sequence field, None for ``none`` / ``null``
+    in an optional field). The text is never parsed as YAML, so ``mixed_precision=no`` stays the string "no"."""
     key, sep, text = item.partition("=")
     key, text = key.strip().replace("-", "_"), text.strip()
     if not sep or not key:
@@ -58,14 +70,13 @@ def _normalize(item: str, config: Any) -> str:
     kind = _field_type(config, key)
     args = typing.get_args(kind)
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        if type(None) in args and text.lower() == "none":
-            return f"{key}=null"
+        if type(None) in args and text.lower() in ("none", "null"):
+            return key, None
         kind = next((a for a in args if a is not type(None)), kind)
-    if typing.get_origin(kind) in (tuple, list) and not text.startswith("["):
-        text = f"[{text.strip('()')}]"
-    if kind is int:
-        text = _whole_number(text)
-    return f"{key}={text}"
+    if typing.get_origin(kind) in (tuple, list):
+        return key, [part.strip() for part in text.strip("()[]").split(",") if part.strip()]
+    text = text.replace("${", "\\${")  # a literal "${", never an OmegaConf interpolation
+    return key, _whole_number(text) if kind is int else text
 
 
 def _field_type(config: Any, key: str) -> Any:
