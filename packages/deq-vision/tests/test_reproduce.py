@@ -5,6 +5,7 @@ read at our max_iter k + 1; the commands subcommand lists one training per run."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,36 @@ def test_quick_claims_end_to_end_and_rerun_reads_finished_runs(tmp_path: Path, c
     cache.write_text(json.dumps(stale))
     assert reproduce.main(["claims", "--output-dir", str(out), "--quick"]) == 0
     assert json.loads(cache.read_text()) == saved
+    _check_restore(tmp_path, out, capsys)
+
+
+def _check_restore(tmp_path: Path, out: Path, capsys: pytest.CaptureFixture) -> None:
+    """A committed claims folder (results.json and run_logs, no checkpoints) restored elsewhere gives the same table
+    without training anything; a run it lacks would be trained."""
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    (committed / "results.json").write_bytes((out / "results.json").read_bytes())
+    for run_dir in (out / "runs").iterdir():
+        logs = committed / "run_logs" / run_dir.name
+        logs.mkdir(parents=True)
+        for name in ("config.json", "metrics.jsonl", "summary.json"):
+            (logs / name).write_bytes((run_dir / name).read_bytes())
+    again = tmp_path / "again"
+    argv = ["--output-dir", str(again), "--data-dir", str(out / "data"), "--quick"]
+    assert reproduce.main(["restore", "--from", str(committed), *argv]) == 0
+    assert not list(again.glob("runs/*/checkpoints"))
+    capsys.readouterr()
+    assert reproduce.main(["claims", *argv]) == 0
+    assert "step 6: eval" not in capsys.readouterr().out  # read, not trained
+    assert not list(again.glob("runs/*/checkpoints"))
+
+    def rows(folder: Path) -> list[str]:  # the table without its command column (the paths differ)
+        lines = (folder / "claims.md").read_text().splitlines()
+        return [re.sub(r"`python -m deq_vision.reproduce [^`]*`", "", line) for line in lines if line.startswith("| ")]
+
+    assert rows(again) == rows(out)
+    with pytest.raises(SystemExit):
+        reproduce.main(["restore", "--output-dir", str(again)])  # no --from
 
 
 def _check_nfe_convention(out: Path, mdeq: dict) -> None:

@@ -11,6 +11,9 @@ the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.train.claims), ``DIR/
 Subcommands:
     claims    train what is missing, evaluate, write the claims table.
     commands  print one training command per run (to run them in parallel), then the final ``claims`` command.
+    restore   recreate the runs of a committed claims folder (``--from packages/deq-vision/results/claims``) in
+              DIR/runs, without checkpoints: ``claims`` then reads their kept evaluations and trains only the runs
+              that are missing (e.g. another seed), on another machine or in a later session.
 
 ``--quick`` is a minutes-long smoke version on a tiny glyph set (its numbers mean nothing; the tests run it).
 """
@@ -111,11 +114,46 @@ def run_config(run: Run, quick: bool) -> Config:
 
 
 def is_finished(run_dir: Path, cfg: Config) -> bool:
-    """Whether the run in ``run_dir`` reached its last step (its summary says so and that checkpoint exists)."""
+    """Whether the run in ``run_dir`` reached its last step: its summary says so and that checkpoint exists, or its
+    evaluation is kept without checkpoints (a run restored from committed results, :func:`restore_runs`)."""
     summary = run_dir / "summary.json"
-    if not summary.is_file() or latest_complete_checkpoint(run_dir) is None:
+    if not summary.is_file():
         return False
-    return int(json.loads(summary.read_text()).get("step", -1)) == cfg.steps
+    done = int(json.loads(summary.read_text()).get("step", -1)) == cfg.steps
+    return done and (latest_complete_checkpoint(run_dir) is not None or _kept_eval(run_dir) is not None)
+
+
+def _kept_eval(run_dir: Path) -> dict[str, Any] | None:
+    """RUN/claims_eval.json of a finished run that has no checkpoint left (restored from committed results), if it
+    was written by this :data:`EVAL_VERSION`."""
+    cache = run_dir / "claims_eval.json"
+    if latest_complete_checkpoint(run_dir) is not None or not cache.is_file():
+        return None
+    saved = json.loads(cache.read_text())
+    return saved if saved.get("version") == EVAL_VERSION else None
+
+
+def restore_runs(results_dir: Path, out: Path) -> list[str]:
+    """Recreate OUT/runs/NAME for every run evaluated in RESULTS_DIR/results.json and RESULTS_DIR/ablation/results.json
+    (a committed claims folder): its config, metrics and summary from RESULTS_DIR/run_logs/NAME and its evaluation as
+    claims_eval.json, without checkpoints, so that ``claims`` reads them and trains only what is missing (e.g. more
+    seeds). Runs already in OUT are left alone; returns the names restored."""
+    evals: dict[str, Any] = {}
+    for path in (results_dir / "ablation" / "results.json", results_dir / "results.json"):
+        if path.is_file():
+            evals.update(json.loads(path.read_text())["runs"])
+    restored = []
+    for name, evaluation in evals.items():
+        logs, run_dir = results_dir / "run_logs" / name, out / "runs" / name
+        if run_dir.exists() or not (logs / "summary.json").is_file():
+            continue
+        run_dir.mkdir(parents=True)
+        for file in ("config.json", "metrics.jsonl", "summary.json"):
+            if (logs / file).is_file():
+                (run_dir / file).write_bytes((logs / file).read_bytes())
+        (run_dir / "claims_eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
+        restored.append(name)
+    return restored
 
 
 def ensure_data(data_dir: Path, quick: bool) -> None:
@@ -159,6 +197,9 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
     run_dir = out / "runs" / run.name
     cfg = run_config(run, quick)
     final = latest_complete_checkpoint(run_dir)
+    kept = _kept_eval(run_dir)
+    if final is None and kept is not None and kept.get("fixed_t") == fixed_t:
+        return kept
     if final is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (see reproduce commands).")
     cache = run_dir / "claims_eval.json"
@@ -268,7 +309,12 @@ def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixe
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deq_vision.reproduce", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("claims", "commands"), help="claims: run everything; commands: print them")
+    parser.add_argument(
+        "what", choices=("claims", "commands", "restore"),
+        help="claims: run everything; commands: print them; restore: recreate the runs of a committed claims folder "
+        "(--from) in DIR/runs without checkpoints, so that claims trains only what is missing",
+    )  # fmt: skip
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="restore: a committed claims folder")
     parser.add_argument("--output-dir", type=Path, required=True, help="runs go to DIR/runs/NAME, tables to DIR")
     parser.add_argument("--data-dir", type=Path, default=None, help="the glyph set (default DIR/data, written)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(SEEDS)} ([0] if --quick)")
@@ -289,6 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: --threads must be >= 1 and --seeds distinct.\n")
     data_dir = args.data_dir or args.output_dir / "data"
     given = args.data_dir is not None
+    if args.what == "restore":
+        if args.source is None or not (args.source / "results.json").is_file():
+            parser.exit(2, f"{parser.prog}: error: restore needs --from DIR with a results.json (a claims folder).\n")
+        names = restore_runs(args.source, args.output_dir)
+        print(f"restored {len(names)} runs into {args.output_dir / 'runs'}: {', '.join(names) or '-'}")
+        return 0
     if args.what == "commands":
         print_commands(args.output_dir, data_dir, seeds, args.quick, args.threads, given, args.gammas)
         return 0
