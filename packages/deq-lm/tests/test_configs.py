@@ -89,6 +89,8 @@ def test_copy_table_models_share_one_budget():
         ({"tol": 0.0}, "tol must be > 0"),
         ({"jac_prob": 2.0}, "jac_prob must be in [0, 1]"),
         ({"jac_stop": -1}, "jac_stop must be a number >= 0"),
+        ({"phantom_steps": 0}, "phantom_steps must be a number >= 1"),
+        ({"phantom_damping": 1.5}, "phantom_damping must be in (0, 1]"),
     ],
 )
 def test_bad_values_raise_with_the_key(changes, message):
@@ -119,3 +121,16 @@ def test_solver_options_reach_the_deq_layer_and_are_checked():
     assert deq.backward.solver == Broyden(memory=4) and deq.solver == Anderson(m=3, beta=0.9)
     with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
         dataclasses.replace(cfg, backward_options=("m=3",))
+
+
+@pytest.mark.parametrize(
+    "overrides", [["backward=phantom", "phantom_steps=3", "phantom_damping=0.7"], ["backward=jfb"]]
+)
+def test_backward_mode_reaches_the_deq_layer(overrides):
+    """``backward=...`` overrides (as on the command line) set the DEQ body's backward mode."""
+    from deq_core import JFB, Phantom
+    from deq_core.train.overrides import apply_overrides
+
+    cfg = apply_overrides(get_config("tiny-deq-transformer"), overrides)
+    expected = JFB() if cfg.backward == "jfb" else Phantom(steps=3, damping=0.7)
+    assert build_model(cfg, 10).body.deq.backward == expected

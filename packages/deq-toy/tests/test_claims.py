@@ -3,6 +3,9 @@ are resumed, and the verdicts follow the thresholds fixed in deq_toy.claims."""
 
 import json
 
+import pytest
+
+from deq_core.train.errors import UsageError
 from deq_toy import reproduce
 from deq_toy.claims import arithmetic, synthetic
 from deq_toy.configs import load_config
@@ -42,6 +45,21 @@ def test_interrupted_run_is_resumed_to_the_uninterrupted_result(tmp_path):
     resumed = ensure_run(tmp_path / "cut", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False)
     assert resumed == whole
     assert ensure_run(tmp_path / "cut", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
+
+
+def test_finished_run_stored_before_new_config_fields_is_read_back(tmp_path):
+    """A finished run's config.json without fields added since (e.g. ``backward``, ``phantom_steps``) matches the
+    same preset and overrides: the missing fields take their defaults. A changed field is still refused."""
+    config = load_config("synthetic-gamma2", TINY_SYNTHETIC)
+    whole = run_training(config, tmp_path / "run", progress=False)
+    path = tmp_path / "run" / "config.json"
+    stored = json.loads(path.read_text())
+    for field in ("backward", "phantom_steps", "phantom_damping", "backward_stop_mode"):
+        del stored["config"][field]
+    path.write_text(json.dumps(stored))
+    assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
+    with pytest.raises(UsageError, match="another config"):
+        ensure_run(tmp_path / "run", "synthetic-gamma2", [*TINY_SYNTHETIC, "backward=jfb"], tmp_path, progress=False)
 
 
 def _synthetic(nfe: float, slope: float, mse: float) -> dict:

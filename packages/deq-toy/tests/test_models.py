@@ -1,13 +1,15 @@
-"""Forward shapes of every arithmetic model, and that a few training steps lower the loss."""
+"""Forward shapes of every arithmetic model, that a few training steps lower the loss, and the GRU-DEQ's layer."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from deq_toy.configs import get_config
+from deq_core import DEQ, JFB, Anderson, Broyden, Implicit, Phantom
+from deq_core.train.errors import UsageError
+from deq_toy.configs import get_config, load_config
 from deq_toy.configs.arithmetic import MODELS
-from deq_toy.models import any_length, build_arithmetic_model
+from deq_toy.models import GRUDEQ, any_length, build_arithmetic_model
 from deq_toy.tasks.arithmetic import ArithmeticTask
 
 
@@ -83,3 +85,55 @@ def test_step_profile_counts_the_cell_calls_and_adds_up(tmp_path):
     deq = profile_steps(task, steps=2)
     assert deq.f_calls_forward >= 2 and deq.nfe_backward >= 1  # a forward solve and an implicit backward ran
     assert "calls of f" in deq.summary() and "backward NFE" in deq.summary()
+
+
+def test_gru_deq_takes_a_layer_with_another_solver():
+    """GRUDEQ(..., deq=layer) solves and differentiates with that layer (Broyden forward and backward, not the
+    report's Anderson): the statistics come from it and the gradient reaches the cell's GRU and the injection."""
+    torch.manual_seed(0)
+    layer = DEQ(solver=Broyden(), max_iter=12, tol=1e-4, backward=Implicit(Broyden(), max_iter=12, tol=1e-4))
+    model = GRUDEQ(15, 8, 31, deq=layer)
+    assert model.deq is layer
+    tokens = torch.nn.functional.one_hot(torch.randint(0, 15, (4, 31)), 15).float()
+    logits, info = model(tokens)
+    assert info.forward is not None and "broyden" in info.forward.summary()
+    logits.sum().backward()
+    assert info.nfe_backward is not None and info.nfe_backward >= 1  # Broyden's implicit backward ran
+    for name, p in [*model.cell.named_parameters(), *model.inject.named_parameters()]:
+        assert p.grad is not None and float(p.grad.abs().sum()) > 0, name
+    default = GRUDEQ(15, 8, 31)
+    assert default.deq.solver == Anderson(m=6) and default.deq.backward == Implicit(Anderson(m=6), 50, 1e-3)
+    with pytest.raises(TypeError, match="deq must be a deq_core.DEQ layer"):
+        GRUDEQ(15, 8, 31, deq="broyden")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], Implicit(Anderson(m=4), max_iter=7, tol=1e-4)),
+        (["backward=phantom", "phantom_steps=3", "phantom_damping=0.7"], Phantom(steps=3, damping=0.7)),
+        (["backward=jfb"], JFB()),
+    ],
+)
+def test_arithmetic_overrides_reach_the_layer_and_train(overrides, expected, tmp_path):
+    """``backward=...`` overrides (as on the command line) set the GRU-DEQ's backward mode, ``anderson_m`` its
+    solvers; one training step in each mode moves the cell's weights."""
+    tiny = ["n_train=64", "n_valid=32", "n_test=32", "anderson_m=4", "backward_max_iter=7", "backward_tol=1e-4"]
+    config = load_config("arith-deq-tiny", [*tiny, *overrides])
+    torch.manual_seed(0)
+    task = ArithmeticTask(config, tmp_path)
+    assert task.model.deq.solver == Anderson(m=4) and task.model.deq.backward == expected
+    weight = task.model.cell.gru.weight_hh_l0
+    before = weight.detach().clone()
+    optimizer = torch.optim.Adam(task.model.parameters(), lr=1e-3)
+    loss, _, info = task.train_step(task.batch(0), 0)
+    loss.backward()
+    optimizer.step()
+    assert not torch.equal(weight, before)
+    assert (info.nfe_backward is not None) == (expected == Implicit(Anderson(m=4), max_iter=7, tol=1e-4))
+
+
+@pytest.mark.parametrize("bad", ["phantom_steps=0", "phantom_damping=0", "phantom_damping=2", "backward=adjoint"])
+def test_bad_backward_settings_raise(bad):
+    with pytest.raises(UsageError, match=bad.split("=")[0]):
+        load_config("arith-deq-tiny", [bad])

@@ -1,12 +1,13 @@
-"""The 1D data, the scalar DEQ, and the effect of the Jacobian regularizer."""
+"""The 1D data, the scalar DEQ and its layer, and the effect of the Jacobian regularizer."""
 
 import dataclasses
 
 import torch
 
-from deq_toy.configs import get_config
+from deq_core import DEQ, JFB, Implicit, Phantom
+from deq_toy.configs import get_config, load_config
 from deq_toy.data.synthetic import make_synthetic, target_function
-from deq_toy.models import ScalarDEQ
+from deq_toy.models import ScalarDEQ, build_scalar_model, paper_deq
 from deq_toy.tasks.synthetic import SyntheticTask, equilibrium_statistics
 
 
@@ -64,3 +65,24 @@ def test_training_steps_lower_the_loss():
         loss.backward()
         opt.step()
     assert task.evaluate()["mse"] < 0.7 * before
+
+
+def test_synthetic_overrides_reach_the_scalar_deqs_layer():
+    """The default config builds the paper's layer (paper_deq); ``backward=...`` overrides replace its backward mode
+    and a training step still reaches W1 (the feedback weights, which only the backward through z* trains)."""
+    assert build_scalar_model(get_config("synthetic-tiny")).deq.backward == paper_deq().backward
+    for overrides, expected in (
+        (["backward=phantom", "phantom_steps=2"], Phantom(steps=2, damping=0.5)),
+        (["backward=jfb"], JFB()),
+        (["backward_stop_mode=rel", "backward_tol=1e-4"], Implicit("broyden", max_iter=50, tol=1e-4, stop_mode="rel")),
+    ):
+        config = load_config("synthetic-tiny", overrides)
+        torch.manual_seed(0)
+        task = SyntheticTask(config)
+        assert task.model.deq.backward == expected
+        loss, _, _ = task.train_step(task.batch(0), 0)
+        loss.backward()
+        assert task.model.w1.grad is not None and float(task.model.w1.grad.abs().sum()) > 0, overrides
+    layer = DEQ(solver="anderson", max_iter=30, tol=1e-6, stop_mode="abs", backward="jfb")
+    model = ScalarDEQ(width=8, deq=layer)
+    assert model.deq is layer and bool(model(torch.randn(5, 1))[1].converged.all())

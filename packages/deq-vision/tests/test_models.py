@@ -9,10 +9,14 @@ import pytest
 import timm
 import torch
 
+import deq_core
 import deq_vision
+from deq_core.train.overrides import apply_overrides
 from deq_vision.configs import PRESETS
-from deq_vision.models import ARCHITECTURES, MODEL_NAMES, count_parameters, create_model
+from deq_vision.models import ARCHITECTURES, MODEL_NAMES, count_parameters, create_model, default_deq
 from deq_vision.train import build_model
+
+BackwardMode = deq_core.Implicit | deq_core.Phantom | deq_core.JFB
 
 # (low, high) parameter counts. JR paper (jacobian-regularization-icml2021.txt) Table 2, column Size: MDEQ (CIFAR-10)
 # 10M, MDEQ-small 18M, MDEQ-large 63M (ImageNet); MDEQ-tiny's size (about 170K) is not printed in the papers' text.
@@ -37,7 +41,7 @@ def test_every_registered_name_resolves_in_timm() -> None:
     assert set(ARCHITECTURES) <= listed
     for name in MODEL_NAMES:
         assert timm.is_model(name)
-    model = timm.create_model("mdeq_large_cifar10", num_classes=7, max_iter=3)
+    model = timm.create_model("mdeq_large_cifar10", num_classes=7, deq=default_deq(max_iter=3))
     assert isinstance(model, deq_vision.MDEQ)
     assert model.deq.max_iter == 3 and model.get_classifier().out_features == 7
     with pytest.raises(ValueError, match="no pretrained weights"):
@@ -62,7 +66,7 @@ def test_output_shape_of_every_config(name: str) -> None:
 
 
 def test_state_has_one_tensor_per_branch_at_halving_resolutions() -> None:
-    model = timm.create_model("mdeq_large_cifar10", max_iter=2).eval()
+    model = timm.create_model("mdeq_large_cifar10", deq=default_deq(max_iter=2)).eval()
     with torch.no_grad():
         z, info = model.equilibrium(torch.randn(2, 3, 32, 32))
     assert [tuple(t.shape) for t in z] == [(2, 32, 32, 32), (2, 64, 16, 16), (2, 128, 8, 8), (2, 256, 4, 4)]
@@ -72,7 +76,7 @@ def test_state_has_one_tensor_per_branch_at_halving_resolutions() -> None:
 
 def test_gradients_reach_every_branch_through_the_implicit_backward() -> None:
     torch.manual_seed(0)
-    model = timm.create_model("mdeq_large_cifar10", max_iter=4, backward_max_iter=4, dropout=0.0)
+    model = timm.create_model("mdeq_large_cifar10", deq=default_deq(4, 4), dropout=0.0)
     model.train()
     logits, info = model(torch.randn(2, 3, 32, 32), return_info=True)
     assert info.mode == "solve"
@@ -88,7 +92,7 @@ def test_gradients_reach_every_branch_through_the_implicit_backward() -> None:
 
 
 def test_pretraining_and_jacobian_loss() -> None:
-    model = timm.create_model("mdeq_mini", in_chans=3, max_iter=3).train()
+    model = timm.create_model("mdeq_mini", in_chans=3, deq=default_deq(max_iter=3)).train()
     logits, info = model(torch.randn(2, 3, 16, 16), unroll=2, jacobian_loss=True, return_info=True)
     assert info.mode == "unrolled" and info.nfe == 2
     assert info.jacobian_loss is not None and float(info.jacobian_loss.detach()) > 0
@@ -101,5 +105,58 @@ def test_bad_settings_raise() -> None:
         deq_vision.MDEQ(channels=(10, 20), head_channels=(4, 8), final_channels=16)
     with pytest.raises(ValueError, match="unknown model"):
         create_model("mdeq_does_not_exist", num_classes=10)
-    with pytest.raises(ValueError, match="unknown MDEQ settings"):
+    with pytest.raises(ValueError, match="unknown model settings"):
         create_model("mdeq_mini", num_classes=10, solverr="broyden")
+    with pytest.raises(ValueError, match=r"solver settings go in the layer: create_model\(..., deq=deq_core.DEQ"):
+        create_model("mdeq_mini", num_classes=10, max_iter=3)  # the settings of the layer, not of the model
+    with pytest.raises(TypeError, match="deq must be a deq_core.DEQ layer"):
+        timm.create_model("mdeq_mini", deq="broyden")
+
+
+@pytest.mark.parametrize(
+    "backward", [deq_core.Implicit(deq_core.Broyden(), max_iter=6, tol=1e-3), deq_core.Phantom(steps=3), deq_core.JFB()]
+)
+def test_one_training_step_in_every_backward_mode(backward: BackwardMode) -> None:
+    """The layer's backward mode is the model's: every mode carries gradients to the cell's weights (all branch
+    blocks and the fusion) and to the stem, and one Adam step changes the cell."""
+    torch.manual_seed(0)
+    deq = deq_core.DEQ(solver=deq_core.Broyden(), max_iter=6, tol=1e-3, backward=backward)
+    model = timm.create_model("mdeq_mini", num_classes=3, dropout=0.0, deq=deq).train()
+    assert model.deq is deq
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    logits, info = model(torch.randn(4, 1, 16, 16), return_info=True)
+    torch.nn.functional.cross_entropy(logits, torch.arange(4) % 3).backward()
+    cell = [*model.blocks.named_parameters(), *model.fusion.named_parameters(), *model.stem.named_parameters()]
+    for pname, p in cell:
+        if p.requires_grad and "post" not in pname:
+            assert p.grad is not None and float(p.grad.abs().sum()) > 0, f"no gradient reached {pname}"
+    assert (info.nfe_backward is not None) == isinstance(backward, deq_core.Implicit)  # only Implicit solves
+    before = model.blocks[0].conv1.parametrizations.weight.original1.detach().clone()
+    opt.step()
+    assert not torch.equal(model.blocks[0].conv1.parametrizations.weight.original1, before)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["backward=phantom", "phantom_steps=4", "phantom_damping=0.8"], deq_core.Phantom(steps=4, damping=0.8)),
+        (["backward=jfb"], deq_core.JFB()),
+        (
+            ["backward_solver=anderson", "backward_options=m=3", "backward_max_iter=9", "backward_tol=1e-5"],
+            deq_core.Implicit(deq_core.Anderson(m=3), max_iter=9, tol=1e-5),
+        ),
+    ],
+)
+def test_config_overrides_reach_the_models_layer(overrides: list[str], expected: BackwardMode) -> None:
+    """``key=value`` overrides of a preset (as on the command line) set the backward mode of the built MDEQ."""
+    cfg = apply_overrides(PRESETS["digits-mdeq"], ["solver=anderson", "max_iter=7", "eval_max_iter=9", *overrides])
+    model = build_model(cfg)
+    assert isinstance(model, deq_vision.MDEQ)
+    assert model.deq.backward == expected
+    assert (model.deq.solver, model.deq.max_iter, model.deq.eval_max_iter) == (deq_core.Anderson(), 7, 9)
+
+
+@pytest.mark.parametrize("bad", ["phantom_steps=0", "phantom_damping=0", "phantom_damping=1.5", "backward=adjoint"])
+def test_bad_backward_settings_raise(bad: str) -> None:
+    with pytest.raises(ValueError, match=bad.split("=")[0]):
+        apply_overrides(PRESETS["digits-mdeq"], [bad])

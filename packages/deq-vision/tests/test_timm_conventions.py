@@ -22,7 +22,7 @@ from timm.optim import create_optimizer_v2, param_groups_layer_decay
 import deq_vision
 from deq_vision.configs import PRESETS
 from deq_vision.data import NORMALIZATION, build_transform
-from deq_vision.models import MODEL_NAMES, create_model
+from deq_vision.models import MODEL_NAMES, create_model, default_deq
 
 PACKAGE = Path(__file__).resolve().parents[1]
 SMALL = ("mdeq_mini", "mdeq_tiny_cifar10", "resnet_mini")  # cheap enough to run a forward pass in a test
@@ -113,7 +113,7 @@ def test_forward_is_forward_head_of_forward_features(name: str) -> None:
 
 def test_feature_shapes_of_the_large_cifar_model() -> None:
     """The shape stated in MDEQ.forward_features' docstring for mdeq_large_cifar10 at 32x32."""
-    model = timm.create_model("mdeq_large_cifar10", max_iter=2, eval_max_iter=2).eval()
+    model = timm.create_model("mdeq_large_cifar10", deq=default_deq(max_iter=2)).eval()
     with torch.no_grad():
         assert model.forward_features(torch.randn(1, 3, 32, 32)).shape == (1, 1680, 4, 4)
 
@@ -185,7 +185,7 @@ def test_drop_path_changes_outputs_in_train_mode_only(name: str) -> None:
 
 def test_drop_path_draws_one_mask_per_sample_for_the_whole_solve() -> None:
     torch.manual_seed(0)
-    model = timm.create_model("mdeq_mini", drop_path_rate=0.5, dropout=0.0, max_iter=4, backward_max_iter=4).train()
+    model = timm.create_model("mdeq_mini", drop_path_rate=0.5, dropout=0.0, deq=default_deq(4, 4)).train()
     logits, info = model(_eval_input("mdeq_mini", batch=16), return_info=True)
     assert info.nfe >= 2  # several solver iterations, one mask
     for block in model.blocks:

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 import deq_vision  # noqa: F401
 from deq_vision import evaluate, train
+from deq_vision.models import default_deq
 
 METRIC_KEYS = {"step", "split", "loss", "acc", "nfe_forward", "nfe_backward", "residual", "lr"}
 
@@ -23,7 +24,7 @@ METRIC_KEYS = {"step", "split", "loss", "acc", "nfe_forward", "nfe_backward", "r
 @pytest.mark.parametrize("jacobian", [False, True])
 def test_a_few_steps_lower_the_loss(jacobian: bool) -> None:
     torch.manual_seed(0)
-    model = timm.create_model("mdeq_mini", num_classes=3, in_chans=3, max_iter=6, backward_max_iter=6, dropout=0.0)
+    model = timm.create_model("mdeq_mini", num_classes=3, in_chans=3, deq=default_deq(6, 6), dropout=0.0)
     model.train()
     x = torch.randn(12, 3, 16, 16)
     y = torch.arange(12) % 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.errors import UsageError
 
-from .configs import load_config
+from .configs import config_from_dict, load_config
 from .loop import run_training
 
 
@@ -22,8 +21,8 @@ def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: P
     results_path = run_dir / "results.json"
     config = load_config(preset, overrides)
     if results_path.exists():
-        stored = json.loads((run_dir / "config.json").read_text())["config"]
-        if stored != json.loads(json.dumps(dataclasses.asdict(config))):
+        stored = config_from_dict(json.loads((run_dir / "config.json").read_text())["config"])
+        if stored != config:  # fields added since the run was stored take their defaults
             raise UsageError(
                 f"{run_dir} holds a finished run with another config; use the same overrides as that "
                 "run, or another --output-dir."

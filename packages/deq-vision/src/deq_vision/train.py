@@ -47,9 +47,14 @@ RESUMABLE_CHANGES = frozenset(
 
 
 def build_model(cfg: Config) -> nn.Module:
-    """The config's model (an MDEQ with the config's DEQ settings, or a timm network)."""
-    settings: dict[str, Any] = cfg.deq_settings() if cfg.is_deq else {}
-    return create_model(cfg.model, cfg.head_classes, cfg.in_chans, drop_rate=cfg.drop_rate, **settings)
+    """The config's model: an MDEQ with the config's DEQ layer (:meth:`Config.deq_layer`) and block dropout, or a
+    timm network."""
+    if not cfg.is_deq:
+        return create_model(cfg.model, cfg.head_classes, cfg.in_chans, drop_rate=cfg.drop_rate)
+    dropout: dict[str, Any] = {} if cfg.dropout is None else {"dropout": cfg.dropout}  # None: the architecture's
+    return create_model(
+        cfg.model, cfg.head_classes, cfg.in_chans, deq=cfg.deq_layer(), drop_rate=cfg.drop_rate, **dropout
+    )
 
 
 @torch.no_grad()

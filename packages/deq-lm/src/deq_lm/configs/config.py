@@ -53,12 +53,14 @@ class Config:
         pre_ln: pre-LayerNorm transformer blocks. weight_norm: on the cells' linear maps. dropout: variational
         dropout in the cells (ordinary dropout in the TCN).
     DEQ:
-        solver, max_iter, tol, stop_mode: forward solve. backward, backward_solver, backward_max_iter, backward_tol:
-        gradient. A solver is a deq-core shorthand ("anderson", "broyden", "fixed_point") or the import path of a
-        user's ``deq_core.Solver``, ``solver=my_pkg.my_module:MySolver``. solver_options, backward_options: the
-        solvers' own options as key=value strings (e.g. ``backward_options=memory=10`` for Broyden's stored updates,
+        solver, max_iter, tol, stop_mode: forward solve. backward: how gradients pass the fixed point, "implicit"
+        (the adjoint system solved by backward_solver to backward_tol in backward_max_iter), "phantom" (phantom_steps
+        damped steps of size phantom_damping, backpropagated) or "jfb" (the gradient of the last call of f only). A
+        solver is a deq-core shorthand ("anderson", "broyden", "fixed_point") or the import path of a user's
+        ``deq_core.Solver``, ``solver=my_pkg.my_module:MySolver``. solver_options, backward_options: the solvers' own
+        options as key=value strings (e.g. ``backward_options=memory=10`` for Broyden's stored updates,
         ``solver_options=m=6,beta=0.8`` for Anderson), checked by the solvers. eval_max_iter, eval_tol: limits at
-        evaluation (None: the training ones).
+        evaluation (None: the training ones). All of them make the DEQ layer, ``deq_lm.models.build_deq``.
         max_iter_jitter: each training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
         jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
@@ -114,6 +116,8 @@ class Config:
     backward_solver: Solver = "anderson"
     backward_max_iter: int = 20
     backward_tol: float = 1e-4
+    phantom_steps: int = 5
+    phantom_damping: float = 0.5
     solver_options: tuple[str, ...] = ()
     backward_options: tuple[str, ...] = ()
     eval_max_iter: int | None = None
@@ -169,6 +173,9 @@ def check_config(cfg: Config) -> None:
     check_at_least(cfg, 0, "mem_len", "save_grads_at", "vocab_size", "eval_tgt_len")
     check_fraction(cfg, "dropout", closed=False)
     check_fraction(cfg, "min_lr_ratio")
+    check_at_least(cfg, 1, "phantom_steps")
+    if not 0.0 < cfg.phantom_damping <= 1.0:
+        raise ValueError(f"phantom_damping must be in (0, 1], got {cfg.phantom_damping}.")
     if not cfg.corpus:
         raise ValueError("corpus must be a name, e.g. ptb, wikitext-103 or the name of your --data-dir corpus.")
     if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 3:

@@ -6,7 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from .checks import check_at_least_one
+from deq_core.train.checks import check_choice
+
+from .checks import check_at_least_one, check_damping
 
 MODELS = ("fc", "gru", "stacked_gru", "repeated_gru", "deq")
 
@@ -20,9 +22,12 @@ class ArithmeticConfig:
     variant and on ``n_test`` expressions of ``long_length`` symbols (only for models whose readout does not depend
     on the length).
     Model: ``model`` with ``hidden`` units; ``readout`` "flatten" (all positions, as in the report) or "last" (the
-    last position, length-independent). ``repeats`` cell applications for repeated_gru. For deq: Anderson
-    (m = ``anderson_m``) to relative residual ``tol`` in at most ``max_iter`` iterations, implicit backward solved the
-    same way to ``backward_tol``; ``jacobian_weight`` > 0 adds the Jacobian regularizer with ``jacobian_probability``.
+    last position, length-independent). ``repeats`` cell applications for repeated_gru. For deq (the
+    :class:`deq_core.DEQ` layer, built by ``deq_toy.models.arithmetic_deq``): Anderson (m = ``anderson_m``) to relative
+    residual ``tol`` in at most ``max_iter`` iterations; ``backward`` "implicit" (the adjoint system solved the same
+    way to ``backward_tol`` in ``backward_max_iter``), "phantom" (``phantom_steps`` damped steps of size
+    ``phantom_damping``, backpropagated) or "jfb" (the gradient of the last call of f only); ``jacobian_weight`` > 0
+    adds the Jacobian regularizer with ``jacobian_probability``.
     Training: Adam (``lr``), cosine schedule, ``epochs`` epochs of batch ``batch_size`` (``max_steps`` > 0 stops
     earlier, for a budget), gradient-norm clipping at ``clip``, BCE with logits.
     """
@@ -43,8 +48,11 @@ class ArithmeticConfig:
     anderson_m: int = 6
     max_iter: int = 50
     tol: float = 1e-3
+    backward: Literal["implicit", "phantom", "jfb"] = "implicit"
     backward_max_iter: int = 50
     backward_tol: float = 1e-3
+    phantom_steps: int = 5
+    phantom_damping: float = 0.5
     jacobian_weight: float = 0.0
     jacobian_probability: float = 1.0
     epochs: int = 40
@@ -71,6 +79,7 @@ class ArithmeticConfig:
             "anderson_m",
             "max_iter",
             "backward_max_iter",
+            "phantom_steps",
             "epochs",
             "batch_size",
             "log_every",
@@ -78,6 +87,8 @@ class ArithmeticConfig:
             "threads",
         )
         check_at_least_one(self, positive)
+        check_choice(self, "backward")
+        check_damping(self.phantom_damping)
         if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
             raise ValueError(f"length and long_length must be odd and >= 3, got {self.length}, {self.long_length}")
         if self.jacobian_weight < 0 or not 0 <= self.jacobian_probability <= 1:

@@ -1,5 +1,9 @@
 """Models: the 1D DEQ, the GRU-cell DEQ and repeated GRU, and the explicit baselines; ``build_arithmetic_model``.
 
+The DEQ models take one ready :class:`deq_core.DEQ` layer (``GRUDEQ(..., deq=...)``, ``ScalarDEQ(..., deq=...)``);
+the builders make it from a config once, with ``deq_core.train.deq_settings.deq_layer_settings``
+(:func:`arithmetic_deq`, :func:`synthetic_deq`).
+
 Every arithmetic model maps one-hot tokens (B, T, V) to ``(logits (B,), info)`` where info is a
 :class:`deq_core.DEQInfo` for the DEQ and the repeated GRU and None for the explicit baselines.
 """
@@ -8,13 +12,33 @@ from __future__ import annotations
 
 from torch import nn
 
+from deq_core import DEQ, Anderson, Implicit
+from deq_core.train.deq_settings import deq_layer_settings
+
 from ..configs.arithmetic import ArithmeticConfig
 from ..configs.synthetic import SyntheticConfig
 from ..data.arithmetic import SYMBOLS
 from .baselines import FCClassifier, GRUClassifier
-from .gru_deq import GRUDEQ, GRUCell, RepeatedGRU
+from .gru_deq import GRUDEQ, GRUCell, RepeatedGRU, report_deq
 from .readout import Readout
-from .scalar_deq import ScalarDEQ
+from .scalar_deq import ScalarDEQ, paper_deq
+
+
+def arithmetic_deq(config: ArithmeticConfig) -> DEQ:
+    """The GRU-DEQ's layer from the config: limits and backward mode by ``deq_layer_settings`` (``max_iter``,
+    ``tol``, ``backward``, ``backward_max_iter``, ``backward_tol``, ``phantom_steps``, ``phantom_damping``), with
+    Anderson (m = ``anderson_m``) for the forward solve and for the implicit backward's adjoint system."""
+    settings = deq_layer_settings(config)
+    anderson = Anderson(m=config.anderson_m)  # the field keeps the report's name (stored runs compare by field)
+    if config.backward == "implicit":
+        settings["backward"] = Implicit(anderson, max_iter=config.backward_max_iter, tol=config.backward_tol)
+    return DEQ(**{**settings, "solver": anderson})
+
+
+def synthetic_deq(config: SyntheticConfig) -> DEQ:
+    """The 1D DEQ's layer from the config's fields, by ``deq_layer_settings`` (solver, limits, stop modes, backward
+    mode, Hutchinson probes, NaN handling)."""
+    return DEQ(**deq_layer_settings(config))
 
 
 def build_arithmetic_model(config: ArithmeticConfig) -> nn.Module:
@@ -29,32 +53,13 @@ def build_arithmetic_model(config: ArithmeticConfig) -> nn.Module:
     if config.model == "repeated_gru":
         return RepeatedGRU(vocab, hidden, length, config.readout, repeats=config.repeats)
     if config.model == "deq":
-        return GRUDEQ(
-            vocab,
-            hidden,
-            length,
-            config.readout,
-            anderson_m=config.anderson_m,
-            max_iter=config.max_iter,
-            tol=config.tol,
-            backward_max_iter=config.backward_max_iter,
-            backward_tol=config.backward_tol,
-        )
+        return GRUDEQ(vocab, hidden, length, config.readout, deq=arithmetic_deq(config))
     raise ValueError(f"unknown model {config.model!r}")
 
 
 def build_scalar_model(config: SyntheticConfig) -> ScalarDEQ:
-    """The 1D DEQ with the config's width and solver settings."""
-    return ScalarDEQ(
-        width=config.width,
-        solver=config.solver,
-        max_iter=config.max_iter,
-        tol=config.tol,
-        backward_max_iter=config.backward_max_iter,
-        backward_tol=config.backward_tol,
-        jacobian_samples=config.jacobian_samples,
-        feedback=config.feedback,
-    )
+    """The 1D DEQ with the config's width, feedback and DEQ layer (:func:`synthetic_deq`)."""
+    return ScalarDEQ(width=config.width, deq=synthetic_deq(config), feedback=config.feedback)
 
 
 def any_length(model: nn.Module) -> bool:
@@ -72,6 +77,10 @@ __all__ = [
     "RepeatedGRU",
     "ScalarDEQ",
     "any_length",
+    "arithmetic_deq",
     "build_arithmetic_model",
     "build_scalar_model",
+    "paper_deq",
+    "report_deq",
+    "synthetic_deq",
 ]

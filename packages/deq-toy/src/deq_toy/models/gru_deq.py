@@ -56,34 +56,38 @@ class RepeatedGRU(_GRUCellModel):
         return self.readout(z), DEQInfo.from_unrolled(prev, z, self.repeats, stop_mode="rel")
 
 
-class GRUDEQ(_GRUCellModel):
-    """z* = f(z*, x) found by Anderson from z0 = GRU0(x), differentiated implicitly (deq_core.DEQ).
+def report_deq(
+    anderson_m: int = 6, max_iter: int = 50, tol: float = 1e-3, backward_max_iter: int = 50, backward_tol: float = 1e-3
+) -> DEQ:
+    """The student report's DEQ layer (the GRU-DEQ's default): Anderson (m = ``anderson_m``) to relative residual
+    ``tol`` in ``max_iter`` iterations; implicit backward by the same Anderson to ``backward_tol`` in
+    ``backward_max_iter``."""
+    return DEQ(
+        solver=Anderson(m=anderson_m),
+        max_iter=max_iter,
+        tol=tol,
+        stop_mode="rel",
+        backward=Implicit(Anderson(m=anderson_m), max_iter=backward_max_iter, tol=backward_tol),
+    )
 
-    GRU0 only supplies the starting point: the implicit gradient does not flow into z0, so GRU0 keeps its
-    initial weights. ``forward(tokens, jacobian_loss=True)`` also returns the Hutchinson estimate of
-    ||J_f(z*)||_F^2 / (T H) in ``info.jacobian_loss``.
+
+class GRUDEQ(_GRUCellModel):
+    """z* = f(z*, x) found by the DEQ layer ``deq`` from z0 = GRU0(x) and differentiated by its backward mode.
+
+    GRU0 only supplies the starting point: the gradient does not flow into z0, so GRU0 keeps its initial weights.
+    ``forward(tokens, jacobian_loss=True)`` also returns the Hutchinson estimate of ||J_f(z*)||_F^2 / (T H) in
+    ``info.jacobian_loss``.
+
+    Args:
+        vocab, hidden, length: one-hot width V, state width H, expression length T.
+        readout: "flatten" (all positions) or "last" (the last position, any length).
+        deq: the :class:`deq_core.DEQ` layer (solver, limits, backward mode). None: :func:`report_deq`, the
+            report's Anderson (m=6, 50 iterations, relative tolerance 1e-3) with the implicit backward.
     """
 
-    def __init__(
-        self,
-        vocab: int,
-        hidden: int,
-        length: int,
-        readout: str = "flatten",
-        anderson_m: int = 6,
-        max_iter: int = 50,
-        tol: float = 1e-3,
-        backward_max_iter: int = 50,
-        backward_tol: float = 1e-3,
-    ) -> None:
+    def __init__(self, vocab: int, hidden: int, length: int, readout: str = "flatten", deq: DEQ | None = None) -> None:
         super().__init__(vocab, hidden, length, readout)
-        self.deq = DEQ(
-            solver=Anderson(m=anderson_m),
-            max_iter=max_iter,
-            tol=tol,
-            stop_mode="rel",
-            backward=Implicit(Anderson(m=anderson_m), max_iter=backward_max_iter, tol=backward_tol),
-        )
+        self.deq = report_deq() if deq is None else _checked_layer(deq)
 
     def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:
         """tokens (B, T, V) one-hot -> (logits (B,), info with nfe, residual, jacobian_loss, ...)."""
@@ -93,3 +97,10 @@ class GRUDEQ(_GRUCellModel):
         z_star, info = self.deq(lambda z: self.cell(z, x), z0, jacobian_loss=jacobian_loss)
         assert isinstance(z_star, Tensor)
         return self.readout(z_star), info
+
+
+def _checked_layer(deq: object) -> DEQ:
+    """``deq`` when it is a :class:`deq_core.DEQ`; TypeError otherwise."""
+    if not isinstance(deq, DEQ):
+        raise TypeError(f"deq must be a deq_core.DEQ layer (or None for the default), got {type(deq).__name__}.")
+    return deq

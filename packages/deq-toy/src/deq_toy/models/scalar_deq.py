@@ -7,7 +7,30 @@ import math
 import torch
 from torch import Tensor, nn
 
-from deq_core import DEQ, DEQInfo, Implicit
+from deq_core import DEQ, DEQInfo, Implicit, Solver
+
+
+def paper_deq(
+    solver: Solver | str = "broyden",
+    max_iter: int = 100,
+    tol: float = 1e-3,
+    backward_max_iter: int = 50,
+    backward_tol: float = 1e-6,
+    jacobian_samples: int = 1,
+) -> DEQ:
+    """The 1D DEQ's default layer: ``solver`` to absolute residual |f(z) - z| <= ``tol`` in ``max_iter``
+    iterations; implicit backward by Broyden to absolute residual ``backward_tol`` in ``backward_max_iter``;
+    ``jacobian_samples`` Hutchinson probes; samples whose f turns NaN/Inf are warned about and left out of the
+    gradient (``on_nonfinite="warn"``)."""
+    return DEQ(
+        solver=solver,
+        max_iter=max_iter,
+        tol=tol,
+        stop_mode="abs",
+        backward=Implicit("broyden", max_iter=backward_max_iter, tol=backward_tol, stop_mode="abs"),
+        jacobian_samples=jacobian_samples,
+        on_nonfinite="warn",
+    )
 
 
 class ScalarDEQ(nn.Module):
@@ -18,9 +41,9 @@ class ScalarDEQ(nn.Module):
 
     Args:
         width: hidden units.
-        solver, max_iter, tol: forward solve to absolute residual |f(z) - z| <= tol.
-        backward_max_iter, backward_tol: implicit backward (Broyden, absolute residual).
-        jacobian_samples: Hutchinson probes for the Jacobian loss.
+        deq: the :class:`deq_core.DEQ` layer (solver, limits, backward mode, Hutchinson probes for the Jacobian
+            loss). None: :func:`paper_deq`, Broyden to absolute residual 1e-3 in 100 iterations, implicit Broyden
+            backward to absolute residual 1e-6 in 50, NaN/Inf samples warned about and left out of the gradient.
         feedback: False fixes W1 at 0 (not trained), so f ignores z and z* = f(0; x) = W2^T ReLU(U x + b): the
             explicit 150-parameter network that a fully flattened DEQ becomes (a reference for the fit alone).
     """
@@ -28,12 +51,7 @@ class ScalarDEQ(nn.Module):
     def __init__(
         self,
         width: int = 50,
-        solver: str = "broyden",
-        max_iter: int = 100,
-        tol: float = 1e-3,
-        backward_max_iter: int = 50,
-        backward_tol: float = 1e-6,
-        jacobian_samples: int = 1,
+        deq: DEQ | None = None,
         feedback: bool = True,
     ) -> None:
         super().__init__()
@@ -42,15 +60,9 @@ class ScalarDEQ(nn.Module):
         self.w2 = nn.Parameter(torch.randn(width) / math.sqrt(width))
         self.u = nn.Parameter(torch.randn(width))
         self.b = nn.Parameter(torch.randn(width))
-        self.deq = DEQ(
-            solver=solver,
-            max_iter=max_iter,
-            tol=tol,
-            stop_mode="abs",
-            backward=Implicit("broyden", max_iter=backward_max_iter, tol=backward_tol, stop_mode="abs"),
-            jacobian_samples=jacobian_samples,
-            on_nonfinite="warn",
-        )
+        if deq is not None and not isinstance(deq, DEQ):
+            raise TypeError(f"deq must be a deq_core.DEQ layer (or None for paper_deq()), got {type(deq).__name__}.")
+        self.deq = paper_deq() if deq is None else deq
 
     def f(self, z: Tensor, x: Tensor) -> Tensor:
         """f(z; x) for z, x of shape (B, 1) (or broadcastable (..., 1)); returns (..., 1)."""

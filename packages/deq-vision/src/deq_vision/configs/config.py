@@ -10,8 +10,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from deq_core import DEQ
 from deq_core.train.checks import check_at_least, check_choice, check_deq_training, check_fraction
-from deq_core.train.deq_settings import parse_options
+from deq_core.train.deq_settings import deq_layer_settings
 
 DatasetName = Literal["cifar10", "imagenet", "folder", "digits", "glyphs"]
 Solver = Literal["anderson", "broyden", "fixed_point"]
@@ -43,11 +44,15 @@ class Config:
         model: a timm name (``mdeq_*`` registered by deq_vision, or e.g. "resnet18"). dropout: variational dropout
         of the MDEQ blocks (None: the architecture's default). drop_rate: dropout before the classifier.
     DEQ (MDEQs only):
-        solver, max_iter, tol, stop_mode: forward solve. backward_solver, backward_max_iter, backward_tol: implicit
-        backward. solver_options, backward_options: the solvers' own options as key=value strings (e.g.
-        ``backward_options=memory=10``), checked by deq-core. eval_max_iter, eval_tol: inference limits (None: the
-        training ones). max_iter_jitter: each
-        training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
+        The MDEQ's :class:`deq_core.DEQ` layer is built from these fields by
+        ``deq_core.train.deq_settings.deq_layer_settings`` (:meth:`Config.deq_layer`).
+        solver, max_iter, tol, stop_mode: forward solve. backward: how gradients pass the fixed point, "implicit"
+        (the adjoint system solved by backward_solver to backward_tol in backward_max_iter), "phantom"
+        (phantom_steps damped steps z <- (1 - phantom_damping) z + phantom_damping f(z), backpropagated) or "jfb"
+        (Jacobian-free: the gradient of the last call of f only). solver_options, backward_options: the solvers'
+        own options as key=value strings (e.g. ``backward_options=memory=10``), checked by deq-core. eval_max_iter,
+        eval_tol: inference limits (None: the training ones). max_iter_jitter: each training step draws the forward
+        limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
         jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
         probability p, gamma += growth every K steps). jac_stop: no regularization from this step on (0: never
@@ -85,9 +90,12 @@ class Config:
     max_iter: int = 18
     tol: float = 1e-3
     stop_mode: Literal["rel", "abs"] = "rel"
+    backward: Literal["implicit", "phantom", "jfb"] = "implicit"
     backward_solver: Solver = "broyden"
     backward_max_iter: int = 20
     backward_tol: float = 1e-3
+    phantom_steps: int = 5
+    phantom_damping: float = 0.5
     solver_options: tuple[str, ...] = ()
     backward_options: tuple[str, ...] = ()
     eval_max_iter: int | None = None
@@ -147,16 +155,9 @@ class Config:
     def in_chans(self) -> int:
         return IN_CHANS[self.dataset]
 
-    def deq_settings(self) -> dict[str, object]:
-        """Keyword arguments of the MDEQ constructor set by this config."""
-        names = ("solver", "max_iter", "tol", "stop_mode", "backward_solver", "backward_max_iter", "backward_tol",
-                 "eval_max_iter", "eval_tol")  # fmt: skip
-        settings: dict[str, object] = {name: getattr(self, name) for name in names}  # the MDEQ builds its DEQ
-        for name in ("solver_options", "backward_options"):
-            settings[name] = parse_options(getattr(self, name), name)
-        if self.dropout is not None:
-            settings["dropout"] = self.dropout
-        return settings
+    def deq_layer(self) -> DEQ:
+        """The MDEQ's DEQ layer with this config's solvers, limits and backward mode."""
+        return DEQ(**deq_layer_settings(self))
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -166,7 +167,9 @@ def check_config(cfg: Config) -> None:
     """Raise ValueError naming the key and the valid values for any setting out of range."""
     check_deq_training(cfg)  # solvers, limits, tolerances, pretraining, Jacobian schedule, optimizer steps
     check_choice(cfg, "dataset")
-    check_at_least(cfg, 1, "image_size")
+    check_at_least(cfg, 1, "image_size", "phantom_steps")
+    if not 0.0 < cfg.phantom_damping <= 1.0:
+        raise ValueError(f"phantom_damping must be in (0, 1], got {cfg.phantom_damping}.")
     check_at_least(cfg, 0, "train_limit", "eval_limit", "num_workers", "mixup", "cutmix", "drop_rate", "momentum")
     check_at_least(cfg, 0, "num_classes", "warmup_lr", "min_lr")
     check_fraction(cfg, "scale_min", "hflip", "label_smoothing", "ema_decay")

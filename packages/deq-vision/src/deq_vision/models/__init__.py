@@ -1,6 +1,7 @@
 """Models: the MDEQ (registered with timm) and the explicit baselines (timm's ResNets).
 
-:func:`create_model` builds any of them by timm name; MDEQs take the DEQ settings as keyword arguments.
+:func:`create_model` builds any of them by timm name; MDEQs take their DEQ settings as one ready layer,
+``deq=deq_core.DEQ(...)`` (the training configs build it with ``deq_core.train.deq_settings.deq_layer_settings``).
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ from typing import Any
 import timm
 from torch import nn
 
-from .mdeq import MDEQ
-from .registry import ARCHITECTURES, MODEL_NAMES
+import deq_core
 
-DEQ_SETTINGS = (
-    "solver", "max_iter", "tol", "stop_mode", "backward_solver", "backward_max_iter", "backward_tol",
-    "eval_max_iter", "eval_tol", "dropout", "solver_options", "backward_options",
-)  # fmt: skip
+from .mdeq import MDEQ, default_deq
+from .registry import ARCHITECTURES, DEFAULT_DEQ_LIMITS, MODEL_NAMES
+
+MDEQ_SETTINGS = ("dropout",)  # the MDEQ's own settings create_model passes on (besides deq and TIMM_SETTINGS)
 TIMM_SETTINGS = ("drop_rate", "drop_path_rate")  # timm's regularization arguments, taken by every model
 
 
@@ -25,23 +25,30 @@ def is_deq_model(name: str) -> bool:
     return name in ARCHITECTURES
 
 
-def create_model(name: str, num_classes: int, in_chans: int = 3, **settings: Any) -> nn.Module:
-    """Build ``name`` through timm. For MDEQs, ``settings`` (keys in DEQ_SETTINGS, ``drop_rate``, ``drop_path_rate``)
-    override the architecture's defaults; for explicit networks they are ignored except ``drop_rate`` and
+def create_model(
+    name: str, num_classes: int, in_chans: int = 3, deq: deq_core.DEQ | None = None, **settings: Any
+) -> nn.Module:
+    """Build ``name`` through timm. For MDEQs, ``deq`` is the DEQ layer (None: the architecture's default,
+    ``default_deq(**DEFAULT_DEQ_LIMITS[name])``) and ``settings`` (``dropout``, ``drop_rate``, ``drop_path_rate``)
+    override the architecture's defaults; explicit networks ignore ``deq`` and ``dropout`` and take ``drop_rate`` and
     ``drop_path_rate``.
 
     Raises:
-        ValueError: unknown model name (the message lists ours and points to ``timm.list_models``).
+        ValueError: unknown model name (the message lists ours and points to ``timm.list_models``), or a setting no
+            model takes (e.g. ``max_iter``: solver settings belong to the ``deq`` layer).
     """
     if not timm.is_model(name):
         raise ValueError(
             f"unknown model {name!r}: use one of {list(MODEL_NAMES)} or any timm model (timm.list_models())."
         )
+    unknown = set(settings) - set(MDEQ_SETTINGS) - set(TIMM_SETTINGS)
+    if unknown:
+        raise ValueError(
+            f"unknown model settings {sorted(unknown)}; valid: {[*MDEQ_SETTINGS, *TIMM_SETTINGS]}; solver settings "
+            "go in the layer: create_model(..., deq=deq_core.DEQ(max_iter=..., backward=...))."
+        )
     if is_deq_model(name):
-        unknown = set(settings) - set(DEQ_SETTINGS) - set(TIMM_SETTINGS)
-        if unknown:
-            raise ValueError(f"unknown MDEQ settings {sorted(unknown)}; valid: {[*DEQ_SETTINGS, *TIMM_SETTINGS]}.")
-        return timm.create_model(name, num_classes=num_classes, in_chans=in_chans, **settings)
+        return timm.create_model(name, num_classes=num_classes, in_chans=in_chans, deq=deq, **settings)
     timm_settings = {key: settings.get(key) for key in TIMM_SETTINGS}  # None: timm's default
     return timm.create_model(name, num_classes=num_classes, in_chans=in_chans, **timm_settings)
 
@@ -52,6 +59,6 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "ARCHITECTURES", "DEQ_SETTINGS", "MDEQ", "MODEL_NAMES", "TIMM_SETTINGS", "count_parameters", "create_model",
-    "is_deq_model",
+    "ARCHITECTURES", "DEFAULT_DEQ_LIMITS", "MDEQ", "MDEQ_SETTINGS", "MODEL_NAMES", "TIMM_SETTINGS", "count_parameters",
+    "create_model", "default_deq", "is_deq_model",
 ]  # fmt: skip

@@ -11,7 +11,7 @@ The solve and its implicit backward come from :class:`deq_core.DEQ` with a tuple
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -20,6 +20,19 @@ from torch import Tensor, nn
 import deq_core
 
 from .blocks import BranchBlock, ClassificationHead, Fusion, conv_bn_relu
+
+
+def default_deq(max_iter: int = 18, backward_max_iter: int = 20, stop_mode: str = "rel") -> deq_core.DEQ:
+    """The MDEQ paper's DEQ layer: Broyden to relative (or ``stop_mode``) residual 1e-3 in ``max_iter`` calls of f,
+    implicit backward by Broyden to 1e-3 in ``backward_max_iter``; the training limits also hold at inference. The
+    registered architectures (``deq_vision.models.registry``) pass their own limits."""
+    return deq_core.DEQ(
+        solver=deq_core.Broyden(),
+        max_iter=max_iter,
+        tol=1e-3,
+        stop_mode=stop_mode,
+        backward=deq_core.Implicit(deq_core.Broyden(), max_iter=backward_max_iter, tol=1e-3),
+    )
 
 
 class MDEQ(nn.Module):
@@ -34,9 +47,9 @@ class MDEQ(nn.Module):
         stem_strides: strides of the stem's two 3x3 convs, e.g. (1, 1) for 32x32 CIFAR, (2, 2) for 224x224 ImageNet.
         expansion: inner width factor of each branch block. num_groups: GroupNorm groups.
         dropout: variational dropout in the branch blocks. post_gn_affine: affine last GroupNorms.
-        solver, max_iter, tol, stop_mode, backward_solver, backward_max_iter, backward_tol, eval_max_iter, eval_tol,
-        solver_options, backward_options: settings of the :class:`deq_core.DEQ` layer (forward solve, implicit
-            backward, inference limits, the solvers' own options such as Broyden's ``memory``).
+        deq: the :class:`deq_core.DEQ` layer that finds z* and carries gradients through it (forward solver and
+            limits, backward mode: ``Implicit``, ``Phantom`` or ``JFB``, inference limits). None: :func:`default_deq`
+            (the MDEQ paper's Broyden forward and implicit Broyden backward, 18 / 20 iterations, tolerance 1e-3).
         drop_rate: dropout before the classifier (timm's ``drop_rate``).
         drop_path_rate: stochastic depth in every branch block (timm's ``drop_path_rate``; the branches run in
             parallel inside one weight-tied cell, so all get this rate): in training, a sample's residual branch is
@@ -55,19 +68,9 @@ class MDEQ(nn.Module):
         num_groups: int = 8,
         dropout: float = 0.0,
         post_gn_affine: bool = False,
-        solver: str = "broyden",
-        max_iter: int = 18,
-        tol: float = 1e-3,
-        stop_mode: str = "rel",
-        backward_solver: str = "broyden",
-        backward_max_iter: int = 20,
-        backward_tol: float = 1e-3,
-        eval_max_iter: int | None = None,
-        eval_tol: float | None = None,
+        deq: deq_core.DEQ | None = None,
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
-        solver_options: Mapping[str, Any] | None = None,
-        backward_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if len(channels) != len(head_channels) or not channels:
@@ -89,16 +92,9 @@ class MDEQ(nn.Module):
             BranchBlock(c, expansion, num_groups, dropout, post_gn_affine, drop_path_rate) for c in self.channels
         )
         self.fusion = Fusion(self.channels, num_groups, post_gn_affine)
-        backward_solver_object = deq_core.resolve_solver(backward_solver, backward_options)
-        self.deq = deq_core.DEQ(
-            solver=deq_core.resolve_solver(solver, solver_options),
-            max_iter=max_iter,
-            tol=tol,
-            stop_mode=stop_mode,
-            backward=deq_core.Implicit(backward_solver_object, max_iter=backward_max_iter, tol=backward_tol),
-            eval_max_iter=eval_max_iter,
-            eval_tol=eval_tol,
-        )
+        if deq is not None and not isinstance(deq, deq_core.DEQ):
+            raise TypeError(f"deq must be a deq_core.DEQ layer (or None for default_deq()), got {type(deq).__name__}.")
+        self.deq = default_deq() if deq is None else deq
         self.head = ClassificationHead(self.channels, head_channels, final_channels, num_classes)
         self.head_drop = nn.Dropout(drop_rate)
         self.drop_rate = drop_rate

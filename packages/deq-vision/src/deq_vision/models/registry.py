@@ -3,7 +3,8 @@
 After ``import deq_vision`` (timm has no plugin discovery: the models exist in timm's registry once this module is
 imported): ``timm.create_model("mdeq_large_cifar10")``, ``"mdeq_tiny_cifar10"``, ``"mdeq_small_imagenet"``,
 ``"mdeq_large_imagenet"``, and the CPU-scale ``"mdeq_mini"`` and ``"resnet_mini"``. Keyword arguments (num_classes,
-in_chans, dropout, max_iter, drop_path_rate, ...) override the defaults below. Each model carries a
+in_chans, dropout, drop_path_rate, ...) override the defaults below; ``deq=deq_core.DEQ(...)`` replaces the
+architecture's default DEQ layer (solvers, limits, backward mode). Each model carries a
 ``pretrained_cfg`` describing the data it is for (input size, mean / std, crop, classes); no pretrained weights
 exist, so ``pretrained=True`` is an error.
 """
@@ -16,34 +17,43 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.resnet import BasicBlock, ResNet
 
-from .mdeq import MDEQ
+from .mdeq import MDEQ, default_deq
 
-# Architectures of the papers' configurations (branch widths, head widths, final width, stem, GroupNorm, dropout,
-# DEQ limits). Solver settings are the MDEQ paper's; the JR presets in deq_vision.configs change them per run. The
-# class count and input channels come from the model's pretrained_cfg (below).
+# Architectures of the papers' configurations (branch widths, head widths, final width, stem, GroupNorm, dropout).
+# The class count and input channels come from the model's pretrained_cfg (below).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "mdeq_tiny_cifar10": dict(
-        channels=(24, 24), head_channels=(8, 16), final_channels=200, stem_strides=(1, 1),
-        dropout=0.25, max_iter=18, backward_max_iter=20,
+        channels=(24, 24), head_channels=(8, 16), final_channels=200, stem_strides=(1, 1), dropout=0.25,
     ),
     "mdeq_large_cifar10": dict(
         channels=(32, 64, 128, 256), head_channels=(14, 28, 56, 112), final_channels=1680,
-        stem_strides=(1, 1), dropout=0.3, max_iter=18, backward_max_iter=20,
+        stem_strides=(1, 1), dropout=0.3,
     ),
     "mdeq_small_imagenet": dict(
         channels=(32, 64, 128, 256), head_channels=(24, 48, 96, 192), final_channels=2048,
-        stem_strides=(2, 2), dropout=0.0, post_gn_affine=True, max_iter=26, backward_max_iter=27, stop_mode="abs",
+        stem_strides=(2, 2), dropout=0.0, post_gn_affine=True,
     ),
     "mdeq_large_imagenet": dict(
         channels=(80, 160, 320, 640), head_channels=(32, 64, 128, 256), final_channels=2048,
-        stem_strides=(2, 2), dropout=0.0, post_gn_affine=True, max_iter=26, backward_max_iter=27, stop_mode="abs",
+        stem_strides=(2, 2), dropout=0.0, post_gn_affine=True,
     ),
     # CPU scale (16x16 digits and glyphs): two narrow branches (16x16, 8x8).
     "mdeq_mini": dict(
         channels=(16, 32), head_channels=(8, 16), final_channels=64, stem_strides=(1, 1),
-        expansion=2, num_groups=4, dropout=0.1, max_iter=12, backward_max_iter=12,
+        expansion=2, num_groups=4, dropout=0.1,
     ),
 }  # fmt: skip
+
+# The limits of each architecture's default DEQ layer (deq_vision.models.mdeq.default_deq: the MDEQ paper's Broyden
+# forward and implicit backward), used when no ``deq`` layer is given. The presets in deq_vision.configs build their
+# own layer from the config (the JR presets change the limits per run).
+DEFAULT_DEQ_LIMITS: dict[str, dict[str, Any]] = {
+    "mdeq_tiny_cifar10": dict(max_iter=18, backward_max_iter=20),
+    "mdeq_large_cifar10": dict(max_iter=18, backward_max_iter=20),
+    "mdeq_small_imagenet": dict(max_iter=26, backward_max_iter=27, stop_mode="abs"),
+    "mdeq_large_imagenet": dict(max_iter=26, backward_max_iter=27, stop_mode="abs"),
+    "mdeq_mini": dict(max_iter=12, backward_max_iter=12),
+}
 
 MODEL_NAMES: tuple[str, ...] = (*ARCHITECTURES, "resnet_mini")
 
@@ -94,6 +104,8 @@ def _no_pretrained(name: str, pretrained: bool) -> None:
 
 def _build_mdeq(name: str, pretrained: bool, kwargs: dict[str, Any]) -> MDEQ:
     _no_pretrained(name, pretrained)
+    if kwargs.get("deq") is None:
+        kwargs["deq"] = default_deq(**DEFAULT_DEQ_LIMITS[name])
     return build_model_with_cfg(MDEQ, name, pretrained=False, **{**ARCHITECTURES[name], **kwargs})
 
 
