@@ -37,6 +37,7 @@ def compiler_error() -> str | None:
     try:
         torch.compile(_probe_kernel, backend=BACKEND, dynamic=False, fullgraph=True)(torch.zeros(2))
     except Exception as error:  # no compiler, unsupported platform, backend failure: all mean "run eagerly"
+        error = getattr(error, "inner_exception", None) or error  # a backend's failure, wrapped by dynamo
         first = (str(error).strip().splitlines() or [""])[0]
         return f"{type(error).__name__}: {first}"[:300]
     return None
