@@ -112,8 +112,8 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
     batch, dim = flat.shape
     width = Anderson().m - 1
     x, fx, g_old = torch.randn_like(flat), torch.randn_like(flat), torch.randn_like(flat)
-    dg, steps = torch.randn(batch, width, dim).to(flat), torch.randn(batch, width, dim).to(flat)
-    gram = torch.bmm(dg, dg.transpose(1, 2)).double()
+    dg, steps = torch.randn(batch, width + 1, dim).to(flat), torch.randn(batch, width, dim).to(flat)
+    gram = torch.bmm(dg[:, :width], dg[:, :width].transpose(1, 2)).double()
     slot = torch.tensor([2], device=flat.device)
     finite = torch.ones(batch, dtype=torch.bool, device=flat.device)
     best, tol = torch.ones(batch).to(flat), torch.tensor(TOL, dtype=torch.float64, device=flat.device)

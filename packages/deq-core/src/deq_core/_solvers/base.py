@@ -67,6 +67,12 @@ class Loop:
         """Bool (B,): samples still iterating (neither converged nor stopped by NaN / Inf)."""
         return self._run.active
 
+    @property
+    def compiling(self) -> bool:
+        """Whether :meth:`compiled` compiles (the solve runs with ``compile_step=True`` and torch.compile works
+        here): a solver may then take a form of fixed shapes that compiles once."""
+        return self._run.compiler.enabled
+
     def compiled(self, kernel: Fn) -> Fn:
         """``kernel`` compiled with torch.compile when the solve runs with ``compile_step=True`` (and torch.compile
         works here), else ``kernel`` itself. For a solver's tensor work between two calls of f: a function of fixed
