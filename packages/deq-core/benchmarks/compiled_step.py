@@ -15,7 +15,8 @@ Measured per solver, all in one process:
 - pays off after: compile time / (eager - compiled time per solve), in solves of this problem;
 - the kernels between two calls of f, each timed alone (eager and compiled, in units of t_f): Anderson's history
   update and mixing (``_record_and_mix``, with the full history) and the loop's per-iteration statistics
-  (``iteration_statistics``, norms and flags; left eager by ``compile_step`` because compiled it is not faster).
+  (``iteration_statistics``, norms and flags; left eager by ``compile_step`` because compiled it is not faster),
+  and, as the floor of Anderson's step, the time of reading its two histories (m - 1 state-sized rows each) once.
 """
 
 from __future__ import annotations
@@ -122,6 +123,12 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
         "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, tol, "rel")),
     }
     rows: list[list[object]] = []
+
+    def read_histories() -> Tensor:  # the memory traffic Anderson's step cannot avoid: both histories read once
+        return torch.add(dg[:, :width].sum(dim=1), steps.sum(dim=1))
+
+    floor = kernel_time(read_histories)
+    rows.append(["reading Anderson's two histories once (sum over rows)", P.fmt(floor / t_f), "", ""])
     for label, (fn, args) in kernels.items():
         compiled = torch.compile(fn, dynamic=False, fullgraph=True)
         eager_t = kernel_time(lambda fn=fn, args=args: fn(*args))
