@@ -117,10 +117,10 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
     gram = torch.bmm(dg[:, :width], dg[:, :width].transpose(1, 2)).double()
     slot = torch.tensor([2], device=flat.device)
     finite = torch.ones(batch, dtype=torch.bool, device=flat.device)
-    best, tol = torch.ones(batch).to(flat), torch.tensor(TOL, dtype=torch.float64, device=flat.device)
+    best = torch.ones(batch).to(flat)
     kernels = {
         "Anderson _record_and_mix (m = 8)": (_record_and_mix, (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)),
-        "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, tol, "rel")),
+        "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, TOL, "rel")),
     }
     rows: list[list[object]] = []
 

@@ -76,10 +76,10 @@ def residual_norms(x: Tensor, fx: Tensor, stop_mode: str) -> tuple[Tensor, Tenso
 
 
 def iteration_statistics(
-    x: Tensor, fx: Tensor, finite: Tensor, best_residual: Tensor, tol: Tensor, stop_mode: str
+    x: Tensor, fx: Tensor, finite: Tensor, best_residual: Tensor, tol: float, stop_mode: str
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The per-sample decisions of one iteration, on the device, from the iterates x, f(x) (B, D) and the (B,) state
-    before it (``finite``: no NaN / Inf so far; ``best_residual``); ``tol``: 0-d tensor.
+    before it (``finite``: no NaN / Inf so far; ``best_residual``).
 
     Returns (g, residual, good, better, best_residual, active, finite, flags): g = f(x) - x (B, D); the residual
     (inf where not finite), whether x and f(x) are finite, whether the residual improved on the best, the new best
@@ -119,7 +119,6 @@ class SolveRun:
     ) -> None:  # fmt: skip
         self._fn = fn
         self.compiler = compiler or Compiler(False)
-        self._tol = torch.tensor(tol, dtype=torch.float64, device=x0.device)
         self.max_iter = max_iter
         self.tol = tol
         self.stop_mode = stop_mode
@@ -202,7 +201,7 @@ class SolveRun:
         # Eager also with compile_step=True: on the CPU, inductor's kernel for the two norms was measured slower than
         # ATen's, and each compiled call adds ~10 us (benchmarks/compiled_step.py prints both).
         gx, res, good, better, best_residual, active, finite, flags = iteration_statistics(
-            x, fx, self._finite, self.best_residual, self._tol, self.stop_mode
+            x, fx, self._finite, self.best_residual, self.tol, self.stop_mode
         )
         # The one host transfer of the iteration: the stop test and every per-sample decision below are read from it.
         good_flags, better_flags, active_flags = flags.tolist()
