@@ -54,8 +54,9 @@ class Implicit:
         check_limits(max_iter, tol, stop_mode)
 
     def _output(self, f: Callable[[State], State], z0: State, z_star: tuple[Tensor, ...], fz: tuple[Tensor, ...],
-                info: DEQInfo, report: Callable[[SolverResult, str], None]) -> tuple[Tensor, ...]:  # fmt: skip
-        return _ImplicitGradient.apply(_Adjoint(self, fz, z_star, info, report), *fz)
+                info: DEQInfo, report: Callable[[SolverResult, str], None], compile_step: bool = False,
+                ) -> tuple[Tensor, ...]:  # fmt: skip
+        return _ImplicitGradient.apply(_Adjoint(self, fz, z_star, info, report, compile_step), *fz)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ class Phantom:
             raise ValueError(f"Phantom: damping must be in (0, 1], got {self.damping}.")
 
     def _output(self, f: Callable[[State], State], z0: State, z_star: tuple[Tensor, ...], fz: tuple[Tensor, ...],
-                info: DEQInfo, report: Callable[[SolverResult, str], None]) -> tuple[Tensor, ...]:  # fmt: skip
+                info: DEQInfo, report: Callable[[SolverResult, str], None], compile_step: bool = False,
+                ) -> tuple[Tensor, ...]:  # fmt: skip
         tau = self.damping
         out = tuple((1 - tau) * z + tau * y for z, y in zip(z_star, fz))
         for _ in range(self.steps - 1):
@@ -92,7 +94,8 @@ class JFB:
     as 0 in the adjoint system), the cheapest gradient."""
 
     def _output(self, f: Callable[[State], State], z0: State, z_star: tuple[Tensor, ...], fz: tuple[Tensor, ...],
-                info: DEQInfo, report: Callable[[SolverResult, str], None]) -> tuple[Tensor, ...]:  # fmt: skip
+                info: DEQInfo, report: Callable[[SolverResult, str], None], compile_step: bool = False,
+                ) -> tuple[Tensor, ...]:  # fmt: skip
         return fz
 
 
@@ -112,12 +115,13 @@ def resolve_backward(backward: Backward | str) -> Backward:
 
 
 class _Adjoint:
-    """What the implicit backward needs: the strategy, the tracked call fz = f(z*) at z*, the info to fill in and the
-    layer's report of an unconverged solve."""
+    """What the implicit backward needs: the strategy, the tracked call fz = f(z*) at z*, the info to fill in, the
+    layer's report of an unconverged solve and whether the solve compiles its step (the layer's ``compile_step``)."""
 
     def __init__(self, strategy: Implicit, fz: tuple[Tensor, ...], z_star: tuple[Tensor, ...], info: DEQInfo,
-                 report: Callable[[SolverResult, str], None]) -> None:  # fmt: skip
+                 report: Callable[[SolverResult, str], None], compile_step: bool = False) -> None:  # fmt: skip
         self.strategy, self.fz, self.z_star, self.info, self.report = strategy, fz, z_star, info, report
+        self.compile_step = compile_step
 
     def solve(self, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
         """Solve u = u J_f(z*) + grad for u, the gradient that flows into the tracked call f(z*)."""
@@ -130,7 +134,8 @@ class _Adjoint:
             return flatten(outs, dtype)
 
         s = self.strategy
-        res = solve(lambda u: vjp(u) + grad, grad, s.solver, max_iter=s.max_iter, tol=s.tol, stop_mode=s.stop_mode)
+        res = solve(lambda u: vjp(u) + grad, grad, s.solver, max_iter=s.max_iter, tol=s.tol, stop_mode=s.stop_mode,
+                    compile_step=self.compile_step)  # fmt: skip
         self.info.backward = res
         if bool(res.nonfinite.any()):
             raise FloatingPointError(

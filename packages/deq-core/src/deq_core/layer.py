@@ -43,6 +43,8 @@ class DEQ(nn.Module):
             the other samples get the gradients of the batch without them (for f whose samples do not interact).
         warn_unconverged: a RuntimeWarning with the solve's summary when a forward or implicit-backward solve stops
             with samples above its tol: "once" (per layer and direction, the default), "always" or "never".
+        compile_step: run the solvers' tensor work between calls of f (forward and implicit backward solves)
+            through torch.compile, f eagerly (see :func:`deq_core.solve`); False (the default): all eager.
 
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
     does not grow with the number of solver iterations. In eval mode z_out is still differentiable when autograd
@@ -61,6 +63,7 @@ class DEQ(nn.Module):
         jacobian_samples: int = 1,
         on_nonfinite: str = "raise",
         warn_unconverged: str = "once",
+        compile_step: bool = False,
     ) -> None:
         super().__init__()
         self.solver = resolve_solver(solver)
@@ -78,6 +81,9 @@ class DEQ(nn.Module):
         self.jacobian_samples = jacobian_samples
         self.on_nonfinite = on_nonfinite
         self.warn_unconverged = warn_unconverged
+        if not isinstance(compile_step, bool):
+            raise TypeError(f"compile_step must be True or False, got {compile_step!r}.")
+        self.compile_step = compile_step
         self._warned: set[str] = set()  # directions ("forward", "backward") already warned about, for "once"
 
     def extra_repr(self) -> str:
@@ -124,6 +130,7 @@ class DEQ(nn.Module):
             max_iter=limit if max_iter is None else max_iter,
             tol=tolerance if tol is None else tol,
             stop_mode=self.stop_mode,
+            compile_step=self.compile_step,
         )
         info = DEQInfo(forward=res)
         bad = self._report_nonfinite(res)
@@ -150,7 +157,7 @@ class DEQ(nn.Module):
             per_sample = frobenius_from_graph(fz_t, z_star, self.jacobian_samples)
             kept = per_sample if bad is None else per_sample[~bad]
             info.jacobian_loss = kept.mean() if kept.numel() else kept.sum()  # no sample left: 0, not NaN
-        return self.backward._output(f, z0, z_star, fz_t, info, self._report_unconverged)
+        return self.backward._output(f, z0, z_star, fz_t, info, self._report_unconverged, self.compile_step)
 
     def _unrolled(
         self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool

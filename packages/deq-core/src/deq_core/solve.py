@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ._solvers import Solver, resolve_solver
+from ._solvers._compile import Compiler
 from ._solvers._run import SolveRun, iterate, residual_norms
 from ._solvers.resolve import SolverLike
 from ._state import State, StateSpec, flat_map, flatten, solver_dtype, state_spec, unflatten
@@ -88,6 +89,8 @@ def solve(
     max_iter: int = 50,
     tol: float = 1e-4,
     stop_mode: str = "rel",
+    *,
+    compile_step: bool = False,
     **options: object,
 ) -> SolverResult:
     """Find a fixed point z* = f(z*) starting from ``z0``, without building an autograd graph.
@@ -102,6 +105,11 @@ def solve(
         max_iter: the largest number of iterations; each evaluates f once (more with Broyden's line search).
         tol: a sample has converged when its residual is <= tol; it then stops changing.
         stop_mode: "rel" for ||f(z) - z|| / ||f(z)|| or "abs" for ||f(z) - z||, per sample.
+        compile_step: run the solver's tensor work between two calls of f (the kernels a solver routes through
+            :meth:`~deq_core.Loop.compiled`: Anderson's history update and mixing; Broyden and FixedPoint have none
+            yet) through ``torch.compile``; f and the loop's bookkeeping run eagerly. The same iterates up to rounding;
+            the first solve of a shape compiles (seconds), later ones reuse torch's cache. Where torch.compile does
+            not work (e.g. no C++ compiler), a RuntimeWarning says why and the solve runs eagerly.
         **options: options of a solver given as a string, checked by name (see :func:`solver_options`), e.g.
             ``solve(f, z0, "broyden", memory=10)``.
 
@@ -120,6 +128,7 @@ def solve(
     """
     solver = resolve_solver(solver, options)
     check_limits(max_iter, tol, stop_mode)
+    compiler = Compiler(compile_step)
     spec = state_spec(z0)
     dtype = solver_dtype(spec.dtypes)
     settings = dict(solver=solver, stop_mode=stop_mode, tol=float(tol), max_iter=max_iter)
@@ -134,7 +143,8 @@ def solve(
                 converged=empty.bool(), nonfinite=empty.bool(), trace=x0.new_zeros(0, 0),
                 iterations_per_sample=empty.long(), **settings,
             )  # fmt: skip
-        run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode)
+        run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode,
+                       compiler=compiler)  # fmt: skip
         iterate(solver, run, x0)
         z, fz, residual, nonfinite = _returned(run, spec, dtype)
         converged = residual <= float(tol)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ._compile import Compiler
 from .base import Loop
 
 if TYPE_CHECKING:
@@ -74,6 +75,26 @@ def residual_norms(x: Tensor, fx: Tensor, stop_mode: str) -> tuple[Tensor, Tenso
     return gx, res, good
 
 
+def iteration_statistics(
+    x: Tensor, fx: Tensor, finite: Tensor, best_residual: Tensor, tol: float, stop_mode: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The per-sample decisions of one iteration, on the device, from the iterates x, f(x) (B, D) and the (B,) state
+    before it (``finite``: no NaN / Inf so far; ``best_residual``).
+
+    Returns (g, residual, good, better, best_residual, active, finite, flags): g = f(x) - x (B, D); the residual
+    (inf where not finite), whether x and f(x) are finite, whether the residual improved on the best, the new best
+    residual, the samples still iterating, the new finite flags (all (B,)); and flags = (good, better, active) stacked,
+    (3, B) bool, the one tensor the loop reads on the host. A pure function of fixed shapes.
+    """
+    gx, res, good = residual_norms(x, fx, stop_mode)
+    finite = finite & good
+    res = torch.where(finite, res, _INF)
+    better = res < best_residual
+    best_residual = torch.minimum(res, best_residual)
+    active = (best_residual > tol) & finite
+    return gx, res, good, better, best_residual, active, finite, torch.stack([good, better, active])
+
+
 def rowwise_copies(t: Tensor) -> bool:
     """Whether rows of ``t`` are selected by host-indexed copies (CPU) rather than torch.where (other devices)."""
     return t.device.type == "cpu"
@@ -88,10 +109,16 @@ class SolveRun:
         max_iter: the largest number of iterations (calls of ``evaluate``).
         tol: residual at or below which a sample has converged.
         stop_mode: "rel" (||f(z) - z|| / ||f(z)||) or "abs" (||f(z) - z||), norms over each sample's D values.
+        compiler: what :meth:`~deq_core.Loop.compiled` applies to a solver's kernels (torch.compile with
+            ``compile_step=True``; default: none, eager).
     """
 
-    def __init__(self, fn: Callable[[Tensor], Tensor], x0: Tensor, max_iter: int, tol: float, stop_mode: str):
+    def __init__(
+        self, fn: Callable[[Tensor], Tensor], x0: Tensor, max_iter: int, tol: float, stop_mode: str,
+        compiler: Compiler | None = None,
+    ) -> None:  # fmt: skip
         self._fn = fn
+        self.compiler = compiler or Compiler(False)
         self.max_iter = max_iter
         self.tol = tol
         self.stop_mode = stop_mode
@@ -171,14 +198,13 @@ class SolveRun:
         """
         if fx is None:
             fx = self.call(x)
-        gx, res, good = residual_norms(x, fx, self.stop_mode)
-        finite = self._finite & good
-        res = torch.where(finite, res, _INF)
-        better = res < self.best_residual
-        best_residual = torch.minimum(res, self.best_residual)
-        active = (best_residual > self.tol) & finite
-        # The one host transfer of the iteration: every per-sample decision below is read from these flags.
-        good_flags, better_flags, active_flags = torch.stack([good, better, active]).tolist()
+        # Eager also with compile_step=True: on the CPU, inductor's kernel for the two norms was measured slower than
+        # ATen's, and each compiled call adds ~10 us (benchmarks/compiled_step.py prints both).
+        gx, res, good, better, best_residual, active, finite, flags = iteration_statistics(
+            x, fx, self._finite, self.best_residual, self.tol, self.stop_mode
+        )
+        # The one host transfer of the iteration: the stop test and every per-sample decision below are read from it.
+        good_flags, better_flags, active_flags = flags.tolist()
         bad_rows = [i for i, v in enumerate(good_flags) if not v]
         if bad_rows:
             if self._rowwise:

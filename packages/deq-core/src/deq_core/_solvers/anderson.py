@@ -10,6 +10,11 @@ column's scale (reg diag(dG^T dG), the ridge reg I of the system with columns sc
 constant), so the regularization neither dominates at small residuals nor depends on the units of z. The small
 n x n systems are solved in float64. A sample whose system is singular or gives non-finite weights takes a plain
 damped step instead (gamma = 0).
+
+With ``compile_step=True`` the same update runs as one kernel of fixed shapes (:func:`_record_and_mix`, compiled
+through :meth:`~deq_core.Loop.compiled`): all m - 1 columns every iteration (a column not yet filled is zero and gets
+a zero weight) and the slot of the new difference as a tensor, so that torch compiles it once. The eager step keeps
+the sliced form, which costs fewer operations without a compiler.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ class _History:
     batched product over the rows gives both the new row of the Gram matrix (dG_new . dG_j) and the next right-hand
     side (g . dG_j). ``steps``: dZ_i + beta dG_i, differences of z + beta g (of f(z) when beta = 1), the columns the
     step subtracts. ``gram``: dG_i . dG_j (float64), ``rhs``: dG_j . g. ``g``, ``base``: g and z + beta g of the
-    last iterate (None before the first step); ``k``: differences stored so far."""
+    last iterate (None before the first step); ``k``: differences stored so far. ``index``: for the compiled kernel,
+    the int64 tensors [0], [1], ... naming the slots (empty when the solve does not compile)."""
 
     slots: int
     dg: Tensor
@@ -59,6 +65,7 @@ class _History:
     g: Tensor | None = None
     base: Tensor | None = None
     k: int = 0
+    index: tuple[Tensor, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,11 +95,14 @@ class Anderson(Solver):
         slots = min(self.m, loop.max_iter) - 1  # a solve stores at most max_iter - 1 differences
         width = max(slots, 1)
         gram = torch.zeros(batch, width, width, dtype=torch.float64, device=z.device)
+        index = tuple(torch.tensor([i], device=z.device) for i in range(width)) if loop.compiling else ()
         return _History(slots, z.new_zeros(batch, width + 1, dim), z.new_zeros(batch, width, dim), gram,
-                        gram.new_zeros(batch, 0))  # fmt: skip
+                        gram.new_zeros(batch, 0), index=index)  # fmt: skip
 
     def step(self, state: _History, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
         base = fz if self.beta == 1.0 else torch.add(z, g, alpha=self.beta)  # z + beta g: the step before mixing
+        if loop.compiling:
+            return self._compiled_step(state, g, base, loop)
         if state.base is not None and state.slots > 0:
             _record(state, g, base)
         state.g, state.base = g, base
@@ -101,6 +111,18 @@ class Anderson(Solver):
             return Step(base, state)  # base may be fz, referenced as the best f(z): not temporary
         gamma = _mixing_weights(state.gram[:, :n, :n], state.rhs, self.reg).to(z.dtype).unsqueeze(1)  # (B, 1, n)
         mixed = torch.baddbmm(base.unsqueeze(1), gamma, state.steps[:, :n], alpha=-1).squeeze(1)
+        return Step(mixed, state, temporary=True)
+
+    def _compiled_step(self, state: _History, g: Tensor, base: Tensor, loop: Loop) -> Step:
+        """The step of :meth:`step` through the compiled fixed-width kernel (``compile_step=True``)."""
+        g_old, base_old = state.g, state.base
+        state.g, state.base = g, base
+        if g_old is None or base_old is None or state.slots == 0:  # no difference yet (or m = 1): a damped step
+            return Step(base, state)
+        slot = state.k % state.slots
+        state.k += 1
+        mix = loop.compiled(_record_and_mix)
+        mixed = mix(state.dg, state.steps, state.gram, state.index[slot], g_old, base_old, g, base, self.reg)
         return Step(mixed, state, temporary=True)
 
 
@@ -119,3 +141,24 @@ def _record(state: _History, g: Tensor, base: Tensor) -> None:
     state.gram[:, slot, :n] = prod[:, 0]
     state.gram[:, :n, slot] = prod[:, 0]
     state.rhs = prod[:, 1]
+
+
+def _record_and_mix(
+    dg: Tensor, steps: Tensor, gram: Tensor, slot: Tensor, g_old: Tensor, base_old: Tensor, g: Tensor, base: Tensor,
+    reg: float,
+) -> Tensor:  # fmt: skip
+    """:func:`_record` and the mixing step as one kernel of fixed shapes, for torch.compile: store the differences
+    from (g_old, base_old) to (g, base), all (B, D), in slot ``slot`` (int64, (1,)) of ``dg`` (B, width + 1, D; its
+    last row is not used here) and ``steps`` (B, width, D), update ``gram`` (B, width, width) in place, and return
+    base - steps^T gamma (B, D) with gamma over all width columns (zero for the columns not filled yet).
+    """
+    width = steps.shape[1]
+    dg_new = g - g_old
+    dg.index_copy_(1, slot, dg_new.unsqueeze(1))
+    steps.index_copy_(1, slot, (base - base_old).unsqueeze(1))
+    history = dg[:, :width]
+    prod = torch.bmm(torch.stack([dg_new, g], dim=1), history.transpose(1, 2)).double()  # (B, 2, width)
+    gram.index_copy_(1, slot, prod[:, :1])
+    gram.index_copy_(2, slot, prod[:, :1].transpose(1, 2))
+    gamma = _mixing_weights(gram, prod[:, 1], reg).to(g.dtype).unsqueeze(1)  # (B, 1, width)
+    return torch.baddbmm(base.unsqueeze(1), gamma, steps, alpha=-1).squeeze(1)

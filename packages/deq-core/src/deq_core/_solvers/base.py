@@ -11,12 +11,15 @@ sample.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from torch import Tensor
 
 if TYPE_CHECKING:
     from ._run import SolveRun
+
+Fn = TypeVar("Fn", bound=Callable[..., object])
 
 
 class Step(NamedTuple):
@@ -63,6 +66,19 @@ class Loop:
     def active(self) -> Tensor:
         """Bool (B,): samples still iterating (neither converged nor stopped by NaN / Inf)."""
         return self._run.active
+
+    @property
+    def compiling(self) -> bool:
+        """Whether :meth:`compiled` compiles (the solve runs with ``compile_step=True`` and torch.compile works
+        here): a solver may then take a form of fixed shapes that compiles once."""
+        return self._run.compiler.enabled
+
+    def compiled(self, kernel: Fn) -> Fn:
+        """``kernel`` compiled with torch.compile when the solve runs with ``compile_step=True`` (and torch.compile
+        works here), else ``kernel`` itself. For a solver's tensor work between two calls of f: a function of fixed
+        shapes whose Python arguments do not change between iterations (pass changing numbers as tensors, or torch
+        compiles it again for each value); it may update tensors of the state in place."""
+        return self._run.compiler(kernel)
 
     def trial(self, z: Tensor, *, temporary: bool = False) -> tuple[Tensor, Tensor]:
         """Evaluate f at a trial point: returns (z', f(z')), z' being ``z`` with the rows of finished samples reset

@@ -1,0 +1,211 @@
+"""Solver overhead with and without ``compile_step=True`` on the MDEQ-like conv problem, the compile time it costs
+and the number of solves after which it pays off.
+
+Run: ``OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/compiled_step.py [--quick] [--out FILE] [--threads N]``.
+
+Problem: ``conv`` of ``problems.py`` (GN/conv residual block, 32 x 16 x 16, batch 8; ``--quick``: batch 4), float32,
+tol 1e-4 (rel), max_iter 100, z0 = 0. Solvers: ``Anderson()``, ``Broyden()``, ``FixedPoint()`` (defaults).
+
+Measured per solver, all in one process:
+
+- compile time: the first solve with ``compile_step=True`` with inductor's on-disk caches disabled (what a user's first
+  run pays), minus the median eager solve time;
+- overhead = median wall time / (NFE x t_f), eager and compiled, from one interleaved run (eager solve, compiled solve
+  and 10 chained calls of f per repeat; t_f the median over all repeats and solvers);
+- pays off after: compile time / (eager - compiled time per solve), in solves of this problem;
+- the kernels between two calls of f, each timed alone (eager and compiled, in units of t_f): Anderson's history
+  update and mixing (``_record_and_mix``, with the full history) and the loop's per-iteration statistics
+  (``iteration_statistics``, norms and flags; left eager by ``compile_step`` because compiled it is not faster),
+  and, as the floor of Anderson's step, the time of reading its two histories (m - 1 state-sized rows each) once.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+import deq_core
+import problems as P
+from deq_core import Anderson, Broyden, FixedPoint
+from deq_core._solvers._run import iteration_statistics
+from deq_core._solvers.anderson import _record_and_mix
+
+TOL, MAX_ITER, TARGET = 1e-4, 100, 1.3
+SOLVERS = [("anderson", Anderson()), ("broyden", Broyden()), ("fixed_point", FixedPoint())]
+HAS_KERNEL = {"anderson"}  # the solvers that route a kernel through Loop.compiled (the others run eagerly)
+
+
+class TimedSteps(deq_core.Solver):
+    """Runs ``inner`` and adds up the wall time of its steps (the solver's work between two calls of f, kernels
+    included, measured inside the solve where f's work has just passed through the caches)."""
+
+    def __init__(self, inner: deq_core.Solver) -> None:
+        self.inner, self.seconds, self.steps = inner, 0.0, 0
+
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: deq_core.Loop) -> object:
+        return self.inner.init(z, fz, g, loop)
+
+    def step(self, state: object, z: Tensor, fz: Tensor, g: Tensor, loop: deq_core.Loop) -> deq_core.Step:
+        P.synchronize()
+        t0 = time.perf_counter()
+        out = self.inner.step(state, z, fz, g, loop)
+        P.synchronize()
+        self.seconds += time.perf_counter() - t0
+        self.steps += 1
+        return out
+
+
+def step_time(problem: P.Problem, solver: deq_core.Solver, compile_step: bool, repeats: int) -> float:
+    """Median over ``repeats`` solves of the mean seconds of one step inside the solve."""
+    per_step = []
+    for _ in range(repeats):
+        timed = TimedSteps(solver)
+        solve(problem, timed, compile_step)
+        per_step.append(timed.seconds / max(timed.steps, 1))
+    return P.median(per_step)
+
+
+def solve(problem: P.Problem, solver: deq_core.Solver, compile_step: bool) -> deq_core.SolverResult:
+    return deq_core.solve(problem.f, problem.z0, solver, max_iter=MAX_ITER, tol=TOL, compile_step=compile_step)
+
+
+def cold_compile_time(problem: P.Problem, solver: deq_core.Solver) -> float:
+    """Seconds of the first compiled solve, with inductor's caches off (compiles from scratch)."""
+    with torch._inductor.config.patch(force_disable_caches=True):
+        t0 = time.perf_counter()
+        solve(problem, solver, True)
+        P.synchronize()
+        return time.perf_counter() - t0
+
+
+def chained_calls(problem: P.Problem, z: Tensor, n_calls: int) -> Callable[[], None]:
+    @torch.no_grad()
+    def run() -> None:
+        x = z
+        for _ in range(n_calls):
+            x = problem.f(x)
+
+    return run
+
+
+def kernel_time(fn: Callable[[], object], repeats: int = 50) -> float:
+    """Median seconds of one call of ``fn`` (after 5 warm-up calls)."""
+    times = []
+    for i in range(repeats + 5):
+        P.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        P.synchronize()
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+    return P.median(times)
+
+
+@torch.no_grad()
+def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
+    """Eager and compiled time of the two per-iteration kernels, in units of t_f, on the problem's shapes."""
+    flat = problem.z0.reshape(problem.z0.shape[0], -1)
+    batch, dim = flat.shape
+    width = Anderson().m - 1
+    x, fx, g_old = torch.randn_like(flat), torch.randn_like(flat), torch.randn_like(flat)
+    dg, steps = torch.randn(batch, width + 1, dim).to(flat), torch.randn(batch, width, dim).to(flat)
+    gram = torch.bmm(dg[:, :width], dg[:, :width].transpose(1, 2)).double()
+    slot = torch.tensor([2], device=flat.device)
+    finite = torch.ones(batch, dtype=torch.bool, device=flat.device)
+    best = torch.ones(batch).to(flat)
+    kernels = {
+        "Anderson _record_and_mix (m = 8)": (_record_and_mix, (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)),
+        "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, TOL, "rel")),
+    }
+    rows: list[list[object]] = []
+
+    def read_histories() -> Tensor:  # the memory traffic Anderson's step cannot avoid: both histories read once
+        return torch.add(dg[:, :width].sum(dim=1), steps.sum(dim=1))
+
+    floor = kernel_time(read_histories)
+    rows.append(["reading Anderson's two histories once (sum over rows)", P.fmt(floor / t_f), "", ""])
+    for label, (fn, args) in kernels.items():
+        compiled = torch.compile(fn, dynamic=False, fullgraph=True)
+        eager_t = kernel_time(lambda fn=fn, args=args: fn(*args))
+        compiled_t = kernel_time(lambda compiled=compiled, args=args: compiled(*args))
+        rows.append([label, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f), P.fmt(compiled_t / eager_t)])
+    return rows
+
+
+def payoff(compile_s: float, eager_s: float, compiled_s: float) -> str:
+    saving = eager_s - compiled_s
+    if saving <= 0:
+        return "never (no saving per solve)"
+    return f"{math.ceil(compile_s / saving)} solves"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = P.parse_args(__doc__ or "", argv)
+    P.setup_torch(args.threads)
+    repeats = 3 if args.quick else 9
+    problem = P.conv_problem(quick=args.quick, seed=args.seed).to(args.device)
+    rep = P.Report()
+    rep.add(f"## Compiled solver step (`compile_step=True`) on the conv problem, deq-core {deq_core.__version__}")
+    rep.add()
+    rep.add(
+        f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} thread(s), float32, "
+        f"{problem.description}, tol {TOL:g} (rel), max_iter {MAX_ITER}, z0 = 0; {repeats} interleaved repeats. "
+        "overhead = median solve time / (NFE x t_f), t_f = one call of f (median of 10 chained calls per repeat)."
+    )
+    rep.add()
+    compile_s = {}
+    for name, solver in SOLVERS:  # first, before anything of this process compiled the kernels
+        compile_s[name] = cold_compile_time(problem, solver)
+        P.note(f"{name}: first compiled solve {compile_s[name]:.1f} s")
+    results = {name: (solve(problem, s, False), solve(problem, s, True)) for name, s in SOLVERS}
+    fns: dict[str, Callable[[], object]] = {"f": chained_calls(problem, results["anderson"][0].z, 10)}
+    for name, solver in SOLVERS:
+        fns[f"{name} eager"] = lambda solver=solver: solve(problem, solver, False)
+        fns[f"{name} compiled"] = lambda solver=solver: solve(problem, solver, True)
+    times = P.interleaved(fns, repeats=repeats)
+    t_f = P.median(times["f"]) / 10
+    rows, overheads = [], {}
+    for name, solver in SOLVERS:
+        eager, compiled = results[name]
+        t_e, t_c = P.median(times[f"{name} eager"]), P.median(times[f"{name} compiled"])
+        extra = compile_s[name] - t_e
+        overheads[name] = (t_e / (eager.nfe * t_f), t_c / (compiled.nfe * t_f))
+        diff = float((eager.z - compiled.z).abs().max())  # type: ignore[operator]
+        steps = [step_time(problem, solver, c, repeats) / t_f for c in (False, True)]
+        paid = payoff(extra, t_e, t_c) if name in HAS_KERNEL else "nothing compiled"
+        rows.append([name, eager.nfe, compiled.nfe, P.sci(diff), P.fmt(overheads[name][0]),
+                     P.fmt(overheads[name][1]), P.fmt(P.median_ratio(times[f"{name} compiled"],
+                     times[f"{name} eager"])), P.fmt(steps[0]), P.fmt(steps[1]), f"{extra:.1f}", paid])  # fmt: skip
+    rep.table(["solver", "NFE eager", "NFE compiled", "max |z diff|", "overhead eager", "overhead compiled",
+               "time compiled/eager", "step / t_f eager", "step / t_f compiled", "compile time (s)",
+               "pays off after"], rows)  # fmt: skip
+    rep.add()
+    rep.add(
+        "step / t_f: the solver's step alone (between two calls of f, inside the solve), per iteration; the rest of "
+        "the overhead beyond 1 is the loop's bookkeeping (residual norms, flags, best iterate) and Python."
+    )
+    rep.add()
+    for name in ("anderson", "broyden"):
+        met = "met" if overheads[name][1] <= TARGET else "NOT MET"
+        rep.add(f"- {name}: compiled overhead {P.fmt(overheads[name][1])} <= {TARGET}: {met}.")
+    rep.add()
+    rep.add("### The kernels between two calls of f, each alone (units of t_f)")
+    rep.add()
+    rep.table(["kernel", "eager", "compiled", "compiled/eager"], kernel_rows(problem, t_f))
+    rep.add()
+    rep.add(
+        f"Plain fixed-point iteration (no solver kernel: the loop's bookkeeping only) has overhead "
+        f"{P.fmt(overheads['fixed_point'][0])} here; a solver's overhead is at least that plus its own kernel."
+    )
+    words = ["OMP_NUM_THREADS=1", "python", "packages/deq-core/benchmarks/compiled_step.py", *(argv or sys.argv[1:])]
+    rep.write(args.out, f"Command: `{' '.join(words)}`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The optional compiled solver step (``compile_step=True``): the tensor work between two calls of f, run through
+``torch.compile``.
+
+f itself is never compiled: it runs eagerly between the compiled regions. What is compiled are the kernels a solver
+routes through :meth:`deq_core.Loop.compiled` (Anderson: its history update and mixing, one kernel per iteration):
+pure tensor functions of fixed shapes that take no Python number that changes between iterations (those are passed
+as tensors), so a solve compiles each kernel once per shape and dtype (``dynamic=False``) and later solves of the same
+shapes reuse torch's compile cache. The loop's own bookkeeping (residual norms, per-sample flags) stays eager: on the
+CPU inductor's kernel for the norms was measured slower than ATen's (``benchmarks/compiled_step.py``).
+
+Where torch.compile cannot run (no C++ compiler for inductor, an unsupported Python or platform), the first solve
+with the flag checks it once on a tiny kernel, warns why, and runs eagerly (same results).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+
+Fn = TypeVar("Fn", bound=Callable[..., object])
+
+# The torch.compile backend (tests replace it by a failing one to exercise the fallback).
+BACKEND: str | Callable[..., object] = "inductor"
+
+
+def _probe_kernel(x: Tensor) -> Tensor:
+    return x * 2 + 1
+
+
+def compiler_error() -> str | None:
+    """None when torch.compile works here (checked on a tiny kernel, cached by torch after the first call), else a
+    one-line reason."""
+    try:
+        torch.compile(_probe_kernel, backend=BACKEND, dynamic=False, fullgraph=True)(torch.zeros(2))
+    except Exception as error:  # no compiler, unsupported platform, backend failure: all mean "run eagerly"
+        error = getattr(error, "inner_exception", None) or error  # a backend's failure, wrapped by dynamo
+        first = (str(error).strip().splitlines() or [""])[0]
+        return f"{type(error).__name__}: {first}"[:300]
+    return None
+
+
+class Compiler:
+    """Compiles kernels for one solve (``enabled``) or hands them back unchanged (eager).
+
+    ``compiler(fn)`` returns ``torch.compile(fn, dynamic=False, fullgraph=True)`` (cached per kernel for this solve;
+    torch caches the compiled code itself across solves), or ``fn`` when disabled or when torch.compile does not
+    work here (then a RuntimeWarning says why, once per solve).
+    """
+
+    __slots__ = ("enabled", "_cache")
+
+    def __init__(self, enabled: bool) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"compile_step must be True or False, got {enabled!r}.")
+        self._cache: dict[Callable[..., object], Callable[..., object]] = {}
+        self.enabled = enabled and _available()
+
+    def __call__(self, fn: Fn) -> Fn:
+        if not self.enabled:
+            return fn
+        compiled = self._cache.get(fn)
+        if compiled is None:
+            compiled = torch.compile(fn, backend=BACKEND, dynamic=False, fullgraph=True)
+            self._cache[fn] = compiled
+        return compiled  # type: ignore[return-value]
+
+
+def _available() -> bool:
+    reason = compiler_error()
+    if reason is None:
+        return True
+    warnings.warn(
+        f"compile_step=True: torch.compile does not work here ({reason}); the solver runs eagerly (same results, "
+        "no speed-up). Install a C++ compiler for inductor (e.g. gcc) or pass compile_step=False to silence this.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return False

@@ -1,0 +1,170 @@
+"""``compile_step=True``: the solvers' kernels through torch.compile give the iterates and NFE of the eager path
+(forward solves and the implicit backward), the fallback where torch.compile fails warns once and runs eagerly, and
+the loop reads the device once per iteration (the stop test's flags).
+
+Compiling is slow (seconds per kernel), so every compiled solve here uses the same few shapes (B = 5, D = 12) and
+solver settings, which torch compiles once per process and then reuses."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import Tensor
+
+import deq_core
+from conftest import Counter
+from deq_core import Anderson, Broyden, FixedPoint, Implicit
+from deq_core._solvers import _compile
+
+BATCH, DIM = 5, 12
+SOLVERS = [FixedPoint(damping=0.8), Anderson(m=5), Anderson(m=5, beta=0.6), Broyden(memory=6),
+           Broyden(memory=6, line_search=True)]  # fmt: skip
+
+
+def _problem(dtype: torch.dtype):
+    """f(z) = tanh(z W^T + x) with ||W||_2 = 0.9 (contractive), per-sample injections; sample 3 turns NaN once its
+    iterate leaves |z| < 0.5 (frozen by the loop at its best finite iterate), so freezing and NaN isolation run."""
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(DIM, DIM, generator=gen, dtype=torch.float64)
+    w = (0.9 * w / torch.linalg.matrix_norm(w, ord=2)).to(dtype)
+    x = torch.randn(BATCH, DIM, generator=gen, dtype=torch.float64).to(dtype)
+    x[3] *= 4
+
+    def f(z: Tensor) -> Tensor:
+        out = torch.tanh(z @ w.T + x)
+        leaves = (z.abs() > 0.5).any(dim=1, keepdim=True) & (torch.arange(BATCH)[:, None] == 3)
+        return torch.where(leaves, torch.full_like(out, float("nan")), out)
+
+    return f, torch.zeros(BATCH, DIM, dtype=dtype)
+
+
+def _solve(f, z0: Tensor, solver, compile_step: bool) -> deq_core.SolverResult:
+    counter = Counter(f)
+    res = deq_core.solve(counter, z0, solver, max_iter=40, tol=1e-9, stop_mode="abs", compile_step=compile_step)
+    assert res.nfe == counter.calls
+    return res
+
+
+@pytest.mark.parametrize("solver", SOLVERS, ids=repr)
+def test_compiled_step_gives_the_eager_iterates_float64(solver):
+    f, z0 = _problem(torch.float64)
+    eager = _solve(f, z0, solver, compile_step=False)
+    compiled = _solve(f, z0, solver, compile_step=True)
+    assert bool(eager.nonfinite[3]) and int(eager.converged.sum()) == BATCH - 1  # the problem exercises both paths
+    assert compiled.nfe == eager.nfe and compiled.iterations == eager.iterations
+    assert torch.equal(compiled.converged, eager.converged) and torch.equal(compiled.nonfinite, eager.nonfinite)
+    # Same operations, possibly fused in another order: rounding differences (eps = 2.2e-16) of a contraction with
+    # Lipschitz constant 0.9 stay within a few hundred eps of the iterates (|z| <= 1).
+    torch.testing.assert_close(compiled.z, eager.z, rtol=0, atol=1e-12)
+    torch.testing.assert_close(compiled.trace, eager.trace, rtol=1e-9, atol=1e-13)
+
+
+def test_compiled_anderson_float32_matches_eager(monkeypatch):
+    compiled_fns = []
+    real_compile = torch.compile
+
+    def spy(fn, **kwargs):
+        compiled_fns.append(fn.__name__)
+        return real_compile(fn, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", spy)
+    f, z0 = _problem(torch.float32)
+    solver = Anderson(m=5)
+    eager = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs")
+    assert not compiled_fns
+    compiled = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs", compile_step=True)
+    assert "_record_and_mix" in compiled_fns  # the kernel went through torch.compile (f did not)
+    assert int(eager.converged.sum()) == int(compiled.converged.sum()) == BATCH - 1
+    # Both at tol 1e-5 of a contraction with Lipschitz 0.9: within 10 tol of z* and so of each other.
+    ok = ~eager.nonfinite
+    torch.testing.assert_close(compiled.z[ok], eager.z[ok], rtol=0, atol=1e-4)
+
+
+def _deq_grads(compile_step: bool) -> tuple[Tensor, Tensor, deq_core.DEQInfo]:
+    torch.manual_seed(3)
+    w = (0.5 * torch.randn(DIM, DIM, dtype=torch.float64) / DIM**0.5).requires_grad_()
+    x = torch.randn(BATCH, DIM, dtype=torch.float64, requires_grad=True)
+    deq = deq_core.DEQ(Anderson(m=5), max_iter=40, tol=1e-10, backward=Implicit(Anderson(m=5), max_iter=40,
+                       tol=1e-10), compile_step=compile_step)  # fmt: skip
+    z, info = deq(lambda z: torch.tanh(z @ w.T + x), torch.zeros(BATCH, DIM, dtype=torch.float64))
+    z.pow(2).sum().backward()
+    assert w.grad is not None and x.grad is not None
+    return w.grad, x.grad, info
+
+
+def test_compiled_step_in_the_layer_forward_and_implicit_backward():
+    w_eager, x_eager, info_eager = _deq_grads(False)
+    w_comp, x_comp, info_comp = _deq_grads(True)
+    assert info_comp.nfe == info_eager.nfe and info_comp.nfe_backward == info_eager.nfe_backward
+    assert bool(info_comp.backward.converged.all())
+    torch.testing.assert_close(w_comp, w_eager, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(x_comp, x_eager, rtol=1e-9, atol=1e-12)
+
+
+def test_failing_compiler_warns_once_and_runs_eagerly(monkeypatch):
+    def broken_backend(graph_module, example_inputs):
+        raise RuntimeError("no C++ compiler found (test)")
+
+    monkeypatch.setattr(_compile, "BACKEND", broken_backend)
+    f, z0 = _problem(torch.float64)
+    eager = _solve(f, z0, Anderson(m=5), compile_step=False)
+    with pytest.warns(RuntimeWarning, match=r"torch.compile does not work here .*no C\+\+ compiler found") as caught:
+        fallback = _solve(f, z0, Anderson(m=5), compile_step=True)
+    assert len([w for w in caught if "compile_step" in str(w.message)]) == 1
+    assert "compile_step=False to silence" in str(caught[0].message)
+    assert fallback.nfe == eager.nfe and torch.equal(fallback.z, eager.z)
+
+
+def test_eager_solve_does_not_touch_the_compiler(monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("torch.compile called with compile_step=False")
+
+    monkeypatch.setattr(torch, "compile", never)
+    f, z0 = _problem(torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _solve(f, z0, Anderson(m=5), compile_step=False)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_compile_step_must_be_a_bool(bad):
+    f, z0 = _problem(torch.float64)
+    with pytest.raises(TypeError, match="compile_step must be True or False"):
+        deq_core.solve(f, z0, compile_step=bad)
+    with pytest.raises(TypeError, match="compile_step must be True or False"):
+        deq_core.DEQ(compile_step=bad)
+
+
+class _HostReads:
+    """Counts reads of tensor values on the host (tolist, item, bool, float, int) while installed."""
+
+    NAMES = ("tolist", "item", "__bool__", "__float__", "__int__")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        for name in self.NAMES:
+            real = getattr(Tensor, name)
+            monkeypatch.setattr(Tensor, name, self._counted(real))
+
+    def _counted(self, real):
+        def method(tensor, *args, **kwargs):
+            self.count += 1
+            return real(tensor, *args, **kwargs)
+
+        return method
+
+
+@pytest.mark.parametrize("solver", [FixedPoint(damping=0.8), Anderson(m=5), Broyden(memory=6)], ids=repr)
+@pytest.mark.parametrize("compile_step", [False, True])
+def test_one_host_read_per_iteration(monkeypatch, solver, compile_step):
+    """The stop test needs the per-sample flags on the host once per iteration; nothing else in the loop or the
+    solvers reads the device (Broyden's line search, not used here, also reads whether to try again)."""
+    f, z0 = _problem(torch.float64)
+    deq_core.solve(f, z0, solver, max_iter=40, tol=1e-9, stop_mode="abs", compile_step=compile_step)  # compiles
+    reads = _HostReads(monkeypatch)
+    res = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-9, stop_mode="abs", compile_step=compile_step)
+    monkeypatch.undo()
+    assert res.iterations > 10
+    assert reads.count == res.iterations + 1  # + the check that z0 is finite
