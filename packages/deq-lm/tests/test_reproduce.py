@@ -91,14 +91,19 @@ def test_claim5_thresholds_pick_the_best_qualifying_setting():
     deq = measured("deq", 20.0, 24)
     settings = [measured("a", 20.5, 13), measured("b", 20.9, 10), measured("c", 25.0, 5)]
     assert lc.best_jr(deq, settings) == (settings[1], True)
-    times = {"deq": lc.StepTime(1.0, 2.0), "b": lc.StepTime(0.8, 1.5)}
+    times = {"deq": lc.StepTime(1.0, 2.0, 0.5, 1.0), "b": lc.StepTime(0.8, 1.5, 0.5, 1.0)}  # 2.0x vs 1.6x the twin
     rows = lc.jr_results(deq, settings, times, "c")
     assert [r.verdict for r in rows] == [HOLDS, HOLDS]
-    slower = lc.jr_results(deq, settings, {**times, "b": lc.StepTime(1.1, 1.0)}, "c")
+    # steps are compared relative to the twin's step timed with each: a run timed on a slower machine still compares
+    other_machine = lc.StepTime(1.1, 2.2, 0.6, 1.2)  # 1.83x the twin
+    assert [r.verdict for r in lc.jr_results(deq, settings, {**times, "b": other_machine}, "c")] == [HOLDS, HOLDS]
+    slower = lc.jr_results(deq, settings, {**times, "b": lc.StepTime(0.9, 1.0, 0.4, 0.4)}, "c")  # 2.25x the twin
     assert [r.verdict for r in slower] == [HOLDS, DOES_NOT_HOLD]
+    unrecorded = lc.jr_results(deq, settings, {"deq": times["deq"]}, "c")
+    assert [r.verdict for r in unrecorded] == [HOLDS, NOT_MEASURED] and "no step record of b" in unrecorded[1].note
     none = [measured("a", 20.5, 13), measured("c", 25.0, 5)]
     assert lc.best_jr(deq, none) == (none[0], False)
-    rows = lc.jr_results(deq, none, {"deq": times["deq"], "a": lc.StepTime(0.5, 0.5)}, "c")
+    rows = lc.jr_results(deq, none, {"deq": times["deq"], "a": lc.StepTime(0.5, 0.5, 0.5, 0.5)}, "c")
     assert [r.verdict for r in rows] == [DOES_NOT_HOLD, DOES_NOT_HOLD]
     assert expected_seconds(2.0, 1.0, 0.25) == pytest.approx(1.25)
 
@@ -156,9 +161,39 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     deq = dump["measured"][reproduce.DEQ]
     assert deq["nfe"][0] > 0 and deq["ppl"][0] > 1 and dump["measured"][reproduce.TXL]["nfe"] == [0.0]
     assert all(t["cpu"] > 0 for t in dump["step_times"].values())
+    assert all(t["reference_cpu"] > 0 for t in dump["step_times"].values())
     capsys.readouterr()
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
     assert capsys.readouterr().out.count("finished run found") == len(reproduce.PRESETS)
+    # the run logs without checkpoints, restored elsewhere, give the same table without training anything
+    logs = tmp_path / "run_logs"
+    for folder in sorted((out / "runs").iterdir()):
+        (logs / folder.name).mkdir(parents=True)
+        for name in ("config.json", "metrics.jsonl", reproduce.STEP_RECORD):
+            if (folder / name).is_file():
+                (logs / folder.name / name).write_bytes((folder / name).read_bytes())
+    elsewhere = tmp_path / "elsewhere"
+    assert reproduce.main(["restore", "--from", str(logs), "--output-dir", str(elsewhere)]) == 0
+    assert capsys.readouterr().out.count("restored ") == len(reproduce.PRESETS)
+    assert reproduce.main(["claims", "--quick", "--finished-only", "--output-dir", str(elsewhere), "--data-dir",
+                           str(corpus)]) == 0  # fmt: skip
+    assert not any((elsewhere / "runs").glob("*/checkpoints"))
+    again = json.loads((elsewhere / "claims.json").read_text())
+    assert again["measured"] == dump["measured"] and again["step_times"] == dump["step_times"]
+    assert again["verdicts"] == dump["verdicts"]
+    # without its step record, a run whose checkpoint is gone leaves the speed claim unmeasured, saying why
+    (elsewhere / "runs" / f"{reproduce.DEQ}-seed0" / reproduce.STEP_RECORD).unlink()
+    assert reproduce.main(["claims", "--quick", "--finished-only", "--output-dir", str(elsewhere), "--data-dir",
+                           str(corpus)]) == 0  # fmt: skip
+    verdicts = json.loads((elsewhere / "claims.json").read_text())["verdicts"]
+    assert verdicts["jr-speed"] == NOT_MEASURED and verdicts["jr-nfe-ppl"] == dump["verdicts"]["jr-nfe-ppl"]
+    assert "no step record of deq-transformer" in (elsewhere / "claims.md").read_text()
+
+
+def test_restore_needs_run_logs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        reproduce.main(["restore", "--from", str(tmp_path), "--output-dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and "no run folders" in capsys.readouterr().err
 
 
 def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, capsys):

@@ -3,15 +3,20 @@
     python -m deq_lm.reproduce claims --output-dir DIR [--data-dir CORPUS] [--seeds 0 1 2] [--quick]
     python -m deq_lm.reproduce commands --output-dir DIR [--data-dir CORPUS] [--seeds 0] [--quick]
     python -m deq_lm.reproduce plan --output-dir DIR [--data-dir CORPUS] [--quick]
+    python -m deq_lm.reproduce restore --from packages/deq-lm/results/claims/run_logs --output-dir DIR
 
 ``claims`` trains every run the claims need (``pdocs-*`` presets, ``configs/pythondocs.py``) in
 ``DIR/runs/PRESET-seedS`` with ``deq_lm.train`` (a finished run is read, an interrupted one resumed from its latest
 checkpoint), then measures test perplexity and inference NFE (the runs' final test evaluation), non-embedding
-parameters, the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``), and
-training-step times (``step_timing``, interleaved in this process), and writes ``DIR/claims.md``
-(``deq_core.train.claims``), ``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. ``commands`` prints one ``deq_lm.train``
-command per run, to start them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on
-a fresh model (the DEQs forced to their iteration limits) and prints the training time each implies.
+parameters and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``;
+both on a model of the run's config: they do not depend on its weights), and each DEQ run's training step relative to
+a fresh Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
+``RUN/step_time.json``), and writes ``DIR/claims.md`` (``deq_core.train.claims``), ``DIR/claims.json`` and
+``DIR/ppl_vs_nfe.png``. ``commands`` prints one ``deq_lm.train`` command per run, to start them in parallel; ``claims``
+then reads them. ``plan`` times one training step of every run on a fresh model (the DEQs forced to their iteration
+limits) and prints the training time each implies. ``restore`` copies committed run logs (config, metrics, step
+record; no checkpoints) into DIR/runs, so that runs trained in different sessions or on different machines make one
+table: ``claims`` reads them as finished runs.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``data/pythondocs_corpus.py``). ``--quick``: tiny
@@ -53,6 +58,8 @@ DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PRE
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
 PRESETS = (DEQ, TXL, TIED, *JR)
 TIMING_REPEATS = {False: 7, True: 1}
+STEP_RECORD = "step_time.json"  # RUN/step_time.json: the run's training step vs a fresh Transformer-XL twin's
+KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", "sweep.json", "sweep.png")
 
 # --quick: every preset at test size (the DEQ's FFN still widened to match the 4-layer twin's parameters).
 _QUICK = dict(
@@ -136,24 +143,27 @@ def test_record(folder: Path) -> dict[str, float]:
     return tests[-1]
 
 
-def measure(preset: str, folders: Sequence[Path], data_dir: Path) -> tuple[lc.Measured, list[SequenceModel]]:
-    """Test ppl and NFE of every seed's run, parameters and saved activations of the first; the loaded models."""
+def fresh_model(cfg: Config, task: Task) -> SequenceModel:
+    """A model of ``cfg`` with its seed's initial weights (parameter counts and saved activations do not depend on the
+    weights, so a finished run needs no checkpoint for them)."""
+    torch.manual_seed(cfg.seed)
+    return build_model(cfg, task.vocab_size)
+
+
+def measure(preset: str, cfgs: Sequence[Config], folders: Sequence[Path], task: Task) -> lc.Measured:
+    """Test ppl and NFE of every seed's run (its logged final test evaluation), parameters and saved activations of
+    a model of the first seed's config."""
     tests = [test_record(f) for f in folders]
-    models, cfg, task = [], None, None
-    for folder in folders:
-        cfg, task, model, _ = load_model(folder, data_dir)
-        models.append(model)
-    assert cfg is not None and task is not None
-    measured = lc.Measured(
+    model = fresh_model(cfgs[0], task)
+    return lc.Measured(
         label=preset.removeprefix(f"{PREFIX}-"),
         ppl=tuple(float(t["ppl"]) for t in tests),
         nfe=tuple(float(t.get("nfe_forward", 0.0)) for t in tests),
-        params=count_parameters(models[0].body),
-        saved_bytes=saved_activation_bytes(models[0], task, cfg),
-        layers=1 if cfg.model.startswith("deq_") else cfg.n_layers,  # tracked applications of a layer per step
+        params=count_parameters(model.body),
+        saved_bytes=saved_activation_bytes(model, task, cfgs[0]),
+        layers=1 if cfgs[0].model.startswith("deq_") else cfgs[0].n_layers,  # tracked layer applications per step
         valid_ppl=tuple(float(r["ppl"]) for r in read_metrics(folders[0] / "metrics.jsonl") if r["split"] == "valid"),
     )
-    return measured, models
 
 
 def run_row(m: lc.Measured, folder: Path, tokens_per_step: int) -> list[object]:
@@ -206,6 +216,48 @@ def step_times(
     return times
 
 
+def step_record(folder: Path, cfg: Config, reference: Config, task: Task, repeats: int) -> lc.StepTime | None:
+    """The finished DEQ run's training step (expected over its Jacobian term's probability, trained weights) and a
+    fresh Transformer-XL twin's (``reference``), timed interleaved in this process: read from RUN/step_time.json, or
+    measured from the run's checkpoint and written there. None when neither exists (a restored run whose record was
+    never made: retrain it)."""
+    path = folder / STEP_RECORD
+    if path.is_file():
+        return lc.StepTime(**json.loads(path.read_text())["step"])
+    if latest_complete_checkpoint(folder) is None:
+        return None
+    _, _, model, _ = load_model(folder, Path(cfg.data_dir))
+    times = step_times({"run": model, "reference": fresh_model(reference, task)}, {"run": cfg, "reference": reference},
+                       task, repeats)  # fmt: skip
+    run, ref = times["run"], times["reference"]
+    step = lc.StepTime(cpu=run.cpu, wall=run.wall, reference_cpu=ref.cpu, reference_wall=ref.wall)
+    record = {"step": dataclasses.asdict(step), "reference": f"{TXL} (fresh weights)", "repeats": repeats}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return step
+
+
+def restore_runs(source: Path, out: Path) -> list[str]:
+    """Copy every run folder of SOURCE (committed run logs: ``PRESET-seedS/`` with config.json and metrics.jsonl)
+    to OUT/runs, with its kept files (:data:`KEPT_FILES`; no checkpoints). A run already in OUT/runs is left alone.
+    Returns the names restored."""
+    folders = sorted(p for p in Path(source).iterdir() if (p / "config.json").is_file()) if source.is_dir() else []
+    if not folders:
+        raise UsageError(f"--from {source}: no run folders (NAME/config.json) there; pass the run_logs folder of a "
+                         "committed claims table, e.g. packages/deq-lm/results/claims/run_logs.")  # fmt: skip
+    restored = []
+    for folder in folders:
+        target = out / "runs" / folder.name
+        if target.exists():
+            print(f"{folder.name}: already in {target.parent}, left alone")
+            continue
+        target.mkdir(parents=True)
+        for name in KEPT_FILES:
+            if (folder / name).is_file():
+                (target / name).write_bytes((folder / name).read_bytes())
+        restored.append(folder.name)
+    return restored
+
+
 def corpus_dir(args: argparse.Namespace) -> Path:
     """``--data-dir``, or the Python documentation corpus written to OUTPUT_DIR/corpus (full size; --quick: the
     first 400 / 60 / 60 lines of each split)."""
@@ -241,7 +293,6 @@ def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[st
             "with it. Train it first (python -m deq_lm.reproduce commands prints how)."
         )
     return [p for p in PRESETS if done(p)]
-    return done
 
 
 def not_measured(claims: Sequence[Claim], missing: Sequence[str], command: str) -> list[ClaimResult]:
@@ -257,16 +308,16 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     out = Path(args.output_dir)
     folders = {p: [run_dir(out, p, s) for s in args.seeds] for p in PRESETS}
     available = available_presets(args, data_dir, folders)
-    measured, models = {}, {}
-    for preset in available:
-        measured[preset], loaded = measure(preset, folders[preset], data_dir)
-        models[preset] = loaded[0]
-    timed = [p for p in (DEQ, *JR) if p in available]
-    _, task, _, _ = load_model(folders[DEQ][0], data_dir)
-    configs = {measured[p].label: run_config(p, args.seeds[0], data_dir, args.quick) for p in timed}
-    times = step_times({measured[p].label: models[p] for p in timed}, configs, task, TIMING_REPEATS[args.quick])
+    configs = {p: [run_config(p, s, data_dir, args.quick) for s in args.seeds] for p in PRESETS}
+    task = build_task(configs[DEQ][0])
+    measured = {p: measure(p, configs[p], folders[p], task) for p in available}
+    times = {}
+    for preset in (p for p in (DEQ, *JR) if p in available):
+        record = step_record(folders[preset][0], configs[preset][0], configs[TXL][0], task, TIMING_REPEATS[args.quick])
+        if record is not None:
+            times[measured[preset].label] = record
     command = "python -m deq_lm.reproduce " + " ".join(shlex.quote(a) for a in args.argv)
-    tokens = configs[measured[DEQ].label].batch_size * configs[measured[DEQ].label].tgt_len
+    tokens = configs[DEQ][0].batch_size * configs[DEQ][0].tgt_len
     deq, settings = measured[DEQ], [measured[p] for p in JR if p in available]
     results = []
     for twin, claim_pair in ((TXL, (lc.PPL_VS_TXL, lc.MEMORY_VS_TXL)), (TIED, (lc.PPL_VS_TIED, lc.MEMORY_VS_TIED))):
@@ -331,14 +382,17 @@ def plan(args: argparse.Namespace, data_dir: Path) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deq_lm.reproduce", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["claims", "commands", "plan"], help="claims: train, measure, write the "
-                        "table; commands: print one training command per run; plan: time one training step of "
-                        "each run on a fresh model (DEQs at their limits), print the implied minutes")  # fmt: skip
+    parser.add_argument("what", choices=["claims", "commands", "plan", "restore"], help="claims: train, measure, "
+                        "write the table; commands: print one training command per run; plan: time one training "
+                        "step of each run on a fresh model (DEQs at their limits), print the implied minutes; "
+                        "restore: copy committed run logs (--from) into OUTPUT_DIR/runs")  # fmt: skip
     parser.add_argument("--output-dir", type=Path, required=True, help="runs, claims.md and the figure go here")
     parser.add_argument("--data-dir", type=Path, default=None, help="corpus folder (train/valid/test.txt); default: "
                         "the Python documentation corpus written to OUTPUT_DIR/corpus")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of every run (default: 0)")
     parser.add_argument("--quick", action="store_true", help="tiny models, few steps: a smoke test")
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="restore: the committed run logs "
+                        "folder, e.g. packages/deq-lm/results/claims/run_logs")  # fmt: skip
     parser.add_argument("--finished-only", action="store_true", help="claims: train nothing; measure the finished "
                         "runs, and mark claims whose runs have not finished NOT MEASURED")  # fmt: skip
     return parser
@@ -351,6 +405,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = argv
     torch.set_num_threads(1)
     try:
+        if args.what == "restore":
+            if args.source is None:
+                raise UsageError("restore needs --from RUN_LOGS_DIR (e.g. packages/deq-lm/results/claims/run_logs).")
+            for name in restore_runs(args.source, args.output_dir):
+                print(f"restored {name} in {args.output_dir / 'runs'}")
+            return 0
         data_dir = corpus_dir(args)
         if args.what == "plan":
             print(plan(args, data_dir))
