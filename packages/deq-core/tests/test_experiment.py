@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from conftest import ExampleConfig as Config
-from deq_core.train.checks import check_deq_training
-from deq_core.train.deq_settings import deq_layer_settings, parse_options
+from deq_core.train.checks import check_training
 from deq_core.train.metrics import MetricsLog, read_metrics, select
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.plots import draw_solver_curves
@@ -153,37 +152,27 @@ def test_metrics_log_round_trip_and_truncate(tmp_path: Path) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _TrainingConfig:
-    solver: typing.Literal["anderson", "broyden"] = "anderson"
-    max_iter: int = 10
-    max_iter_jitter: int = 0
-    tol: float = 1e-3
-    eval_tol: float | None = None
-    eval_max_iter: int | None = None
-    jac_prob: float = 1.0
+    steps: int = 10
     batch_size: int = 8
     grad_accum: int = 1
     lr: float = 1e-3
+    mixed_precision: typing.Literal["no", "fp16", "bf16"] = "no"
 
 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"solver": "newton"}, "solver must be one of ['anderson', 'broyden'], got 'newton'"),
-        ({"max_iter": 0}, "max_iter must be a number >= 1, got 0"),
-        ({"max_iter": True}, "max_iter must be a number >= 1, got True"),
-        ({"max_iter_jitter": 10}, "max_iter_jitter must be < max_iter (10), got 10"),
-        ({"tol": 0.0}, "tol must be > 0, got 0.0"),
-        ({"eval_tol": -1.0}, "eval_tol must be > 0 or None, got -1.0"),
-        ({"eval_max_iter": 0}, "eval_max_iter must be >= 1 or None, got 0"),
-        ({"jac_prob": 1.5}, "jac_prob must be in [0, 1], got 1.5"),
+        ({"steps": 0}, "steps must be a number >= 1, got 0"),
+        ({"steps": True}, "steps must be a number >= 1, got True"),
         ({"batch_size": 9, "grad_accum": 2}, "batch_size (9) must be divisible by grad_accum (2)"),
         ({"lr": -1e-3}, "lr must be > 0, got -0.001"),
+        ({"mixed_precision": "fp8"}, "mixed_precision must be one of ['no', 'fp16', 'bf16'], got 'fp8'"),
     ],
 )
-def test_check_deq_training_names_the_bad_setting(changes, message):
-    check_deq_training(_TrainingConfig())  # the defaults pass; fields the config lacks are skipped
+def test_check_training_names_the_bad_setting(changes, message):
+    check_training(_TrainingConfig())  # the defaults pass; fields the config lacks are skipped
     with pytest.raises(ValueError) as info:
-        check_deq_training(dataclasses.replace(_TrainingConfig(), **changes))
+        check_training(dataclasses.replace(_TrainingConfig(), **changes))
     assert message in str(info.value)
 
 
@@ -198,41 +187,6 @@ def test_markdown_table_and_report(tmp_path, capsys) -> None:
     report.write(tmp_path / "r.md", first_line="Command: `x`")
     assert (tmp_path / "r.md").read_text() == "Command: `x`\n\n# title\n| k |\n|---|\n| 3 |\n\n"
     report.write(None)  # no file asked for: nothing written
-
-
-@dataclasses.dataclass(frozen=True)
-class _ConfigWithOptions:
-    solver: typing.Literal["anderson", "broyden"] = "anderson"
-    backward_solver: typing.Literal["anderson", "broyden"] = "broyden"
-    solver_options: tuple[str, ...] = ()
-    backward_options: tuple[str, ...] = ()
-
-
-def test_solver_options_are_parsed_and_checked_by_the_solvers() -> None:
-    assert parse_options(["memory=10", "beta=0.5", "line_search=true", "name=x"]) == {
-        "memory": 10, "beta": 0.5, "line_search": True, "name": "x",
-    }  # fmt: skip
-    cfg = apply_overrides(_ConfigWithOptions(), ["solver_options=m=6,beta=0.8", "backward_options=memory=10"])
-    assert cfg.solver_options == ("m=6", "beta=0.8") and cfg.backward_options == ("memory=10",)
-    check_deq_training(cfg)
-    with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
-        check_deq_training(dataclasses.replace(cfg, backward_options=("m=6",)))
-    with pytest.raises(ValueError, match="solver_options: 'm6' is not of the form key=value"):
-        check_deq_training(dataclasses.replace(cfg, solver_options=("m6",)))
-    with pytest.raises(ValueError, match="solver_options: "):
-        check_deq_training(dataclasses.replace(cfg, solver_options=("m=0",)))  # the solver's own range check
-
-
-def test_deq_layer_settings_builds_the_layer_from_a_config() -> None:
-    import deq_core
-
-    cfg = apply_overrides(_ConfigWithOptions(), ["backward_options=memory=4"])
-    settings = deq_layer_settings(cfg)
-    assert settings == {"solver": deq_core.Anderson(), "backward": deq_core.Implicit(deq_core.Broyden(memory=4))}
-    layer = deq_core.DEQ(**settings)
-    assert layer.backward.solver == deq_core.Broyden(memory=4)
-    phantom = dataclasses.make_dataclass("Phantom", [("backward", str, "phantom"), ("phantom_steps", int, 3)])
-    assert deq_layer_settings(phantom()) == {"backward": deq_core.Phantom(steps=3)}
 
 
 class _Axes:

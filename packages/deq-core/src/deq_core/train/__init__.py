@@ -7,14 +7,16 @@
   cosine learning-rate factor.
 - :mod:`~deq_core.train.overrides`: ``key=value`` command-line overrides of a config dataclass.
 - :mod:`~deq_core.train.checks`: validation of a training config (one-line errors naming the key).
-- :mod:`~deq_core.train.deq_settings`: a config's DEQ settings as the arguments of :class:`deq_core.DEQ`.
+- :mod:`~deq_core.train.deq_config`: :class:`~deq_core.train.deq_config.DEQConfig`, the ``deq`` section of every task
+  config (the layer's solvers, limits, backward mode; jitter, pretraining and Jacobian schedules).
 - :mod:`~deq_core.train.metrics`: the ``metrics.jsonl`` file of a run.
 - :mod:`~deq_core.train.progress`: whether to draw a progress bar.
 - :mod:`~deq_core.train.checkpoints`: checkpoint folders written aside and renamed, read as tensors and plain data.
 - :mod:`~deq_core.train.state`, :mod:`~deq_core.train.rng`: a training run's checkpoint (step, state dicts, weights,
   random generators).
 - :mod:`~deq_core.train.rundir`: the run folder's lock; refusing to train over a run or to resume nothing.
-- :mod:`~deq_core.train.run_config`: the run's ``config.json`` and the resume check.
+- :mod:`~deq_core.train.run_config`: the run's ``config.json``, nested configs from dicts and dotted changes, and the
+  resume check.
 - :mod:`~deq_core.train.reports`, :mod:`~deq_core.train.plots`: Markdown tables and the training plot.
 - :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.

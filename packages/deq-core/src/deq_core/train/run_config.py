@@ -1,13 +1,18 @@
-"""The config file of a run, OUTPUT_DIR/config.json: {"name": preset name, "config": the resolved config, "resumed":
-[changes, ...]}. :func:`save_config`, :func:`load_config`, :func:`config_changes`, :func:`check_resume_config`,
-:func:`record_resume`."""
+"""The config file of a run, OUTPUT_DIR/config.json: {"name": preset name, "config": the resolved config (nested
+sections as objects), "resumed": [changes, ...]}. :func:`save_config`, :func:`load_config`, :func:`config_from_dict`,
+:func:`replace_config`, :func:`flat_dict`, :func:`config_changes`, :func:`check_resume_config`, :func:`record_resume`.
+
+Task configs are frozen dataclasses whose sections (e.g. ``deq``, a :class:`~deq_core.train.deq_config.DEQConfig`)
+are nested dataclasses; a setting's name is its dotted path, ``deq.max_iter``, in changes, resume checks and on the
+command line."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-from collections.abc import Collection
+import typing
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,9 +43,8 @@ def save_config(cfg: Any, output_dir: str | Path, name: str, **extra: Any) -> Pa
 
 
 def load_config(run_dir: str | Path, config_cls: type[C]) -> tuple[str, C]:
-    """(preset name, config) saved in ``run_dir/config.json``, as an instance of the dataclass ``config_cls``. Keys
-    the class no longer has are dropped, fields the file lacks take their defaults, and JSON lists become tuples
-    (config dataclasses are frozen).
+    """(preset name, config) saved in ``run_dir/config.json``, as an instance of the dataclass ``config_cls``
+    (:func:`config_from_dict`: older flat layouts are read too).
 
     Raises:
         FileNotFoundError: no config.json (not a run directory).
@@ -49,15 +53,98 @@ def load_config(run_dir: str | Path, config_cls: type[C]) -> tuple[str, C]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} the output directory of a training run?")
     data = read_json(path)
-    known = {f.name for f in dataclasses.fields(config_cls)}  # type: ignore[arg-type]
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items() if k in known}
-    return data.get("name", "?"), config_cls(**values)
+    return data.get("name", "?"), config_from_dict(config_cls, data["config"])
+
+
+def _sections(config_cls: type) -> dict[str, dataclasses.Field[Any]]:
+    """The fields of the dataclass ``config_cls`` that are nested dataclasses (its sections), by name."""
+    hints = typing.get_type_hints(config_cls)
+    return {f.name: f for f in dataclasses.fields(config_cls) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def _section_default(field: dataclasses.Field[Any]) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def config_from_dict(config_cls: type[C], values: Mapping[str, Any]) -> C:
+    """An instance of the dataclass ``config_cls`` from ``values`` as saved by :func:`save_config` (sections as
+    nested dicts). Keys the class no longer has are dropped, fields the dict lacks take their defaults (a section's
+    missing keys: the section's defaults in ``config_cls``), and JSON lists become tuples (configs are frozen). A
+    section's keys found at the top level (the flat layout of deq-core < 0.6 run folders) are moved into it."""
+    sections = _sections(config_cls)
+    names = {f.name for f in dataclasses.fields(config_cls)}  # type: ignore[arg-type]
+    values = dict(values)
+    for name, field in sections.items():
+        if name in values:
+            continue
+        keys = {f.name for f in dataclasses.fields(_section_default(field))} - names
+        flat = {k: values.pop(k) for k in list(values) if k in keys}
+        if flat:
+            values[name] = flat
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in names:
+            continue
+        if key in sections and isinstance(value, Mapping):
+            value = _replace_known(_section_default(sections[key]), value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    return config_cls(**kwargs)
+
+
+def _replace_known(section: Any, values: Mapping[str, Any]) -> Any:
+    """``section`` (a dataclass instance) with the entries of ``values`` it has as fields (lists as tuples)."""
+    known = {f.name for f in dataclasses.fields(section)}
+    changes = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in known}
+    return dataclasses.replace(section, **changes)
+
+
+def replace_config(config: C, changes: Mapping[str, Any]) -> C:
+    """A copy of the dataclass ``config`` with ``changes`` by dotted name: ``{"deq.max_iter": 12, "lr": 1e-3}``
+    (a name without a dot is a top-level field; a section may also be given whole). Values are not converted: use
+    :func:`~deq_core.train.overrides.apply_overrides` for text from the command line.
+
+    Raises:
+        ValueError: a name the config has no field for (listing the valid names at that level).
+    """
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for name, value in changes.items():
+        head, dot, rest = name.partition(".")
+        if dot:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            top[head] = value
+    for head, sub in nested.items():
+        section = top.get(head, getattr(config, head, None))
+        if not dataclasses.is_dataclass(section):
+            raise ValueError(f"{head!r} is not a config section; sections: {', '.join(_sections(type(config)))}.")
+        top[head] = replace_config(section, sub)
+    valid = [f.name for f in dataclasses.fields(config)]  # type: ignore[arg-type]
+    unknown = [k for k in top if k not in valid]
+    if unknown:
+        raise ValueError(f"unknown config key {unknown[0]!r}; valid keys: {', '.join(valid)}.")
+    return dataclasses.replace(config, **top)  # type: ignore[type-var]
+
+
+def flat_dict(values: Any, prefix: str = "") -> dict[str, Any]:
+    """The settings of a config (a dataclass, or its dict) by dotted name: ``{"deq.max_iter": 12, "lr": 1e-3}``."""
+    flat: dict[str, Any] = {}
+    for key, value in (values if isinstance(values, Mapping) else _as_dict(values)).items():
+        if isinstance(value, Mapping):
+            flat.update(flat_dict(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def config_changes(saved: Any, current: Any, resumable: Collection[str] = ()) -> dict[str, tuple[Any, Any]]:
-    """{key: (saved, current)} for settings that differ, except those listed in ``resumable`` (settings that may
-    change when a run is resumed because they do not change what is computed)."""
-    a, b = _as_dict(saved), _as_dict(current)
+    """{dotted name: (saved, current)} for settings that differ, except those listed in ``resumable`` (settings
+    that may change when a run is resumed because they do not change what is computed)."""
+    a, b = flat_dict(saved), flat_dict(current)
     return {k: (a[k], b.get(k)) for k in a if a[k] != b.get(k) and k not in resumable}
 
 

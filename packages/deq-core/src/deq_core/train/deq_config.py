@@ -1,0 +1,191 @@
+"""The ``deq`` section every task config shares: :class:`DEQConfig`, the DEQ layer's solvers, limits and backward
+mode plus the DEQ training features (jittered limit, unrolled pretraining, Jacobian regularization), checked when
+built, and turned into the layer (:meth:`DEQConfig.layer`) and the training skeleton's schedules. Solver options are
+``key=value`` strings read by :func:`parse_options`.
+
+On the command line its fields are dotted keys: ``deq.max_iter=12 deq.solver_options=m=6,beta=0.8``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .checks import check_at_least, check_choice, check_fraction
+from .schedules import JacobianSchedule, PretrainSchedule
+
+if TYPE_CHECKING:
+    from .. import DEQ
+
+OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its solver)
+
+
+@dataclass(frozen=True)
+class DEQConfig:
+    """A task config's DEQ settings (its ``deq`` section). Iteration limits count solver iterations (calls of f).
+
+    Layer (:class:`deq_core.DEQ`):
+        solver, solver_options: the forward solver: a deq-core shorthand ("anderson", "broyden", "fixed_point") or
+            the import path of a user's ``deq_core.Solver`` ("my_pkg.my_module:MySolver"), with its own options as
+            ``key=value`` strings (``("m=6", "beta=0.8")`` for Anderson, ``("memory=10",)`` for Broyden), checked by
+            the solver.
+        max_iter, tol, stop_mode: forward limits: at most ``max_iter`` iterations, converged when the "rel"
+            (||f(z) - z|| / ||f(z)||) or "abs" residual is <= ``tol``. eval_max_iter, eval_tol: the limits in eval
+            mode (None: the training ones).
+        backward: how gradients pass the fixed point: "implicit" (the adjoint system, solved by ``backward_solver``
+            with ``backward_options`` to ``backward_tol`` / ``backward_stop_mode`` in ``backward_max_iter``),
+            "phantom" (``phantom_steps`` damped steps of size ``phantom_damping``, backpropagated) or "jfb" (the
+            gradient of the last call of f only).
+        jacobian_samples: Hutchinson probes of the Jacobian term. on_nonfinite: "raise", "warn" or "ignore" when a
+            sample's f turns NaN/Inf.
+    Training (the skeleton's :class:`~deq_core.train.task.StepPlan`):
+        max_iter_jitter: each training step draws its forward limit uniformly from [max_iter - jitter, max_iter].
+        pretrain_steps, pretrain_depth: the first ``pretrain_steps`` steps apply f ``pretrain_depth`` times with
+            ordinary backpropagation (weight-tied unrolled pretraining).
+        jac_weight, jac_prob, jac_growth, jac_every, jac_stop: Jacobian regularization with weight gamma
+            ``jac_weight`` applied with probability ``jac_prob``, gamma += ``jac_growth`` every ``jac_every`` steps,
+            off from step ``jac_stop`` (0: never switched off).
+    """
+
+    solver: str = "anderson"
+    solver_options: tuple[str, ...] = ()
+    max_iter: int = 30
+    tol: float = 1e-4
+    stop_mode: Literal["rel", "abs"] = "rel"
+    eval_max_iter: int | None = None
+    eval_tol: float | None = None
+    backward: Literal["implicit", "phantom", "jfb"] = "implicit"
+    backward_solver: str = "broyden"
+    backward_options: tuple[str, ...] = ()
+    backward_max_iter: int = 30
+    backward_tol: float = 1e-6
+    backward_stop_mode: Literal["rel", "abs"] = "rel"
+    phantom_steps: int = 5
+    phantom_damping: float = 0.5
+    jacobian_samples: int = 1
+    on_nonfinite: Literal["raise", "warn", "ignore"] = "raise"
+    max_iter_jitter: int = 0
+    pretrain_steps: int = 0
+    pretrain_depth: int = 2
+    jac_weight: float = 0.0
+    jac_prob: float = 1.0
+    jac_growth: float = 0.0
+    jac_every: int = 0
+    jac_stop: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            check_deq_config(self)
+        except ValueError as error:
+            raise ValueError(f"deq.{error}") from None
+
+    def layer_settings(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`deq_core.DEQ`: the forward solver object, limits, and the backward strategy
+        (``deq_core.Implicit`` / ``Phantom`` / ``JFB``)."""
+        from .. import JFB, Implicit, Phantom
+        from .._solvers import resolve_solver
+
+        settings: dict[str, Any] = dict(
+            solver=resolve_solver(self.solver, parse_options(self.solver_options, "solver_options")),
+            max_iter=self.max_iter, tol=self.tol, stop_mode=self.stop_mode, eval_max_iter=self.eval_max_iter,
+            eval_tol=self.eval_tol, jacobian_samples=self.jacobian_samples, on_nonfinite=self.on_nonfinite,
+        )  # fmt: skip
+        if self.backward == "implicit":
+            adjoint = resolve_solver(self.backward_solver, parse_options(self.backward_options, "backward_options"))
+            settings["backward"] = Implicit(adjoint, self.backward_max_iter, self.backward_tol, self.backward_stop_mode)
+        elif self.backward == "phantom":
+            settings["backward"] = Phantom(steps=self.phantom_steps, damping=self.phantom_damping)
+        else:
+            settings["backward"] = JFB()
+        return settings
+
+    def layer(self, **extra: Any) -> DEQ:
+        """The :class:`deq_core.DEQ` layer of these settings (``extra``: other arguments, e.g. warn_unconverged)."""
+        from .. import DEQ
+
+        return DEQ(**{**self.layer_settings(), **extra})
+
+    def pretrain_schedule(self) -> PretrainSchedule:
+        """The unrolled pretraining phase (``pretrain_steps`` steps of ``pretrain_depth`` applications of f)."""
+        return PretrainSchedule(self.pretrain_steps, self.pretrain_depth)
+
+    def jacobian_schedule(self, seed: int) -> JacobianSchedule:
+        """The Jacobian-regularization schedule, its per-step draws seeded by ``seed`` (the run's seed)."""
+        return JacobianSchedule(self.jac_weight, self.jac_prob, self.jac_growth, self.jac_every, seed=seed,
+                                stop=self.jac_stop or None)  # fmt: skip
+
+
+def check_deq_config(config: DEQConfig) -> None:
+    """Raise ValueError naming the first bad setting (its key without the ``deq.`` prefix) and the valid values."""
+    check_choice(config, "stop_mode", "backward_stop_mode", "backward", "on_nonfinite")
+    check_at_least(config, 1, "max_iter", "backward_max_iter", "pretrain_depth", "phantom_steps", "jacobian_samples")
+    check_at_least(config, 0, "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop")
+    check_fraction(config, "jac_prob")
+    for key in ("tol", "backward_tol", "eval_tol"):
+        value = getattr(config, key)
+        optional = key == "eval_tol"
+        if not (value is None and optional) and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                                 or value <= 0):  # fmt: skip
+            raise ValueError(f"{key} must be > 0{' or None' if optional else ''}, got {value}.")
+    if config.eval_max_iter is not None and (isinstance(config.eval_max_iter, bool) or config.eval_max_iter < 1):
+        raise ValueError(f"eval_max_iter must be >= 1 or None, got {config.eval_max_iter}.")
+    if config.max_iter_jitter >= config.max_iter:
+        raise ValueError(f"max_iter_jitter must be < max_iter ({config.max_iter}), got {config.max_iter_jitter}.")
+    if not 0.0 < config.phantom_damping <= 1.0:
+        raise ValueError(f"phantom_damping must be in (0, 1], got {config.phantom_damping}.")
+    for options_field, solver_field in OPTION_FIELDS:
+        _check_solver(config, solver_field, options_field)
+
+
+def _check_solver(config: DEQConfig, solver_field: str, options_field: str) -> None:
+    """The solver named by ``solver_field`` (a built-in's shorthand or an import path) with the options of
+    ``options_field`` (``key=value`` strings), checked by the solver itself; ValueError naming the field."""
+    from .._solvers import resolve_solver
+
+    try:
+        resolve_solver(getattr(config, solver_field))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{solver_field}: {error}") from None
+    options = parse_options(getattr(config, options_field), options_field)
+    try:
+        resolve_solver(getattr(config, solver_field), options)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{options_field}: {error}") from None
+
+
+def parse_options(items: Iterable[str], what: str = "options") -> dict[str, Any]:
+    """``("memory=10", "beta=0.5", "line_search=true")`` -> ``{"memory": 10, "beta": 0.5, "line_search": True}``:
+    solver options given as ``key=value`` strings (a config field set on the command line, e.g.
+    ``deq.backward_options=memory=10,line_search=true``). Values become int, float or bool when they read as one.
+
+    Raises:
+        ValueError: an item without ``=`` or a key given twice (``what`` names the field in the message).
+    """
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = str(item).partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key:
+            raise ValueError(f"{what}: {item!r} is not of the form key=value (e.g. memory=10).")
+        if key in options:
+            raise ValueError(f"{what}: option {key!r} is given twice.")
+        options[key] = _option_value(text)
+    return options
+
+
+def _option_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def deq_section(**defaults: Any) -> Any:
+    """A ``deq: DEQConfig`` dataclass field whose default is ``DEQConfig(**defaults)`` (a task's own defaults)."""
+    return dataclasses.field(default_factory=lambda: DEQConfig(**defaults))
