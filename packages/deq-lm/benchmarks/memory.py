@@ -64,7 +64,9 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 import deq_core
+from deq_core.train.deq_config import deq_settings
 from deq_core.train.devices import add_device_argument
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import Config, get_config
 from deq_lm.models.factory import build_body
 from deq_lm.models.heads import build_embedding_and_head, embedding_width
@@ -158,9 +160,8 @@ def deq_config(cfg: Config, limit: int | None) -> Config:
     """The DEQ preset with forward and backward limits ``limit`` and tolerance 1e-12 (None: the preset unchanged)."""
     if limit is None:
         return cfg
-    return dataclasses.replace(
-        cfg, max_iter=limit, backward_max_iter=limit, max_iter_jitter=0, tol=TINY_TOL, backward_tol=TINY_TOL
-    )
+    return replace_config(cfg, deq_settings(max_iter=limit, backward_max_iter=limit, max_iter_jitter=0, tol=TINY_TOL,
+                                            backward_tol=TINY_TOL))  # fmt: skip
 
 
 def state_width(cfg: Config) -> int:
@@ -320,18 +321,18 @@ def measure_deq(cfg: Config, proto: Protocol, limit: int | None, jacobian: bool 
     cfg = deq_config(cfg, limit)
     device = proto.device
     body = make_body(cfg, device, proto.seed)
-    control = Control(max_iter=cfg.max_iter, jacobian_loss=jacobian)
+    control = Control(max_iter=cfg.deq.max_iter, jacobian_loss=jacobian)
     state = warm_state(body, cfg, proto, control, device)
     x = torch.randn(proto.batch, proto.tgt_len, body_input_width(cfg), device=device, requires_grad=True)
     solve_peak = measure_solve(body, x, state, control)
-    out, saved, peak = measure_step(body, x, state, control, cfg.d_model, cfg.jac_weight)
+    out, saved, peak = measure_step(body, x, state, control, cfg.d_model, cfg.deq.jac_weight)
     assert out.info is not None
     nfe = (out.info.nfe, out.info.nfe_backward)
     deq: Any = body.deq  # type: ignore[union-attr]
     vector = x.shape[0] * x.shape[1] * state_width(cfg) * x.element_size()
     histories = (
-        history_bytes(deq.solver, {}, vector, nfe[0], cfg.max_iter),
-        history_bytes(deq.backward.solver, {}, vector, nfe[1], cfg.backward_max_iter),
+        history_bytes(deq.solver, {}, vector, nfe[0], cfg.deq.max_iter),
+        history_bytes(deq.backward.solver, {}, vector, nfe[1], cfg.deq.backward_max_iter),
     )
     return BodyMemory(saved, peak, param_bytes(body), solve_peak, nfe, histories)
 

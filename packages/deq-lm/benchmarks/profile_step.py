@@ -116,8 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep.add()
     rep.add(
         f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} thread(s); batch "
-        f"{tuple(deq.x.shape)} tokens, memory {cfg.mem_len}; {cfg.solver} {cfg.max_iter} / {cfg.backward_solver} "
-        f"{cfg.backward_max_iter} iterations, tol {cfg.tol:g} / {cfg.backward_tol:g}; medians of {steps} steps. "
+        f"{tuple(deq.x.shape)} tokens, memory {cfg.mem_len}; {cfg.deq.solver} {cfg.deq.max_iter} / "
+        f"{cfg.deq.backward_solver} {cfg.deq.backward_max_iter} iterations, tol {cfg.deq.tol:g} / "
+        f"{cfg.deq.backward_tol:g}; medians of {steps} steps. "
         f"Uninstrumented: DEQ {1e3 * t_deq:.0f} ms, twin ({twin.cfg.n_layers} layers) {1e3 * t_twin:.0f} ms per "
         f"step; instrumented DEQ {1e3 * prof.total:.0f} ms."
     )

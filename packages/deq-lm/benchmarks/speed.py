@@ -139,7 +139,7 @@ def run_entries(runs: Sequence[Path], seed: int) -> tuple[list[Entry], Task]:
         if run_task.vocab_size != task.vocab_size:
             raise SystemExit(f"{run} has a vocabulary of {run_task.vocab_size}, the first run {task.vocab_size}.")
         source = f"{run_dir.name} @ {resolve_checkpoint(run)[1].name}"
-        if model.is_deq and cfg.jac_weight > 0:
+        if model.is_deq and cfg.deq.jac_weight > 0:
             entries.append(Entry(f"{run_dir.name} + JR", cfg, model, True, source))
             entries.append(Entry(f"{run_dir.name}, no term", cfg, model, False, source))
         else:
@@ -271,7 +271,7 @@ def expected_jr(entries: Sequence[Entry]) -> tuple[str, float, float] | None:
     without = next((e for e in entries if with_term and e.model is with_term.model and not e.jacobian), None)
     if with_term is None or without is None:
         return None
-    p = with_term.cfg.jac_prob
+    p = with_term.cfg.deq.jac_prob
     train = p * lb.median(with_term.train_s) + (1 - p) * lb.median(without.train_s)
     return f"{with_term.label}, expected (term with p = {p:g})", train, lb.median(without.infer_s)
 

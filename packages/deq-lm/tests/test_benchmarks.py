@@ -16,7 +16,7 @@ from safetensors.torch import save_model
 
 from conftest import subprocess_env
 from deq_core.train.checkpoints import atomic_checkpoint_dir
-from deq_core.train.run_config import save_config
+from deq_core.train.run_config import replace_config, save_config
 from deq_lm.configs import get_config
 from deq_lm.models import build_model
 from deq_lm.tasks import build_task
@@ -158,7 +158,7 @@ def test_speed_loads_runs(speed: ModuleType, tmp_path: Path, capsys: pytest.Capt
 
 
 def test_expected_jr_time_mixes_with_the_probability(speed: ModuleType) -> None:
-    cfg = dataclasses.replace(get_config("pydoc-deq-transformer-jr"), jac_prob=0.25)
+    cfg = replace_config(get_config("pydoc-deq-transformer-jr"), {"deq.jac_prob": 0.25})
     model = object()
     with_term = speed.Entry("jr", cfg, model, True, "fresh", train_s=[4.0], infer_s=[1.0])
     without = speed.Entry("no term", cfg, model, False, "fresh", train_s=[2.0], infer_s=[1.0])

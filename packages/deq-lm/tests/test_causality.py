@@ -1,11 +1,10 @@
 """The output at position t must not depend on inputs after t, for every cell and baseline."""
 
-import dataclasses
-
 import pytest
 import torch
 
 from conftest import strengthen_injection
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import MODELS, get_config
 from deq_lm.models import build_model
 
@@ -15,7 +14,7 @@ TINY = {name: f"tiny-{name.replace('_', '-')}" for name in MODELS}
 def _model(name: str, **changes):
     cfg = get_config(TINY[name])
     # DEQs: solve (almost) exactly, so that the solver's stopping point does not blur the comparison.
-    cfg = dataclasses.replace(cfg, eval_max_iter=300, eval_tol=1e-11, solver="anderson", **changes)
+    cfg = replace_config(cfg, {"deq.eval_max_iter": 300, "deq.eval_tol": 1e-11, "deq.solver": "anderson", **changes})
     torch.manual_seed(0)
     model = build_model(cfg, 10).double().eval()
     if name == "deq_transformer":

@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 import torch
 
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import MODELS, PAPER_RESULTS, PRESETS, Config, get_config
 from deq_lm.models import build_model, count_parameters
 
@@ -35,7 +36,7 @@ def test_every_paper_preset_has_a_published_result_and_a_tiny_twin():
             big.tie_weights,
             big.pre_ln,
         )
-        assert (tiny.jac_weight > 0) == (big.jac_weight > 0) and tiny.task == big.task == "lm"
+        assert (tiny.deq.jac_weight > 0) == (big.deq.jac_weight > 0) and tiny.task == big.task == "lm"
 
 
 @pytest.mark.parametrize(
@@ -84,18 +85,18 @@ def test_copy_table_models_share_one_budget():
         ({"mem_len": -1}, "mem_len must be a number >= 0"),
         ({"model": "rnn"}, "model must be one of"),
         ({"dropout": 1.0}, "dropout must be in [0, 1)"),
-        ({"max_iter_jitter": 20}, "max_iter_jitter must be < max_iter"),
+        ({"deq.max_iter_jitter": 20}, "max_iter_jitter must be < max_iter"),
         ({"d_model": 7, "model": "deq_transformer"}, "d_model must be even"),
-        ({"tol": 0.0}, "tol must be > 0"),
-        ({"jac_prob": 2.0}, "jac_prob must be in [0, 1]"),
-        ({"jac_stop": -1}, "jac_stop must be a number >= 0"),
-        ({"phantom_steps": 0}, "phantom_steps must be a number >= 1"),
-        ({"phantom_damping": 1.5}, "phantom_damping must be in (0, 1]"),
+        ({"deq.tol": 0.0}, "tol must be > 0"),
+        ({"deq.jac_prob": 2.0}, "jac_prob must be in [0, 1]"),
+        ({"deq.jac_stop": -1}, "jac_stop must be a number >= 0"),
+        ({"deq.phantom_steps": 0}, "phantom_steps must be a number >= 1"),
+        ({"deq.phantom_damping": 1.5}, "phantom_damping must be in (0, 1]"),
     ],
 )
 def test_bad_values_raise_with_the_key(changes, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        dataclasses.replace(get_config("tiny-lstm"), **changes)
+        replace_config(get_config("tiny-lstm"), changes)
 
 
 def test_main_job_is_the_deq_transformer_on_copy_memory():
@@ -115,22 +116,22 @@ def test_solver_options_reach_the_deq_layer_and_are_checked():
     from deq_core import Anderson, Broyden
     from deq_core.train.overrides import apply_overrides
 
-    cfg = apply_overrides(get_config("tiny-deq-transformer"), ["backward_solver=broyden", "backward_options=memory=4",
-                                                               "solver_options=m=3,beta=0.9"])  # fmt: skip
+    overrides = ["deq.backward_solver=broyden", "deq.backward_options=memory=4", "deq.solver_options=m=3,beta=0.9"]
+    cfg = apply_overrides(get_config("tiny-deq-transformer"), overrides)
     deq = build_model(cfg, 10).body.deq
     assert deq.backward.solver == Broyden(memory=4) and deq.solver == Anderson(m=3, beta=0.9)
     with pytest.raises(ValueError, match=r"backward_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
-        dataclasses.replace(cfg, backward_options=("m=3",))
+        replace_config(cfg, {"deq.backward_options": ("m=3",)})
 
 
 @pytest.mark.parametrize(
-    "overrides", [["backward=phantom", "phantom_steps=3", "phantom_damping=0.7"], ["backward=jfb"]]
+    "overrides", [["deq.backward=phantom", "deq.phantom_steps=3", "deq.phantom_damping=0.7"], ["deq.backward=jfb"]]
 )
 def test_backward_mode_reaches_the_deq_layer(overrides):
-    """``backward=...`` overrides (as on the command line) set the DEQ body's backward mode."""
+    """``deq.backward=...`` overrides (as on the command line) set the DEQ body's backward mode."""
     from deq_core import JFB, Phantom
     from deq_core.train.overrides import apply_overrides
 
     cfg = apply_overrides(get_config("tiny-deq-transformer"), overrides)
-    expected = JFB() if cfg.backward == "jfb" else Phantom(steps=3, damping=0.7)
+    expected = JFB() if cfg.deq.backward == "jfb" else Phantom(steps=3, damping=0.7)
     assert build_model(cfg, 10).body.deq.backward == expected

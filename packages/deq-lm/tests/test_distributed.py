@@ -11,10 +11,11 @@ from safetensors.torch import load_file
 
 from conftest import free_port, subprocess_env, write_tiny_corpus
 from deq_core.train.metrics import read_metrics
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import get_config
 from deq_lm.train import train
 
-SETTINGS = ["steps=2", "save_grads_at=1", "batch_size=8", "dropout=0", "jac_weight=0", "eval_every=2"]
+SETTINGS = ["steps=2", "save_grads_at=1", "batch_size=8", "dropout=0", "deq.jac_weight=0", "eval_every=2"]
 
 
 def test_two_process_cpu_run_matches_one_process_gradients(tmp_path):
@@ -31,7 +32,9 @@ def test_two_process_cpu_run_matches_one_process_gradients(tmp_path):
     assert "final (step 2)" in proc.stdout
 
     cfg = get_config("tiny-deq-transformer")
-    one = dataclasses.replace(cfg, steps=2, save_grads_at=1, batch_size=8, dropout=0.0, jac_weight=0.0, eval_every=2)
+    one = replace_config(
+        cfg, {"steps": 2, "save_grads_at": 1, "batch_size": 8, "dropout": 0.0, "deq.jac_weight": 0.0, "eval_every": 2}
+    )
     train(one, tmp_path / "one")
 
     g2 = load_file(str(tmp_path / "two" / "grads_step1.safetensors"))
@@ -49,8 +52,9 @@ def test_two_process_cpu_run_matches_one_process_gradients(tmp_path):
 
 
 def test_gradient_accumulation_matches_the_full_batch(tmp_path):
-    cfg = dataclasses.replace(
-        get_config("tiny-deq-transformer"), steps=1, save_grads_at=1, batch_size=8, dropout=0.0, jac_weight=0.0
+    cfg = replace_config(
+        get_config("tiny-deq-transformer"),
+        {"steps": 1, "save_grads_at": 1, "batch_size": 8, "dropout": 0.0, "deq.jac_weight": 0.0},
     )
     train(cfg, tmp_path / "full")
     train(dataclasses.replace(cfg, grad_accum=4), tmp_path / "accum")

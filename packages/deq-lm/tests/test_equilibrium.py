@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from conftest import strengthen_injection
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import get_config
 from deq_lm.models import UnrolledBody, build_model
 
 
 def _deq(name: str, **changes):
-    cfg = dataclasses.replace(get_config(name), **{"eval_max_iter": 400, "eval_tol": 1e-10, **changes})
+    cfg = replace_config(get_config(name), {"deq.eval_max_iter": 400, "deq.eval_tol": 1e-10, **changes})
     torch.manual_seed(0)
     model = build_model(cfg, 10).double().eval()
     if cfg.model == "deq_transformer":
@@ -36,7 +37,7 @@ def _unroll_until_converged(model, x, state=None, max_depth=2000):
 @pytest.mark.parametrize("name", ["tiny-deq-transformer", "tiny-deq-trellisnet"])
 @pytest.mark.parametrize("solver", ["anderson", "broyden", "fixed_point"])
 def test_deq_fixed_point_equals_unrolled_limit(name, solver):
-    model = _deq(name, solver=solver, eval_tol=1e-10)
+    model = _deq(name, **{"deq.solver": solver, "deq.eval_tol": 1e-10})
     x = torch.randint(0, 10, (3, 14), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         out = model(x)

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import run_module
 from deq_core.train.metrics import read_metrics
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import get_config
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main, train
@@ -22,8 +23,9 @@ def _train_losses(run_dir: Path) -> dict[int, float]:
 def test_cli_tiny_deq_run_writes_metrics_checkpoint_and_plot(tmp_path):
     out = tmp_path / "run"
     proc = run_module(
-        "deq_lm.train", "--config", "tiny-deq-transformer", "--output-dir", str(out), "steps=8", "pretrain_steps=2",
-        "jac_weight=0.5", "jac_prob=0.5", "max_iter_jitter=3", "grad_accum=2", "dropout=0.1", "eval_every=4",
+        "deq_lm.train", "--config", "tiny-deq-transformer", "--output-dir", str(out), "steps=8",
+        "deq.pretrain_steps=2", "deq.jac_weight=0.5", "deq.jac_prob=0.5", "deq.max_iter_jitter=3", "grad_accum=2",
+        "dropout=0.1", "eval_every=4",
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -66,10 +68,9 @@ def test_loop_lowers_the_loss_of_other_models(tmp_path, config):
 def test_resume_after_interruption_gives_the_same_losses(tmp_path):
     """Dropout, the Jacobian draws, the iteration jitter and the pretraining switch all depend on state that a
     checkpoint must restore (RNG, step)."""
-    cfg = dataclasses.replace(
-        get_config("tiny-deq-transformer"), steps=8, dropout=0.2, jac_weight=0.5, jac_prob=0.5, max_iter_jitter=3,
-        pretrain_steps=3, eval_every=2,
-    )  # fmt: skip
+    changes = {"steps": 8, "dropout": 0.2, "deq.jac_weight": 0.5, "deq.jac_prob": 0.5, "deq.max_iter_jitter": 3,
+               "deq.pretrain_steps": 3, "eval_every": 2}  # fmt: skip
+    cfg = replace_config(get_config("tiny-deq-transformer"), changes)
     full = train(cfg, tmp_path / "full", name="full")
     stopped = train(dataclasses.replace(cfg, stop_after=5), tmp_path / "cut", name="cut")
     assert stopped["step"] == 5
@@ -98,7 +99,7 @@ def test_resume_refuses_a_different_model(tmp_path):
         (["--config", "tiny-lstm", "steps=ten"], "'steps=ten': Value 'ten' of type 'str' could not be"),
         (["--config", "tiny-lstm", "mem_len=-1"], "mem_len must be a number >= 0, got -1"),
         (["--config", "tiny-lstm", "model=rnn"], "'model=rnn': Invalid value 'rnn', expected one of"),
-        (["--config", "tiny-lstm", "solver=newton"], "solver: unknown solver 'newton'; choose one of ['anderson'"),
+        (["--config", "tiny-lstm", "deq.solver=newton"], "solver: unknown solver 'newton'; choose one of ['anderson'"),
         (["--config", "tiny-lstm", "batch_size=9", "grad_accum=2"], "batch_size (9) must be divisible by grad_accum"),
         (["--config", "tiny-lstm", "steps"], "not of the form key=value"),
     ],

@@ -10,7 +10,7 @@ from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.faults import plant_pickle
 from deq_toy import evaluate, train
 
-ARGS = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2"]
+ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2"]
 
 
 @pytest.fixture(scope="module")

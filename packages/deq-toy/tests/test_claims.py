@@ -59,7 +59,9 @@ def test_finished_run_stored_before_new_config_fields_is_read_back(tmp_path):
     path.write_text(json.dumps(stored))
     assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
     with pytest.raises(UsageError, match="another config"):
-        ensure_run(tmp_path / "run", "synthetic-gamma2", [*TINY_SYNTHETIC, "backward=jfb"], tmp_path, progress=False)
+        ensure_run(
+            tmp_path / "run", "synthetic-gamma2", [*TINY_SYNTHETIC, "deq.backward=jfb"], tmp_path, progress=False
+        )
 
 
 def _synthetic(nfe: float, slope: float, mse: float) -> dict:

@@ -58,7 +58,7 @@ def test_train_arithmetic_deq_writes_metrics_and_residual_plot(tmp_path):
 
 
 def test_resume_continues_to_the_same_result(tmp_path):
-    args = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2"]  # RNG used by the Hutchinson probes
+    args = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2"]  # RNG used by the Hutchinson probes
     assert train.main(args + ["--output-dir", str(tmp_path / "full")]) == 0
     assert train.main(args + ["--output-dir", str(tmp_path / "split"), "--stop-after", "7"]) == 0
     assert load_checkpoint(tmp_path / "split")["step"] == 7

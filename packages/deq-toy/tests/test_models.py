@@ -111,14 +111,15 @@ def test_gru_deq_takes_a_layer_with_another_solver():
     ("overrides", "expected"),
     [
         ([], Implicit(Anderson(m=4), max_iter=7, tol=1e-4)),
-        (["backward=phantom", "phantom_steps=3", "phantom_damping=0.7"], Phantom(steps=3, damping=0.7)),
-        (["backward=jfb"], JFB()),
+        (["deq.backward=phantom", "deq.phantom_steps=3", "deq.phantom_damping=0.7"], Phantom(steps=3, damping=0.7)),
+        (["deq.backward=jfb"], JFB()),
     ],
 )
 def test_arithmetic_overrides_reach_the_layer_and_train(overrides, expected, tmp_path):
-    """``backward=...`` overrides (as on the command line) set the GRU-DEQ's backward mode, ``anderson_m`` its
-    solvers; one training step in each mode moves the cell's weights."""
-    tiny = ["n_train=64", "n_valid=32", "n_test=32", "anderson_m=4", "backward_max_iter=7", "backward_tol=1e-4"]
+    """``deq.backward=...`` overrides (as on the command line) set the GRU-DEQ's backward mode, ``deq.solver_options``
+    its solver; one training step in each mode moves the cell's weights."""
+    tiny = ["n_train=64", "n_valid=32", "n_test=32", "deq.solver_options=m=4", "deq.backward_options=m=4",
+            "deq.backward_max_iter=7", "deq.backward_tol=1e-4"]  # fmt: skip
     config = load_config("arith-deq-tiny", [*tiny, *overrides])
     torch.manual_seed(0)
     task = ArithmeticTask(config, tmp_path)
@@ -133,7 +134,9 @@ def test_arithmetic_overrides_reach_the_layer_and_train(overrides, expected, tmp
     assert (info.nfe_backward is not None) == (expected == Implicit(Anderson(m=4), max_iter=7, tol=1e-4))
 
 
-@pytest.mark.parametrize("bad", ["phantom_steps=0", "phantom_damping=0", "phantom_damping=2", "backward=adjoint"])
+@pytest.mark.parametrize(
+    "bad", ["deq.phantom_steps=0", "deq.phantom_damping=0", "deq.phantom_damping=2", "deq.backward=adjoint"]
+)
 def test_bad_backward_settings_raise(bad):
     with pytest.raises(UsageError, match=bad.split("=")[0]):
         load_config("arith-deq-tiny", [bad])

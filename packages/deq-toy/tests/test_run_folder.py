@@ -13,7 +13,7 @@ from deq_core.train.rundir import RunLock
 from deq_toy import evaluate, train
 from deq_toy.checkpoint import load_checkpoint
 
-ARGS = ["--config", "synthetic-tiny", "--no-progress", "jacobian_weight=2"]
+ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2"]
 
 
 def _one_line_error(capsys, *expected: str) -> None:

@@ -1,10 +1,9 @@
 """The 1D data, the scalar DEQ and its layer, and the effect of the Jacobian regularizer."""
 
-import dataclasses
-
 import torch
 
 from deq_core import DEQ, JFB, Implicit, Phantom
+from deq_core.train.run_config import replace_config
 from deq_toy.configs import get_config, load_config
 from deq_toy.data.synthetic import make_synthetic, target_function
 from deq_toy.models import ScalarDEQ, build_scalar_model, paper_deq
@@ -33,7 +32,7 @@ def test_scalar_deq_has_200_parameters_and_exact_slope():
 
 
 def _train(gamma: float) -> SyntheticTask:
-    config = dataclasses.replace(get_config("synthetic-tiny"), jacobian_weight=gamma, epochs=6)
+    config = replace_config(get_config("synthetic-tiny"), {"deq.jac_weight": gamma, "epochs": 6})
     torch.manual_seed(config.seed)
     task = SyntheticTask(config)
     opt = torch.optim.Adam(task.model.parameters(), lr=config.lr)
@@ -72,9 +71,12 @@ def test_synthetic_overrides_reach_the_scalar_deqs_layer():
     and a training step still reaches W1 (the feedback weights, which only the backward through z* trains)."""
     assert build_scalar_model(get_config("synthetic-tiny")).deq.backward == paper_deq().backward
     for overrides, expected in (
-        (["backward=phantom", "phantom_steps=2"], Phantom(steps=2, damping=0.5)),
-        (["backward=jfb"], JFB()),
-        (["backward_stop_mode=rel", "backward_tol=1e-4"], Implicit("broyden", max_iter=50, tol=1e-4, stop_mode="rel")),
+        (["deq.backward=phantom", "deq.phantom_steps=2"], Phantom(steps=2, damping=0.5)),
+        (["deq.backward=jfb"], JFB()),
+        (
+            ["deq.backward_stop_mode=rel", "deq.backward_tol=1e-4"],
+            Implicit("broyden", max_iter=50, tol=1e-4, stop_mode="rel"),
+        ),
     ):
         config = load_config("synthetic-tiny", overrides)
         torch.manual_seed(0)

@@ -10,7 +10,7 @@ from deq_toy.configs import get_config
 from deq_toy.data.arithmetic import SYMBOL_INDEX, VARIANTS
 from deq_toy.tasks.arithmetic import ArithmeticTask, prepare_data
 
-TINY = ["epochs=1", "n_train=64", "n_valid=32", "n_test=32", "hidden=8", "max_iter=5", "backward_max_iter=5"]
+TINY = ["epochs=1", "n_train=64", "n_valid=32", "n_test=32", "hidden=8", "deq.max_iter=5", "deq.backward_max_iter=5"]
 TINY += ["repeats=3", "log_every=1", "eval_every=2"]
 
 

@@ -69,7 +69,7 @@ def measure(
         if cfg.is_deq:
             logits, info = model(x, jacobian_loss=jacobian, unroll=unroll if model.training else None, return_info=True)
             total = nn.functional.cross_entropy(logits, y)
-            return total + cfg.jac_weight * info.jacobian_loss if jacobian else total
+            return total + cfg.deq.jac_weight * info.jacobian_loss if jacobian else total
         return nn.functional.cross_entropy(model(x), y)
 
     def train_step() -> None:
@@ -110,8 +110,8 @@ def nfe_to_tolerance(run_dir: Path, tol: float, max_iter: int, n_images: int, de
         injection = model.stem(x)
         with deq_core.cached_weights(model):
             res = deq_core.solve(
-                lambda z: model.cell(z, injection), model.initial_state(injection), solver=cfg.solver,
-                max_iter=max_iter, tol=tol, stop_mode=cfg.stop_mode,
+                lambda z: model.cell(z, injection), model.initial_state(injection), solver=cfg.deq.solver,
+                max_iter=max_iter, tol=tol, stop_mode=cfg.deq.stop_mode,
             )  # fmt: skip
     return {"nfe": res.nfe, "converged": float(res.converged.float().mean()), "residual": float(res.residual.mean())}
 

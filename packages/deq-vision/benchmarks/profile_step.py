@@ -115,8 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep.add()
     rep.add(
         f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} thread(s); batch "
-        f"{mdeq.x.shape[0]} of {tuple(mdeq.x.shape[1:])}; {cfg.solver} {cfg.max_iter} / {cfg.backward_solver} "
-        f"{cfg.backward_max_iter} iterations, tol {cfg.tol:g} / {cfg.backward_tol:g}; medians of {steps} steps. "
+        f"{mdeq.x.shape[0]} of {tuple(mdeq.x.shape[1:])}; {cfg.deq.solver} {cfg.deq.max_iter} / "
+        f"{cfg.deq.backward_solver} {cfg.deq.backward_max_iter} iterations, tol {cfg.deq.tol:g} / "
+        f"{cfg.deq.backward_tol:g}; medians of {steps} steps. "
         f"Uninstrumented: MDEQ {1e3 * t_mdeq:.0f} ms, twin {1e3 * t_twin:.1f} ms per step; instrumented MDEQ "
         f"{1e3 * prof.total:.0f} ms."
     )

@@ -3,8 +3,6 @@ the implicit backward to every branch."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import timm
 import torch
@@ -12,6 +10,7 @@ import torch
 import deq_core
 import deq_vision
 from deq_core.train.overrides import apply_overrides
+from deq_core.train.run_config import replace_config
 from deq_vision.configs import PRESETS
 from deq_vision.models import ARCHITECTURES, MODEL_NAMES, count_parameters, create_model, default_deq
 from deq_vision.train import build_model
@@ -56,7 +55,7 @@ def _small_input(name: str) -> int:
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_output_shape_of_every_config(name: str) -> None:
-    cfg = dataclasses.replace(PRESETS[name], max_iter=2, max_iter_jitter=0)
+    cfg = replace_config(PRESETS[name], {"deq.max_iter": 2, "deq.max_iter_jitter": 0})
     model = build_model(cfg).eval()
     side = _small_input(name)
     with torch.no_grad():
@@ -139,24 +138,36 @@ def test_one_training_step_in_every_backward_mode(backward: BackwardMode) -> Non
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["backward=phantom", "phantom_steps=4", "phantom_damping=0.8"], deq_core.Phantom(steps=4, damping=0.8)),
-        (["backward=jfb"], deq_core.JFB()),
         (
-            ["backward_solver=anderson", "backward_options=m=3", "backward_max_iter=9", "backward_tol=1e-5"],
+            ["deq.backward=phantom", "deq.phantom_steps=4", "deq.phantom_damping=0.8"],
+            deq_core.Phantom(steps=4, damping=0.8),
+        ),
+        (["deq.backward=jfb"], deq_core.JFB()),
+        (
+            [
+                "deq.backward_solver=anderson",
+                "deq.backward_options=m=3",
+                "deq.backward_max_iter=9",
+                "deq.backward_tol=1e-5",
+            ],
             deq_core.Implicit(deq_core.Anderson(m=3), max_iter=9, tol=1e-5),
         ),
     ],
 )
 def test_config_overrides_reach_the_models_layer(overrides: list[str], expected: BackwardMode) -> None:
     """``key=value`` overrides of a preset (as on the command line) set the backward mode of the built MDEQ."""
-    cfg = apply_overrides(PRESETS["digits-mdeq"], ["solver=anderson", "max_iter=7", "eval_max_iter=9", *overrides])
+    cfg = apply_overrides(
+        PRESETS["digits-mdeq"], ["deq.solver=anderson", "deq.max_iter=7", "deq.eval_max_iter=9", *overrides]
+    )
     model = build_model(cfg)
     assert isinstance(model, deq_vision.MDEQ)
     assert model.deq.backward == expected
     assert (model.deq.solver, model.deq.max_iter, model.deq.eval_max_iter) == (deq_core.Anderson(), 7, 9)
 
 
-@pytest.mark.parametrize("bad", ["phantom_steps=0", "phantom_damping=0", "phantom_damping=1.5", "backward=adjoint"])
+@pytest.mark.parametrize(
+    "bad", ["deq.phantom_steps=0", "deq.phantom_damping=0", "deq.phantom_damping=1.5", "deq.backward=adjoint"]
+)
 def test_bad_backward_settings_raise(bad: str) -> None:
     with pytest.raises(ValueError, match=bad.split("=")[0]):
         apply_overrides(PRESETS["digits-mdeq"], [bad])

@@ -105,7 +105,7 @@ def test_commands_lists_data_each_run_and_claims(tmp_path: Path, capsys: pytest.
     assert len(lines) == 2 + len(plan([0, 1])) == 2 + 2 * 5
     # fresh folders: new runs (--resume on a folder without a checkpoint is an error since runs are checked)
     assert all("--resume" not in line and "deq_vision.train" in line for line in lines[1:-1])
-    assert "jac_weight=1.2" in " ".join(lines) and lines[-1].endswith("--seeds 0 1")
+    assert "deq.jac_weight=1.2" in " ".join(lines) and lines[-1].endswith("--seeds 0 1")
 
 
 def _evals(acc: dict[str, float], nfe: dict[str, float], growths: dict[str, float]) -> dict[str, dict]:
@@ -156,7 +156,7 @@ def test_gamma_ablation_not_measured_without_every_gamma(capsys: pytest.CaptureF
     assert set(verdicts.values()) == {HOLDS}
     assert reproduce.main(["commands", "--output-dir", "out", "--seeds", "0", "--gammas", "0.6"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 + 3 and "jac_weight=0.6" in lines[3] and lines[-1].endswith("--gammas 0.6")
+    assert len(lines) == 2 + 3 and "deq.jac_weight=0.6" in lines[3] and lines[-1].endswith("--gammas 0.6")
 
 
 def test_rows_that_do_not_hold_carry_the_measured_reason() -> None:

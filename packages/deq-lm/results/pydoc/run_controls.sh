@@ -11,6 +11,6 @@ train() {  # NAME OVERRIDES...
   /usr/bin/time -f "%e" -o "$OUT/$name.seconds" env OMP_NUM_THREADS=1 \
     $PY -m deq_lm.train --config pydoc-deq-transformer-jr --output-dir "$OUT/$name" --threads 1 "$@" > "$OUT/$name.log" 2>&1
 }
-train pydoc-deq-transformer-limit12 jac_weight=0 &
-train pydoc-deq-transformer-jr-w0.5 jac_weight=0.5 &
+train pydoc-deq-transformer-limit12 deq.jac_weight=0 &
+train pydoc-deq-transformer-jr-w0.5 deq.jac_weight=0.5 &
 wait

@@ -43,11 +43,11 @@ def load_model(checkpoint: Path, data_dir: Path | None = None) -> tuple[Config, 
 def sweep(
     cfg: Config, task: Task, model: SequenceModel, split: str, max_iters: Sequence[int], tols: Sequence[float]
 ) -> list[dict[str, Any]]:
-    """Evaluate ``split`` at every inference limit (with tolerance ``cfg.eval_tol or cfg.tol``) and at every
+    """Evaluate ``split`` at every inference limit (with tolerance ``cfg.deq.eval_tol or cfg.deq.tol``) and at every
     tolerance (with limit ``max(max_iters)``). Rows: {"max_iter", "tol", "loss", metric, "nfe_forward", "residual"}."""
     deq = model.body.deq  # type: ignore[union-attr]
     saved = deq.eval_max_iter, deq.eval_tol
-    base_tol = cfg.eval_tol or cfg.tol
+    base_tol = cfg.deq.eval_tol or cfg.deq.tol
     settings = [(m, base_tol) for m in max_iters] + [(max(max_iters), t) for t in tols]
     rows = []
     try:

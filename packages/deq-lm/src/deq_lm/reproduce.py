@@ -39,10 +39,11 @@ import torch
 from deq_core.profiling import saved_tensor_bytes
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.claims import Claim, ClaimResult, mean_spread, write_claims
+from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
 from deq_core.train.reports import markdown_table
-from deq_core.train.run_config import check_resume_config
+from deq_core.train.run_config import check_resume_config, flat_dict, replace_config
 
 from . import lm_claims as lc
 from .configs import Config, get_config
@@ -64,8 +65,8 @@ KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", "swee
 # --quick: every preset at test size (the DEQ's FFN still widened to match the 4-layer twin's parameters).
 _QUICK = dict(
     d_embed=16, d_model=16, n_heads=2, d_head=8, tgt_len=16, mem_len=16, eval_tgt_len=16, batch_size=4,
-    eval_batch_size=2, vocab_size=0, steps=24, warmup_steps=2, pretrain_steps=4, eval_every=12, log_every=4,
-    save_every=12, eval_max_iter=12,
+    eval_batch_size=2, vocab_size=0, steps=24, warmup_steps=2, eval_every=12, log_every=4, save_every=12,
+    **deq_settings(pretrain_steps=4, eval_max_iter=12),
 )  # fmt: skip
 _QUICK_FFN = {TXL: 32, TIED: 240}  # the DEQ cells (DEQ, tied, JR): 240 wide, 10,512 vs 10,592 body parameters
 
@@ -76,8 +77,8 @@ def run_config(preset: str, seed: int, data_dir: Path, quick: bool) -> Config:
     if quick:
         changes = dict(_QUICK, d_ff=_QUICK_FFN.get(preset, _QUICK_FFN[TIED]))
         if not cfg.is_deq:
-            changes.pop("pretrain_steps")
-        cfg = dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+            changes.pop("deq.pretrain_steps")
+        cfg = replace_config(cfg, changes)
     return cfg
 
 
@@ -88,7 +89,8 @@ def run_dir(output_dir: Path, preset: str, seed: int) -> Path:
 def train_command(output_dir: Path, preset: str, seed: int, data_dir: Path, quick: bool) -> str:
     """The shell command that trains (or resumes) one run exactly as ``claims`` would."""
     cfg, base = run_config(preset, seed, data_dir, quick), get_config(preset)
-    changed = {k: v for k, v in cfg.to_dict().items() if k != "data_dir" and v != getattr(base, k)}
+    base_settings = flat_dict(base)
+    changed = {k: v for k, v in flat_dict(cfg).items() if k != "data_dir" and v != base_settings[k]}
     words = ["python", "-m", "deq_lm.train", "--config", preset, "--data-dir", str(data_dir), "--output-dir",
              str(run_dir(output_dir, preset, seed)), "--threads", "1"]  # fmt: skip
     if latest_complete_checkpoint(run_dir(output_dir, preset, seed)) is not None:
@@ -200,14 +202,14 @@ def step_times(
     for label, model in models.items():
         cfg = configs[label]
         entries[label] = TimedEntry(label, cfg, model, jacobian=False)
-        if cfg.jac_weight > 0:
+        if cfg.deq.jac_weight > 0:
             entries[label + "+term"] = TimedEntry(label + "+term", cfg, model, jacobian=True)
     cfg = next(iter(configs.values()))
     first, second = task.train_batch(0, cfg.batch_size), task.train_batch(1, cfg.batch_size)
     time_training_steps(list(entries.values()), first, second, repeats)
     times = {}
     for label in models:
-        plain, p = entries[label], configs[label].jac_prob if configs[label].jac_weight > 0 else 0.0
+        plain, p = entries[label], configs[label].deq.jac_prob if configs[label].deq.jac_weight > 0 else 0.0
         term = entries.get(label + "+term", plain)
         times[label] = lc.StepTime(
             cpu=expected_seconds(term.median_cpu(), plain.median_cpu(), p),
@@ -363,7 +365,8 @@ def plan(args: argparse.Namespace, data_dir: Path) -> str:
     tol 1e-12: an upper bound), interleaved, and the training minutes it implies for the preset's steps (evaluations
     not included). Returns a Markdown table."""
     configs = {p: run_config(p, args.seeds[0], data_dir, args.quick) for p in PRESETS}
-    configs = {p: dataclasses.replace(c, tol=1e-12, backward_tol=1e-12) if c.is_deq else c for p, c in configs.items()}
+    configs = {p: replace_config(c, {"deq.tol": 1e-12, "deq.backward_tol": 1e-12}) if c.is_deq else c
+               for p, c in configs.items()}  # fmt: skip
     task = build_task(configs[DEQ])
     models = {}
     for preset, cfg in configs.items():

@@ -47,7 +47,7 @@ class TimedEntry:
 
 def _step(entry: TimedEntry, x: Tensor, y: Tensor, state: Any) -> Callable[[], tuple[int, int | None] | None]:
     """The timed computation of one training step of ``entry`` on (x, y) after ``state``."""
-    limit = entry.cfg.max_iter if entry.model.is_deq else None
+    limit = entry.cfg.deq.max_iter if entry.model.is_deq else None
 
     def run() -> tuple[int, int | None] | None:
         entry.model.zero_grad(set_to_none=True)

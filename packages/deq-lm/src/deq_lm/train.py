@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.schedules import JacobianSchedule, PretrainSchedule, cosine_lr_factor
+from deq_core.train.schedules import cosine_lr_factor
 from deq_core.train.task import Forward, Parts, StepPlan, TrainSettings
 from deq_core.train.task import Task as SkeletonTask
 from deq_core.train.trainer import train as run_skeleton
@@ -130,10 +130,8 @@ def lm_settings(cfg: Config, name: str) -> TrainSettings:
         grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, mixed_precision=cfg.mixed_precision,
         log_every=cfg.log_every, eval_every=cfg.eval_every, save_every=cfg.save_every,
         keep_checkpoints=cfg.keep_checkpoints, stop_after=cfg.stop_after, save_grads_at=cfg.save_grads_at,
-        is_deq=cfg.is_deq, max_iter=cfg.max_iter, max_iter_jitter=cfg.max_iter_jitter,
-        pretrain=PretrainSchedule(cfg.pretrain_steps, cfg.pretrain_depth),
-        jacobian=JacobianSchedule(cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed,
-                                  stop=cfg.jac_stop or None),
+        is_deq=cfg.is_deq, max_iter=cfg.deq.max_iter, max_iter_jitter=cfg.deq.max_iter_jitter,
+        pretrain=cfg.deq.pretrain_schedule(), jacobian=cfg.deq.jacobian_schedule(cfg.seed),
     )  # fmt: skip
 
 

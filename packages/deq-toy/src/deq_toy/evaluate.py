@@ -87,8 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(result["metrics"], indent=2))
         if args.max_iters or args.tols:
             config = config_from_dict(load_checkpoint(args.checkpoint)["config"])
-            max_iters = _numbers(args.max_iters, int) or [config.max_iter]
-            tols = _numbers(args.tols, float) or [config.tol]
+            max_iters = _numbers(args.max_iters, int) or [config.deq.max_iter]
+            tols = _numbers(args.tols, float) or [config.deq.tol]
             rows = sweep(args.checkpoint, args.data_dir, args.split, max_iters, tols)
             result["sweep"] = rows
             keys = ["max_iter", "tol"] + [k for k in rows[0] if k not in ("max_iter", "tol")]

@@ -82,7 +82,7 @@ def toy_settings(config: Config, name: str, stop_after: int | None, progress: bo
         batch_size=config.batch_size, grad_clip=config.clip if arithmetic else 0.0, log_every=config.log_every,
         eval_every=(config.eval_every or per_epoch) if arithmetic else config.eval_every,
         save_every=config.checkpoint_every, keep_checkpoints=1, stop_after=stop_after or 0, is_deq=is_deq,
-        max_iter=config.max_iter, jacobian=jacobian_schedule(config), progress=progress,
+        max_iter=config.deq.max_iter, jacobian=jacobian_schedule(config), progress=progress,
         find_unused_parameters=arithmetic,  # the GRU-DEQ computes its initial guess without gradients
     )  # fmt: skip
 

@@ -61,7 +61,7 @@ SEEDS = (0, 1, 2)
 FULL_DATA = dict(n_train=20_000, n_test=5_000)
 QUICK_DATA = dict(n_train=320, n_test=160)
 QUICK_OVERRIDES = (
-    "steps=6", "pretrain_steps=2", "batch_size=16", "warmup_steps=1", "eval_every=3", "save_every=2",
+    "steps=6", "deq.pretrain_steps=2", "batch_size=16", "warmup_steps=1", "eval_every=3", "save_every=2",
     "log_every=1",
 )  # fmt: skip
 RESIDUAL_IMAGES = {False: 1000, True: 64}  # test images for the residual-over-training curve
@@ -88,7 +88,7 @@ class Run:
         return {"mdeq": "glyphs-mdeq", "jr": "glyphs-mdeq-jr", "resnet": "glyphs-resnet"}[self.kind]
 
     def overrides(self, quick: bool) -> list[str]:
-        extra = [f"seed={self.seed}"] + ([f"jac_weight={self.gamma:g}"] if self.kind == "jr" else [])
+        extra = [f"seed={self.seed}"] + ([f"deq.jac_weight={self.gamma:g}"] if self.kind == "jr" else [])
         return extra + (list(QUICK_OVERRIDES) if quick else [])
 
 
@@ -272,11 +272,11 @@ def claims(
     runs = plan(seeds, gammas)
     for run in runs:
         ensure_trained(run, out, data_dir, quick, threads)
-    fixed_t = get_config("glyphs-mdeq").max_iter  # the unregularized MDEQ's training limit (Fig. 1a: T fixed)
+    fixed_t = get_config("glyphs-mdeq").deq.max_iter  # the unregularized MDEQ's training limit (Fig. 1a: T fixed)
     evals = {run.name: evaluate_run(run, out, data_dir, quick, fixed_t) for run in runs}
     command = reproduce_command(out, seeds, quick, data_dir if given else None, gammas)
-    pretrain = run_config(runs[0], quick).pretrain_steps
-    jr_limit = get_config("glyphs-mdeq-jr").eval_max_iter or get_config("glyphs-mdeq-jr").max_iter
+    pretrain = run_config(runs[0], quick).deq.pretrain_steps
+    jr_limit = get_config("glyphs-mdeq-jr").deq.eval_max_iter or get_config("glyphs-mdeq-jr").deq.max_iter
     results, summary = claim_results(runs, evals, command, pretrain, jr_limit=jr_limit)
     (out / "results.json").write_text(json.dumps({"summary": summary, "runs": evals}, indent=1) + "\n")
     table = hard_stop_markdown(runs, evals)
@@ -292,16 +292,17 @@ def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixe
     paper's NFE is one less) and the residual figure's fixed T."""
     n_test = next(iter(evals.values()))["test_images"]
     m, j = get_config("glyphs-mdeq"), get_config("glyphs-mdeq-jr")
-    j_eval = j.eval_max_iter or j.max_iter
+    j_eval = j.deq.eval_max_iter or j.deq.max_iter
     scale = "QUICK SMOKE RUN (tiny data, a few steps): the numbers mean nothing." if quick else ""
     return (
         f"{scale} Data: procedurally drawn 16x16 glyphs (`deq_vision.data.glyphs`), {n_test} test images. Seeds "
         f"{list(seeds)}; numbers are mean ± sample std over seeds. Solver limits are our max_iter (calls of f, the "
-        f"one at z0 included; the paper's NFE is one less, see below). MDEQ (`{m.model}`): {m.solver}, max_iter "
-        f"{m.max_iter} / {m.backward_max_iter} in training (forward / backward), inference to relative residual "
-        f"{m.tol:g} (limit max_iter {m.eval_max_iter}). MDEQ + JR: max_iter {j.max_iter} / {j.backward_max_iter} in "
+        f"one at z0 included; the paper's NFE is one less, see below). MDEQ (`{m.model}`): {m.deq.solver}, max_iter "
+        f"{m.deq.max_iter} / {m.deq.backward_max_iter} in training (forward / backward), inference to relative "
+        f"residual {m.deq.tol:g} (limit max_iter {m.deq.eval_max_iter}). MDEQ + JR: max_iter {j.deq.max_iter} / "
+        f"{j.deq.backward_max_iter} in "
         f"training, hard stop max_iter {j_eval} at inference (paper NFE {paper_nfe(j_eval):g}), JR probability "
-        f"{j.jac_prob:g}, gamma as named. The residual figure (`residual_over_training.png`) evaluates every "
+        f"{j.deq.jac_prob:g}, gamma as named. The residual figure (`residual_over_training.png`) evaluates every "
         f"checkpoint at a fixed max_iter {fixed_t} (paper convention T = {paper_nfe(fixed_t):g}; Fig. 1a uses "
         "T = 14)."
     ).strip()

@@ -30,7 +30,6 @@ from torch.utils.data import DataLoader
 
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.schedules import JacobianSchedule, PretrainSchedule
 from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
 from deq_core.train.trainer import train as run_skeleton
 
@@ -47,13 +46,13 @@ RESUMABLE_CHANGES = frozenset(
 
 
 def build_model(cfg: Config) -> nn.Module:
-    """The config's model: an MDEQ with the config's DEQ layer (:meth:`Config.deq_layer`) and block dropout, or a
+    """The config's model: an MDEQ with the config's DEQ layer (``cfg.deq.layer()``) and block dropout, or a
     timm network."""
     if not cfg.is_deq:
         return create_model(cfg.model, cfg.head_classes, cfg.in_chans, drop_rate=cfg.drop_rate)
     dropout: dict[str, Any] = {} if cfg.dropout is None else {"dropout": cfg.dropout}  # None: the architecture's
     return create_model(
-        cfg.model, cfg.head_classes, cfg.in_chans, deq=cfg.deq_layer(), drop_rate=cfg.drop_rate, **dropout
+        cfg.model, cfg.head_classes, cfg.in_chans, deq=cfg.deq.layer(), drop_rate=cfg.drop_rate, **dropout
     )
 
 
@@ -215,10 +214,9 @@ def vision_settings(cfg: Config, name: str, data_dir: Path | None) -> TrainSetti
         config_extra={"data_dir": None if data_dir is None else str(data_dir)}, grad_accum=cfg.grad_accum,
         grad_clip=cfg.grad_clip, mixed_precision=cfg.mixed_precision, log_every=cfg.log_every,
         eval_every=cfg.eval_every, save_every=cfg.save_every, keep_checkpoints=cfg.keep_checkpoints,
-        stop_after=cfg.stop_after, is_deq=cfg.is_deq, max_iter=cfg.max_iter, max_iter_jitter=cfg.max_iter_jitter,
-        pretrain=PretrainSchedule(cfg.pretrain_steps, cfg.pretrain_depth),
-        jacobian=JacobianSchedule(cfg.jac_weight, cfg.jac_prob, cfg.jac_growth, cfg.jac_every, seed=cfg.seed,
-                                  stop=cfg.jac_stop or None),
+        stop_after=cfg.stop_after, is_deq=cfg.is_deq, max_iter=cfg.deq.max_iter,
+        max_iter_jitter=cfg.deq.max_iter_jitter, pretrain=cfg.deq.pretrain_schedule(),
+        jacobian=cfg.deq.jacobian_schedule(cfg.seed),
     )  # fmt: skip
 
 
@@ -259,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     parser.add_argument("--download", action="store_true", help="CIFAR-10: download into --data-dir (network)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process (default: torch's choice)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. steps=200 lr=3e-4 jac_weight=1")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. steps=200 lr=3e-4 deq.jac_weight=1")
     return parser
 
 

@@ -189,3 +189,18 @@ def _option_value(text: str) -> Any:
 def deq_section(**defaults: Any) -> Any:
     """A ``deq: DEQConfig`` dataclass field whose default is ``DEQConfig(**defaults)`` (a task's own defaults)."""
     return dataclasses.field(default_factory=lambda: DEQConfig(**defaults))
+
+
+def deq_settings(**settings: Any) -> dict[str, Any]:
+    """``deq_settings(max_iter=12, jac_weight=0.4)`` -> ``{"deq.max_iter": 12, "deq.jac_weight": 0.4}``: DEQ
+    settings as the dotted keys of a preset written as a dict (applied with
+    :func:`~deq_core.train.run_config.replace_config`).
+
+    Raises:
+        ValueError: a name :class:`DEQConfig` has no field for (listing the valid names).
+    """
+    names = [f.name for f in dataclasses.fields(DEQConfig)]
+    unknown = [k for k in settings if k not in names]
+    if unknown:
+        raise ValueError(f"unknown DEQ setting {unknown[0]!r}; valid names: {', '.join(names)}.")
+    return {f"deq.{key}": value for key, value in settings.items()}

@@ -11,7 +11,8 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, check_deq_training, check_fraction
+from deq_core.train.checks import check_at_least, check_choice, check_fraction, check_training
+from deq_core.train.deq_config import DEQConfig, deq_section
 
 ModelName = Literal[
     "deq_transformer", "deq_trellisnet", "transformer_xl", "transformer_tied", "trellisnet", "lstm", "gru", "tcn"
@@ -19,8 +20,6 @@ ModelName = Literal[
 MODELS: tuple[str, ...] = typing.get_args(ModelName)
 DEQ_MODELS = ("deq_transformer", "deq_trellisnet")
 TRANSFORMERS = ("deq_transformer", "transformer_xl", "transformer_tied")
-Solver = str  # a deq-core shorthand ("anderson", "broyden", "fixed_point") or an import path "package.module:Class"
-Backward = Literal["implicit", "phantom", "jfb"]
 TaskName = Literal["copy_memory", "lm"]
 HeadName = Literal["linear", "adaptive"]
 
@@ -52,20 +51,10 @@ class Config:
         mem_len: memory (past states) carried across segments. kernel, dilation: TrellisNet / TCN convolutions.
         pre_ln: pre-LayerNorm transformer blocks. weight_norm: on the cells' linear maps. dropout: variational
         dropout in the cells (ordinary dropout in the TCN).
-    DEQ:
-        solver, max_iter, tol, stop_mode: forward solve. backward: how gradients pass the fixed point, "implicit"
-        (the adjoint system solved by backward_solver to backward_tol in backward_max_iter), "phantom" (phantom_steps
-        damped steps of size phantom_damping, backpropagated) or "jfb" (the gradient of the last call of f only). A
-        solver is a deq-core shorthand ("anderson", "broyden", "fixed_point") or the import path of a user's
-        ``deq_core.Solver``, ``solver=my_pkg.my_module:MySolver``. solver_options, backward_options: the solvers' own
-        options as key=value strings (e.g. ``backward_options=memory=10`` for Broyden's stored updates,
-        ``solver_options=m=6,beta=0.8`` for Anderson), checked by the solvers. eval_max_iter, eval_tol: limits at
-        evaluation (None: the training ones). All of them make the DEQ layer, ``deq_lm.models.build_deq``.
-        max_iter_jitter: each training step draws the forward limit uniformly from [max_iter - jitter, max_iter].
-        pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
-        jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
-        probability p, gamma += growth every K steps). jac_stop: no regularization from this step on (0: never
-        stops).
+    DEQ (``deq``, a :class:`deq_core.train.deq_config.DEQConfig`; ``deq.max_iter=12`` on the command line):
+        the DEQ models' solvers, limits, backward mode ("implicit", "phantom", "jfb"), evaluation limits, jittered
+        training limit, unrolled pretraining and Jacobian regularization; it builds their layer
+        (``deq_lm.models.build_deq``). Defaults here: Anderson both ways, limits 20 / 20, tol 1e-3 / 1e-4.
     Training:
         steps: optimizer steps. batch_size: global batch (over processes and accumulation). grad_accum: micro-batches
         per step. lr, warmup_steps, min_lr_ratio: Adam with linear warmup, then cosine decay to lr * min_lr_ratio.
@@ -108,28 +97,9 @@ class Config:
     weight_norm: bool = True
     dropout: float = 0.0
 
-    solver: Solver = "anderson"
-    max_iter: int = 20
-    tol: float = 1e-3
-    stop_mode: Literal["rel", "abs"] = "rel"
-    backward: Backward = "implicit"
-    backward_solver: Solver = "anderson"
-    backward_max_iter: int = 20
-    backward_tol: float = 1e-4
-    phantom_steps: int = 5
-    phantom_damping: float = 0.5
-    solver_options: tuple[str, ...] = ()
-    backward_options: tuple[str, ...] = ()
-    eval_max_iter: int | None = None
-    eval_tol: float | None = None
-    max_iter_jitter: int = 0
-    pretrain_steps: int = 0
-    pretrain_depth: int = 2
-    jac_weight: float = 0.0
-    jac_prob: float = 1.0
-    jac_growth: float = 0.0
-    jac_every: int = 0
-    jac_stop: int = 0
+    deq: DEQConfig = deq_section(
+        solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson", backward_max_iter=20, backward_tol=1e-4
+    )
 
     steps: int = 1000
     batch_size: int = 32
@@ -166,16 +136,13 @@ class Config:
 
 def check_config(cfg: Config) -> None:
     """Raise ValueError naming the key and the valid values for any setting out of range."""
-    check_deq_training(cfg)  # solvers, limits, tolerances, pretraining, Jacobian schedule, optimizer steps
+    check_training(cfg)  # optimizer steps, batch, periods, learning rate (the deq section checks itself)
     check_choice(cfg, "task", "model", "tokenizer", "head")
     check_at_least(cfg, 1, "T", "n_valid", "n_test", "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers")
     check_at_least(cfg, 1, "kernel", "dilation", "min_freq", "tgt_len", "eval_batch_size", "div_val")
     check_at_least(cfg, 0, "mem_len", "save_grads_at", "vocab_size", "eval_tgt_len")
     check_fraction(cfg, "dropout", closed=False)
     check_fraction(cfg, "min_lr_ratio")
-    check_at_least(cfg, 1, "phantom_steps")
-    if not 0.0 < cfg.phantom_damping <= 1.0:
-        raise ValueError(f"phantom_damping must be in (0, 1], got {cfg.phantom_damping}.")
     if not cfg.corpus:
         raise ValueError("corpus must be a name, e.g. ptb, wikitext-103 or the name of your --data-dir corpus.")
     if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 3:

@@ -19,7 +19,8 @@
 
 from __future__ import annotations
 
-import dataclasses
+from deq_core.train.deq_config import deq_settings
+from deq_core.train.run_config import replace_config
 
 from . import pythondocs
 from .config import MODELS, Config
@@ -28,13 +29,15 @@ from .config import MODELS, Config
 _COPY_MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": dict(
         model="deq_transformer", d_embed=16, d_model=32, n_heads=2, d_head=16, d_ff=96,
-        solver="anderson", max_iter=12, tol=1e-3, backward_solver="anderson", backward_max_iter=12,
-        backward_tol=1e-3, eval_max_iter=24, pretrain_steps=500, pretrain_depth=4, max_iter_jitter=2,
-    ),
+        **deq_settings(
+            solver="anderson", max_iter=12, tol=1e-3, backward_solver="anderson", backward_max_iter=12,
+            backward_tol=1e-3, eval_max_iter=24, pretrain_steps=500, pretrain_depth=4, max_iter_jitter=2,
+        ),
+    ),  # fmt: skip
     "deq-trellisnet": dict(
         model="deq_trellisnet", d_embed=16, d_model=30, kernel=2, dilation=1,
-        solver="anderson", max_iter=15, tol=1e-3, backward_max_iter=15, backward_tol=1e-3,
-    ),
+        **deq_settings(solver="anderson", max_iter=15, tol=1e-3, backward_max_iter=15, backward_tol=1e-3),
+    ),  # fmt: skip
     "tcn": dict(model="tcn", d_embed=10, d_model=11, n_layers=8, kernel=8),
     "lstm": dict(model="lstm", d_embed=10, d_model=52, n_layers=1),
     "gru": dict(model="gru", d_embed=10, d_model=61, n_layers=1),
@@ -43,7 +46,7 @@ _COPY_MODELS: dict[str, dict[str, object]] = {
 _CPU_BUDGET = dict(T=100, steps=1500, batch_size=32, lr=2e-3, warmup_steps=50, min_lr_ratio=0.05, eval_every=250)
 _PAPER_BUDGET = dict(T=400, steps=15_000, batch_size=32, lr=5e-4, warmup_steps=500, eval_every=1000, save_every=1000)
 # Unrolled (weight-tied, depth 4) pretraining finds the copy solution; the DEQ then moves it to the equilibrium.
-_MAIN_JOB = dict(steps=400, pretrain_steps=250, lr=5e-3, eval_every=50)
+_MAIN_JOB = dict(steps=400, **deq_settings(pretrain_steps=250), lr=5e-3, eval_every=50)
 
 _TINY_MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": dict(model="deq_transformer", d_model=8, n_heads=2, d_head=4, d_ff=16),
@@ -56,8 +59,8 @@ _TINY_MODELS: dict[str, dict[str, object]] = {
     "tcn": dict(model="tcn", d_model=8, n_layers=3, kernel=3),
 }
 _TINY_BUDGET = dict(
-    T=6, n_valid=16, n_test=16, d_embed=8, steps=6, batch_size=8, lr=1e-2, warmup_steps=0, eval_every=3,
-    log_every=1, max_iter=15, backward_max_iter=15, tol=1e-4, backward_tol=1e-4,
+    T=6, n_valid=16, n_test=16, d_embed=8, steps=6, batch_size=8, lr=1e-2, warmup_steps=0, eval_every=3, log_every=1,
+    **deq_settings(max_iter=15, backward_max_iter=15, tol=1e-4, backward_tol=1e-4),
 )  # fmt: skip
 
 
@@ -67,9 +70,9 @@ _TINY_LM_MODELS: dict[str, dict[str, object]] = {
     "deq-trellisnet": dict(model="deq_trellisnet", d_model=8),
 }
 _TINY_LM_BUDGET = dict(
-    task="lm", corpus="tiny", tgt_len=8, eval_tgt_len=8, batch_size=4, eval_batch_size=2, d_embed=8, steps=8,
-    lr=1e-2, warmup_steps=0, eval_every=4, log_every=1, max_iter=15, backward_max_iter=15, tol=1e-4, backward_tol=1e-4,
-    tie_weights=True,
+    task="lm", corpus="tiny", tgt_len=8, eval_tgt_len=8, batch_size=4, eval_batch_size=2, d_embed=8, steps=8, lr=1e-2,
+    warmup_steps=0, eval_every=4, log_every=1,
+    **deq_settings(max_iter=15, backward_max_iter=15, tol=1e-4, backward_tol=1e-4), tie_weights=True,
 )  # fmt: skip
 
 # CPU-scale language modeling: ~100K training tokens of Python documentation, words seen once become <unk>.
@@ -80,14 +83,19 @@ _PYDOC_BUDGET = dict(
     save_every=200,
 )  # fmt: skip
 _PYDOC_DEQ = dict(
-    model="deq_transformer", solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson",
-    backward_max_iter=20, backward_tol=1e-3, eval_max_iter=30, pretrain_steps=200, pretrain_depth=2,
-    max_iter_jitter=2,
+    model="deq_transformer",
+    **deq_settings(
+        solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson", backward_max_iter=20, backward_tol=1e-3,
+        eval_max_iter=30, pretrain_steps=200, pretrain_depth=2, max_iter_jitter=2,
+    ),
 )  # fmt: skip
 _PYDOC_MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": _PYDOC_DEQ,
     # The JR paper's recipe: lower limits (12-14 instead of 30), weight ~2 applied with probability ~0.35-0.4.
-    "deq-transformer-jr": {**_PYDOC_DEQ, "max_iter": 12, "backward_max_iter": 12, "jac_weight": 2.0, "jac_prob": 0.4},
+    "deq-transformer-jr": {
+        **_PYDOC_DEQ,
+        **deq_settings(max_iter=12, backward_max_iter=12, jac_weight=2.0, jac_prob=0.4),
+    },  # fmt: skip
     "transformer-xl": dict(model="transformer_xl", n_layers=4),
 }
 
@@ -102,9 +110,12 @@ _WT103 = dict(task="lm", corpus="wikitext-103", head="adaptive", tie_weights=Tru
 _WT103_DEQ_TRANSFORMER = dict(
     **_WT103, model="deq_transformer", cutoffs=WT103_CUTOFFS, div_val=4, d_embed=700, d_model=700, n_heads=10,
     d_head=70, d_ff=48_000, dropout=0.05, tgt_len=150, mem_len=150, eval_tgt_len=150, batch_size=56, lr=2.5e-4,
-    warmup_steps=16_000, steps=300_000, grad_clip=0.25, pretrain_steps=32_000, pretrain_depth=2, solver="anderson",
-    max_iter=30, tol=1e-3, backward_solver="broyden", backward_max_iter=35, backward_tol=1e-4, eval_every=5_000,
-    save_every=5_000, log_every=200,
+    warmup_steps=16_000, steps=300_000, grad_clip=0.25,
+    **deq_settings(
+        pretrain_steps=32_000, pretrain_depth=2, solver="anderson", max_iter=30, tol=1e-3, backward_solver="broyden",
+        backward_max_iter=35, backward_tol=1e-4,
+    ),
+    eval_every=5_000, save_every=5_000, log_every=200,
 )  # fmt: skip
 # Transformer-XL base (kimiyoung/transformer-xl pytorch/run_wt103_base.sh): the DEQ paper's "medium, 16 layers".
 _WT103_TXL_BASE = dict(
@@ -116,10 +127,13 @@ _WT103_TXL_BASE = dict(
 _WT103_SMALL = dict(d_embed=500, d_model=500, n_heads=10, d_head=50, d_ff=2_000, cutoffs=WT103_CUTOFFS, div_val=1)
 # DEQ-TrellisNet, authors' script (locuslab/deq DEQModel/run_wt103_deq_trellisnet.sh, commit 77ec1bb).
 _WT103_DEQ_TRELLIS = dict(
-    **_WT103, model="deq_trellisnet", cutoffs=TRELLIS_WT103_CUTOFFS, div_val=1, d_embed=500, d_model=1_500,
-    kernel=2, dilation=1, dropout=0.1, tgt_len=100, batch_size=49, lr=1e-3, warmup_steps=0, steps=300_000,
-    grad_clip=0.07, pretrain_steps=30_000, pretrain_depth=40, solver="broyden", max_iter=45, backward_solver="broyden",
-    backward_max_iter=45, tol=1e-3, backward_tol=1e-4, eval_every=5_000, save_every=5_000, log_every=200,
+    **_WT103, model="deq_trellisnet", cutoffs=TRELLIS_WT103_CUTOFFS, div_val=1, d_embed=500, d_model=1_500, kernel=2,
+    dilation=1, dropout=0.1, tgt_len=100, batch_size=49, lr=1e-3, warmup_steps=0, steps=300_000, grad_clip=0.07,
+    **deq_settings(
+        pretrain_steps=30_000, pretrain_depth=40, solver="broyden", max_iter=45, backward_solver="broyden",
+        backward_max_iter=45, tol=1e-3, backward_tol=1e-4,
+    ),
+    eval_every=5_000, save_every=5_000, log_every=200,
 )  # fmt: skip
 # DEQ-TrellisNet on PTB: "the TrellisNet settings without the auxiliary loss" (locuslab/trellisnet word_ptb.py
 # defaults: emsize 400, nhid 1000, nout 400, seq_len 110, batch 16, dropout 0.45, wdecay 1.2e-6). The solver limits
@@ -132,13 +146,16 @@ _PTB_TRELLIS = dict(
 
 _PAPER_MODELS: dict[str, dict[str, object]] = {
     "ptb-deq-trellisnet": dict(
-        **_PTB_TRELLIS, model="deq_trellisnet", solver="broyden", max_iter=45, backward_solver="broyden",
-        backward_max_iter=45, tol=1e-3, backward_tol=1e-4, pretrain_steps=10_000, pretrain_depth=20,
-    ),
+        **_PTB_TRELLIS, model="deq_trellisnet",
+        **deq_settings(
+            solver="broyden", max_iter=45, backward_solver="broyden", backward_max_iter=45, tol=1e-3,
+            backward_tol=1e-4, pretrain_steps=10_000, pretrain_depth=20,
+        ),
+    ),  # fmt: skip
     "ptb-trellisnet-60": dict(**_PTB_TRELLIS, model="trellisnet", n_layers=60),
     "wt103-deq-trellisnet": _WT103_DEQ_TRELLIS,
     "wt103-trellisnet-70": dict(
-        {**_WT103_DEQ_TRELLIS, "d_embed": 512, "batch_size": 48, "pretrain_steps": 0, "pretrain_depth": 2},
+        {**_WT103_DEQ_TRELLIS, "d_embed": 512, "batch_size": 48, **deq_settings(pretrain_steps=0, pretrain_depth=2)},
         model="trellisnet", n_layers=70,
     ),
     "wt103-deq-transformer-medium-adaptive": _WT103_DEQ_TRANSFORMER,
@@ -148,14 +165,19 @@ _PAPER_MODELS: dict[str, dict[str, object]] = {
     "wt103-deq-transformer-small": {**_WT103_DEQ_TRANSFORMER, **_WT103_SMALL, "dropout": 0.1},
     # The JR paper's runs (locuslab/deq DEQ-Sequence/wt103_deq_transformer_reg.sh and _preln_reg.sh).
     "wt103-deq-transformer-postln-jr": {
-        **_WT103_DEQ_TRANSFORMER, "dropout": 0.06, "mem_len": 300, "max_iter": 12, "backward_max_iter": 13,
-        "max_iter_jitter": 2, "jac_weight": 1.9, "jac_prob": 0.35, "jac_growth": 0.1, "jac_every": 35_000,
-    },
+        **_WT103_DEQ_TRANSFORMER, "dropout": 0.06, "mem_len": 300,
+        **deq_settings(
+            max_iter=12, backward_max_iter=13, max_iter_jitter=2, jac_weight=1.9, jac_prob=0.35, jac_growth=0.1,
+            jac_every=35_000,
+        ),
+    },  # fmt: skip
     "wt103-deq-transformer-preln-jr": {
-        **_WT103_DEQ_TRANSFORMER, "dropout": 0.06, "mem_len": 300, "pre_ln": True, "max_iter": 14,
-        "backward_max_iter": 14, "max_iter_jitter": 2, "jac_weight": 2.0, "jac_prob": 0.4, "jac_growth": 0.1,
-        "jac_every": 30_000,
-    },
+        **_WT103_DEQ_TRANSFORMER, "dropout": 0.06, "mem_len": 300, "pre_ln": True,
+        **deq_settings(
+            max_iter=14, backward_max_iter=14, max_iter_jitter=2, jac_weight=2.0, jac_prob=0.4, jac_growth=0.1,
+            jac_every=30_000,
+        ),
+    },  # fmt: skip
     "wt103-transformer-xl-medium-16": _WT103_TXL_BASE,
     # 18 layers with the DEQ's adaptive input (div_val 4): widths derived from 110M total / 72M non-embedding.
     "wt103-transformer-xl-medium-18-adaptive": {**_WT103_TXL_BASE, "div_val": 4, "d_embed": 700, "d_model": 700,
@@ -187,35 +209,45 @@ def _tiny_twin(paper: Config) -> Config:
     Jacobian schedule, tiny widths and budget (for a corpus of a few dozen words)."""
     changes: dict[str, object] = dict(
         _TINY_LM_BUDGET, data_dir="", d_model=8, n_heads=2, d_head=4, d_ff=16, n_layers=min(paper.n_layers, 3),
-        mem_len=min(paper.mem_len, 8), cutoffs=(4, 8) if paper.head == "adaptive" else (), eval_max_iter=None,
-        pretrain_steps=min(paper.pretrain_steps, 2), pretrain_depth=2, jac_every=min(paper.jac_every, 4),
-        max_iter_jitter=min(paper.max_iter_jitter, 2), dropout=min(paper.dropout, 0.1), weight_decay=0.0,
-        grad_clip=1.0, save_every=0,
+        mem_len=min(paper.mem_len, 8), cutoffs=(4, 8) if paper.head == "adaptive" else (),
+        dropout=min(paper.dropout, 0.1), weight_decay=0.0, grad_clip=1.0, save_every=0,
+        **deq_settings(
+            eval_max_iter=None, pretrain_steps=min(paper.deq.pretrain_steps, 2), pretrain_depth=2,
+            jac_every=min(paper.deq.jac_every, 4), max_iter_jitter=min(paper.deq.max_iter_jitter, 2),
+        ),
     )  # fmt: skip
     if paper.model in ("deq_trellisnet", "trellisnet"):
         changes["d_model"] = 12
     if paper.head == "adaptive":
         changes["d_embed"] = 16  # div_val 4: cluster widths 16, 4, 1
-    return dataclasses.replace(paper, **changes)  # type: ignore[arg-type]
+    return replace_config(paper, changes)
+
+
+def _preset(*settings: dict[str, object]) -> Config:
+    """The config of the merged settings dicts (later ones win; DEQ settings as ``deq.`` keys)."""
+    merged: dict[str, object] = {}
+    for part in settings:
+        merged.update(part)
+    return replace_config(Config(), merged)
 
 
 def _build() -> dict[str, Config]:
     presets: dict[str, Config] = {}
     for name, settings in _COPY_MODELS.items():
-        presets[f"copy-{name}"] = Config(**{**_CPU_BUDGET, **settings})  # type: ignore[arg-type]
-        presets[f"copy400-{name}"] = Config(**{**_PAPER_BUDGET, **settings})  # type: ignore[arg-type]
-    presets["copy-deq-transformer-quick"] = dataclasses.replace(presets["copy-deq-transformer"], **_MAIN_JOB)  # type: ignore[arg-type]
+        presets[f"copy-{name}"] = _preset(_CPU_BUDGET, settings)
+        presets[f"copy400-{name}"] = _preset(_PAPER_BUDGET, settings)
+    presets["copy-deq-transformer-quick"] = replace_config(presets["copy-deq-transformer"], _MAIN_JOB)
     for name, settings in _TINY_MODELS.items():
-        presets[f"tiny-{name}"] = Config(**{**_TINY_BUDGET, **settings})  # type: ignore[arg-type]
+        presets[f"tiny-{name}"] = _preset(_TINY_BUDGET, settings)
     for name, settings in _TINY_LM_MODELS.items():
-        presets[f"tiny-lm-{name}"] = Config(**{**_TINY_BUDGET, **_TINY_LM_BUDGET, **settings})  # type: ignore[arg-type]
+        presets[f"tiny-lm-{name}"] = _preset(_TINY_BUDGET, _TINY_LM_BUDGET, settings)
     for name, settings in _PAPER_MODELS.items():
-        presets[name] = Config(**settings)  # type: ignore[arg-type]
+        presets[name] = _preset(settings)
         presets[f"tiny-{name}"] = _tiny_twin(presets[name])
     for name, settings in _PYDOC_MODELS.items():
-        presets[f"pydoc-{name}"] = Config(**{**_PYDOC_BUDGET, **settings})  # type: ignore[arg-type]
+        presets[f"pydoc-{name}"] = _preset(_PYDOC_BUDGET, settings)
     for name, settings in pythondocs.MODELS.items():
-        presets[f"{pythondocs.PREFIX}-{name}"] = Config(**{**pythondocs.BUDGET, **settings})  # type: ignore[arg-type]
+        presets[f"{pythondocs.PREFIX}-{name}"] = _preset(pythondocs.BUDGET, settings)
     assert {c.model for c in presets.values()} == set(MODELS)
     return presets
 

@@ -15,6 +15,8 @@ every step. The unregularized reference is the claim-4 DEQ (limits 20 / 20).
 
 from __future__ import annotations
 
+from deq_core.train.deq_config import deq_settings
+
 CORPUS = "pythondocs"
 PREFIX = "pdocs"
 
@@ -26,24 +28,27 @@ BUDGET: dict[str, object] = dict(
 )  # fmt: skip
 
 DEQ: dict[str, object] = dict(
-    model="deq_transformer", d_ff=2_880, solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson",
-    backward_max_iter=20, backward_tol=1e-3, eval_max_iter=30, pretrain_steps=300, pretrain_depth=2,
-    max_iter_jitter=2,
+    model="deq_transformer", d_ff=2_880,
+    **deq_settings(
+        solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson", backward_max_iter=20, backward_tol=1e-3,
+        eval_max_iter=30, pretrain_steps=300, pretrain_depth=2, max_iter_jitter=2,
+    ),
 )  # fmt: skip
 
 # The JR paper's recipe (authors' post-LN script): limits 12 (+- jitter 2) / 13, term with probability 0.35.
-_JR = {**DEQ, "max_iter": 12, "backward_max_iter": 13, "jac_prob": 0.35}
+_JR = {**DEQ, **deq_settings(max_iter=12, backward_max_iter=13, jac_prob=0.35)}
 JR_SETTINGS: dict[str, dict[str, object]] = {
-    "jr-w0.1": {**_JR, "jac_weight": 0.1},
-    "jr-w0.4": {**_JR, "jac_weight": 0.4},
-    "jr-w1.6": {**_JR, "jac_weight": 1.6},
-    "jr-w0.4-limit8": {**_JR, "jac_weight": 0.4, "jac_prob": 1.0, "max_iter": 8, "backward_max_iter": 8,
-                       "max_iter_jitter": 1},
+    "jr-w0.1": {**_JR, **deq_settings(jac_weight=0.1)},
+    "jr-w0.4": {**_JR, **deq_settings(jac_weight=0.4)},
+    "jr-w1.6": {**_JR, **deq_settings(jac_weight=1.6)},
+    "jr-w0.4-limit8": {
+        **_JR, **deq_settings(jac_weight=0.4, jac_prob=1.0, max_iter=8, backward_max_iter=8, max_iter_jitter=1),
+    },  # fmt: skip
 }  # fmt: skip
 
 MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": DEQ,
     "transformer-xl": dict(model="transformer_xl", n_layers=4),
-    "transformer-tied": {**DEQ, "model": "transformer_tied", "n_layers": 8, "pretrain_steps": 0},
+    "transformer-tied": {**DEQ, "model": "transformer_tied", "n_layers": 8, **deq_settings(pretrain_steps=0)},
     **{f"deq-transformer-{name}": settings for name, settings in JR_SETTINGS.items()},
 }

@@ -5,7 +5,6 @@ from __future__ import annotations
 from torch import nn
 
 from deq_core import DEQ
-from deq_core.train.deq_settings import deq_layer_settings
 
 from ..configs.config import Config
 from .bodies import DEQBody, UnrolledBody
@@ -18,8 +17,8 @@ from .trellisnet import TrellisNetCell
 
 
 def build_deq(cfg: Config) -> DEQ:
-    """The DEQ layer with the config's forward/backward solvers, limits, tolerances and options."""
-    return DEQ(**deq_layer_settings(cfg))
+    """The DEQ layer of the config's ``deq`` section (forward/backward solvers, limits, tolerances and options)."""
+    return cfg.deq.layer()
 
 
 def _transformer_cell(cfg: Config, d_in: int) -> DEQTransformerCell:

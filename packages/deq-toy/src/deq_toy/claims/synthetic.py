@@ -59,7 +59,7 @@ QUICK = SyntheticPlan(
 ABLATION: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("gamma 0", "synthetic-gamma0", ()),
     ("gamma 2", "synthetic-gamma2", ()),
-    ("gamma 2, 16 Hutchinson probes", "synthetic-gamma2", ("jacobian_samples=16",)),
+    ("gamma 2, 16 Hutchinson probes", "synthetic-gamma2", ("deq.jacobian_samples=16",)),
     ("gamma 2, lr 2e-2", "synthetic-gamma2", ("lr=2e-2",)),
     ("gamma 2, width 200 (800 parameters)", "synthetic-gamma2", ("width=200",)),
     ("f ignores z (W1 = 0): explicit net, gamma 0", "synthetic-gamma0", ("feedback=false",)),

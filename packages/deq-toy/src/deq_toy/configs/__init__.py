@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from deq_core.train.deq_config import DEQConfig
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
+from deq_core.train.run_config import config_from_dict as stored_config
 
 from .arithmetic import ARITHMETIC_PRESETS, ArithmeticConfig
 from .synthetic import SYNTHETIC_PRESETS, SyntheticConfig
@@ -17,6 +20,7 @@ from .synthetic import SYNTHETIC_PRESETS, SyntheticConfig
 Config = SyntheticConfig | ArithmeticConfig
 
 PRESETS: dict[str, Config] = {**SYNTHETIC_PRESETS, **ARITHMETIC_PRESETS}
+_DEQ_FIELDS = {f.name for f in dataclasses.fields(DEQConfig)}
 
 
 def get_config(name: str) -> Config:
@@ -37,17 +41,30 @@ def load_config(name: str, overrides: Sequence[str] = ()) -> Config:
     return config
 
 
+# deq-toy < 0.5 stored its DEQ settings flat, under the report's names: name -> name in the deq section.
+_OLD_NAMES = {
+    "jacobian_weight": "jac_weight",
+    "jacobian_probability": "jac_prob",
+    "jacobian_samples": "jacobian_samples",
+}
+
+
 def config_from_dict(values: dict[str, object]) -> Config:
-    """Rebuild a config from :func:`dataclasses.asdict` output (e.g. stored in a checkpoint)."""
+    """Rebuild a config from :func:`dataclasses.asdict` output (e.g. stored in a run's config.json), also in the flat
+    layout of deq-toy < 0.5 (DEQ settings at the top level; ``anderson_m``, ``jacobian_weight``,
+    ``jacobian_probability``, read into the ``deq`` section)."""
     task = values.get("task")
     cls = {"synthetic": SyntheticConfig, "arithmetic": ArithmeticConfig}.get(str(task))
     if cls is None:
         raise UsageError(f"stored config has unknown task {task!r}; expected 'synthetic' or 'arithmetic'.")
     fields = dict(values)
-    for key, value in fields.items():
-        if isinstance(value, list):
-            fields[key] = tuple(value)
-    return cls(**fields)  # type: ignore[arg-type]
+    if "deq" not in fields:
+        deq = {_OLD_NAMES[k]: fields.pop(k) for k in list(fields) if k in _OLD_NAMES}
+        if "anderson_m" in fields:
+            m = fields.pop("anderson_m")
+            deq.update(solver_options=[f"m={m}"], backward_options=[f"m={m}"])
+        fields["deq"] = {**deq, **{k: fields.pop(k) for k in list(fields) if k in _DEQ_FIELDS}}
+    return stored_config(cls, fields)
 
 
 __all__ = [

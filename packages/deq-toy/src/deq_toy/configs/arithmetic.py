@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_choice
+from deq_core.train.deq_config import DEQConfig, deq_section, deq_settings
+from deq_core.train.run_config import replace_config
 
-from .checks import check_at_least_one, check_damping
+from .checks import check_at_least_one
 
 MODELS = ("fc", "gru", "stacked_gru", "repeated_gru", "deq")
 
@@ -22,12 +22,12 @@ class ArithmeticConfig:
     variant and on ``n_test`` expressions of ``long_length`` symbols (only for models whose readout does not depend
     on the length).
     Model: ``model`` with ``hidden`` units; ``readout`` "flatten" (all positions, as in the report) or "last" (the
-    last position, length-independent). ``repeats`` cell applications for repeated_gru. For deq (the
-    :class:`deq_core.DEQ` layer, built by ``deq_toy.models.arithmetic_deq``): Anderson (m = ``anderson_m``) to relative
-    residual ``tol`` in at most ``max_iter`` iterations; ``backward`` "implicit" (the adjoint system solved the same
-    way to ``backward_tol`` in ``backward_max_iter``), "phantom" (``phantom_steps`` damped steps of size
-    ``phantom_damping``, backpropagated) or "jfb" (the gradient of the last call of f only); ``jacobian_weight`` > 0
-    adds the Jacobian regularizer with ``jacobian_probability``.
+    last position, length-independent). ``repeats`` cell applications for repeated_gru. For deq: ``deq``, a
+    :class:`deq_core.train.deq_config.DEQConfig` (the :class:`deq_core.DEQ` layer, built by
+    ``deq_toy.models.arithmetic_deq``): Anderson with m = 6 (``deq.solver_options``) to relative residual
+    ``deq.tol`` in at most ``deq.max_iter`` iterations; ``deq.backward`` "implicit" (the adjoint system solved the same
+    way to ``deq.backward_tol`` in ``deq.backward_max_iter``), "phantom" or "jfb"; ``deq.jac_weight`` > 0 adds the
+    Jacobian regularizer with probability ``deq.jac_prob``.
     Training: Adam (``lr``), cosine schedule, ``epochs`` epochs of batch ``batch_size`` (``max_steps`` > 0 stops
     earlier, for a budget), gradient-norm clipping at ``clip``, BCE with logits.
     """
@@ -45,16 +45,10 @@ class ArithmeticConfig:
     hidden: int = 64
     readout: Literal["flatten", "last"] = "flatten"
     repeats: int = 50
-    anderson_m: int = 6
-    max_iter: int = 50
-    tol: float = 1e-3
-    backward: Literal["implicit", "phantom", "jfb"] = "implicit"
-    backward_max_iter: int = 50
-    backward_tol: float = 1e-3
-    phantom_steps: int = 5
-    phantom_damping: float = 0.5
-    jacobian_weight: float = 0.0
-    jacobian_probability: float = 1.0
+    deq: DEQConfig = deq_section(
+        solver="anderson", solver_options=("m=6",), max_iter=50, tol=1e-3, backward_solver="anderson",
+        backward_options=("m=6",), backward_max_iter=50, backward_tol=1e-3,
+    )  # fmt: skip
     epochs: int = 40
     max_steps: int = 0
     batch_size: int = 64
@@ -76,10 +70,6 @@ class ArithmeticConfig:
             "n_test",
             "hidden",
             "repeats",
-            "anderson_m",
-            "max_iter",
-            "backward_max_iter",
-            "phantom_steps",
             "epochs",
             "batch_size",
             "log_every",
@@ -87,14 +77,10 @@ class ArithmeticConfig:
             "threads",
         )
         check_at_least_one(self, positive)
-        check_choice(self, "backward")
-        check_damping(self.phantom_damping)
         if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
             raise ValueError(f"length and long_length must be odd and >= 3, got {self.length}, {self.long_length}")
-        if self.jacobian_weight < 0 or not 0 <= self.jacobian_probability <= 1:
-            raise ValueError("jacobian_weight must be >= 0 and jacobian_probability in [0, 1]")
-        if self.lr <= 0 or self.tol <= 0 or self.backward_tol <= 0 or self.clip <= 0:
-            raise ValueError("lr, tol, backward_tol and clip must be > 0")
+        if self.lr <= 0 or self.clip <= 0:
+            raise ValueError("lr and clip must be > 0")
         if self.model == "fc" and self.readout != "flatten":
             raise ValueError("model=fc always flattens its input; readout=last applies to the GRU models only")
         if self.max_steps < 0 or self.eval_every < 0:
@@ -103,24 +89,15 @@ class ArithmeticConfig:
 
 _REPORT = ArithmeticConfig()
 _TINY = dict(
-    n_train=128,
-    n_valid=64,
-    n_test=64,
-    hidden=16,
-    epochs=2,
-    batch_size=32,
-    repeats=5,
-    max_iter=15,
-    backward_max_iter=15,
-    log_every=2,
-    eval_every=4,
-    checkpoint_every=4,
-)
+    n_train=128, n_valid=64, n_test=64, hidden=16, epochs=2, batch_size=32, repeats=5, log_every=2, eval_every=4,
+    checkpoint_every=4, **deq_settings(max_iter=15, backward_max_iter=15),
+)  # fmt: skip
 
 ARITHMETIC_PRESETS: dict[str, ArithmeticConfig] = {}
 for _name in MODELS:
     _key = _name.replace("_", "-")
-    ARITHMETIC_PRESETS[f"arith-{_key}"] = dataclasses.replace(_REPORT, model=_name)
-    ARITHMETIC_PRESETS[f"arith-{_key}-tiny"] = dataclasses.replace(_REPORT, model=_name, **_TINY)
-ARITHMETIC_PRESETS["arith-deq-jac"] = dataclasses.replace(_REPORT, model="deq", jacobian_weight=1.0)
-ARITHMETIC_PRESETS["arith-deq-jac-tiny"] = dataclasses.replace(_REPORT, model="deq", jacobian_weight=1.0, **_TINY)
+    ARITHMETIC_PRESETS[f"arith-{_key}"] = replace_config(_REPORT, {"model": _name})
+    ARITHMETIC_PRESETS[f"arith-{_key}-tiny"] = replace_config(_REPORT, {"model": _name, **_TINY})
+_JAC = {"model": "deq", **deq_settings(jac_weight=1.0)}
+ARITHMETIC_PRESETS["arith-deq-jac"] = replace_config(_REPORT, _JAC)
+ARITHMETIC_PRESETS["arith-deq-jac-tiny"] = replace_config(_REPORT, {**_JAC, **_TINY})

@@ -1,8 +1,8 @@
 """Models: the 1D DEQ, the GRU-cell DEQ and repeated GRU, and the explicit baselines; ``build_arithmetic_model``.
 
 The DEQ models take one ready :class:`deq_core.DEQ` layer (``GRUDEQ(..., deq=...)``, ``ScalarDEQ(..., deq=...)``);
-the builders make it from a config once, with ``deq_core.train.deq_settings.deq_layer_settings``
-(:func:`arithmetic_deq`, :func:`synthetic_deq`).
+the builders make it from a config's ``deq`` section once (``config.deq.layer()``: :func:`arithmetic_deq`,
+:func:`synthetic_deq`).
 
 Every arithmetic model maps one-hot tokens (B, T, V) to ``(logits (B,), info)`` where info is a
 :class:`deq_core.DEQInfo` for the DEQ and the repeated GRU and None for the explicit baselines.
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from deq_core import DEQ, Anderson, Implicit
-from deq_core.train.deq_settings import deq_layer_settings
+from deq_core import DEQ
 
 from ..configs.arithmetic import ArithmeticConfig
 from ..configs.synthetic import SyntheticConfig
@@ -25,20 +24,15 @@ from .scalar_deq import ScalarDEQ, paper_deq
 
 
 def arithmetic_deq(config: ArithmeticConfig) -> DEQ:
-    """The GRU-DEQ's layer from the config: limits and backward mode by ``deq_layer_settings`` (``max_iter``,
-    ``tol``, ``backward``, ``backward_max_iter``, ``backward_tol``, ``phantom_steps``, ``phantom_damping``), with
-    Anderson (m = ``anderson_m``) for the forward solve and for the implicit backward's adjoint system."""
-    settings = deq_layer_settings(config)
-    anderson = Anderson(m=config.anderson_m)  # the field keeps the report's name (stored runs compare by field)
-    if config.backward == "implicit":
-        settings["backward"] = Implicit(anderson, max_iter=config.backward_max_iter, tol=config.backward_tol)
-    return DEQ(**{**settings, "solver": anderson})
+    """The GRU-DEQ's layer from the config's ``deq`` section (by default Anderson with m = 6 for the forward solve
+    and for the implicit backward's adjoint system)."""
+    return config.deq.layer()
 
 
 def synthetic_deq(config: SyntheticConfig) -> DEQ:
-    """The 1D DEQ's layer from the config's fields, by ``deq_layer_settings`` (solver, limits, stop modes, backward
-    mode, Hutchinson probes, NaN handling)."""
-    return DEQ(**deq_layer_settings(config))
+    """The 1D DEQ's layer from the config's ``deq`` section (solver, limits, stop modes, backward mode, Hutchinson
+    probes, NaN handling)."""
+    return config.deq.layer()
 
 
 def build_arithmetic_model(config: ArithmeticConfig) -> nn.Module:

@@ -151,7 +151,7 @@ class ArithmeticTask(ToyTask):
         results: dict[str, Any] = {
             "config": "arithmetic",
             "model": self.config.model,
-            "jacobian_weight": self.config.jacobian_weight,
+            "jacobian_weight": self.config.deq.jac_weight,
             "valid": self.evaluate(),
         }
         for name, (tokens, labels) in self.evaluation_sets().items():

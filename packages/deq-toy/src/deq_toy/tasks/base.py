@@ -45,12 +45,11 @@ class ToyTask:
 
 
 def jacobian_schedule(config: Any) -> JacobianSchedule:
-    """The Jacobian schedule of a toy config: weight ``jacobian_weight`` on every step (the synthetic task) or with
-    probability ``jacobian_probability`` (arithmetic); never for the arithmetic models without a DEQ."""
+    """The Jacobian schedule of a toy config's ``deq`` section (weight ``deq.jac_weight`` with probability
+    ``deq.jac_prob``); never for the arithmetic models without a DEQ."""
     if getattr(config, "model", "deq") != "deq":
         return JacobianSchedule()
-    probability = getattr(config, "jacobian_probability", 1.0)
-    return JacobianSchedule(weight=config.jacobian_weight, probability=probability, seed=config.seed)
+    return config.deq.jacobian_schedule(config.seed)
 
 
 def step_budget(n_train: int, batch_size: int, epochs: int, max_steps: int = 0) -> tuple[int, int]:

@@ -68,7 +68,7 @@ class SyntheticTask(ToyTask):
         with torch.no_grad():
             z, info = model(self.data.x_valid)
             mse = float(torch.nn.functional.mse_loss(z, self.data.y_valid))
-        stats = equilibrium_statistics(model, self.data.x_valid, cfg.eval_solver, cfg.max_iter, cfg.tol)
+        stats = equilibrium_statistics(model, self.data.x_valid, cfg.eval_solver, cfg.deq.max_iter, cfg.deq.tol)
         train_solver = info.forward.iterations_per_sample
         model.train()
         return {
@@ -77,7 +77,7 @@ class SyntheticTask(ToyTask):
             "nfe_forward": float(info.nfe),
             "residual": float(info.residual.mean()),
             "converged": float(info.converged.float().mean()),
-            f"nfe_{cfg.solver}_mean": float(train_solver.float().mean()),
+            f"nfe_{cfg.deq.solver}_mean": float(train_solver.float().mean()),
             f"nfe_{cfg.eval_solver}_mean": float(stats["nfe"].float().mean()),
             f"nfe_{cfg.eval_solver}_max": float(stats["nfe"].max()),
             f"converged_{cfg.eval_solver}": float(stats["converged"].float().mean()),
@@ -88,7 +88,7 @@ class SyntheticTask(ToyTask):
     def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
         from ..plots import plot_figure5
 
-        results = {"config": "synthetic", "jacobian_weight": self.config.jacobian_weight, **self.evaluate()}
+        results = {"config": "synthetic", "jacobian_weight": self.config.deq.jac_weight, **self.evaluate()}
         (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        plot_figure5([(f"gamma = {self.config.jacobian_weight:g}", self.model)], output_dir / "figure5.png")
+        plot_figure5([(f"gamma = {self.config.deq.jac_weight:g}", self.model)], output_dir / "figure5.png")
         return results

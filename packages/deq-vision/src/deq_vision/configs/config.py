@@ -10,12 +10,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core import DEQ
-from deq_core.train.checks import check_at_least, check_choice, check_deq_training, check_fraction
-from deq_core.train.deq_settings import deq_layer_settings
+from deq_core.train.checks import check_at_least, check_choice, check_fraction, check_training
+from deq_core.train.deq_config import DEQConfig, deq_section
 
 DatasetName = Literal["cifar10", "imagenet", "folder", "digits", "glyphs"]
-Solver = Literal["anderson", "broyden", "fixed_point"]
 # Classes of each dataset by default ("folder": as many as DATA_DIR/train has class folders).
 NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10, "glyphs": 10}
 IN_CHANS = {"cifar10": 3, "imagenet": 3, "folder": 3, "digits": 1, "glyphs": 1}
@@ -43,20 +41,11 @@ class Config:
     Model:
         model: a timm name (``mdeq_*`` registered by deq_vision, or e.g. "resnet18"). dropout: variational dropout
         of the MDEQ blocks (None: the architecture's default). drop_rate: dropout before the classifier.
-    DEQ (MDEQs only):
-        The MDEQ's :class:`deq_core.DEQ` layer is built from these fields by
-        ``deq_core.train.deq_settings.deq_layer_settings`` (:meth:`Config.deq_layer`).
-        solver, max_iter, tol, stop_mode: forward solve. backward: how gradients pass the fixed point, "implicit"
-        (the adjoint system solved by backward_solver to backward_tol in backward_max_iter), "phantom"
-        (phantom_steps damped steps z <- (1 - phantom_damping) z + phantom_damping f(z), backpropagated) or "jfb"
-        (Jacobian-free: the gradient of the last call of f only). solver_options, backward_options: the solvers'
-        own options as key=value strings (e.g. ``backward_options=memory=10``), checked by deq-core. eval_max_iter,
-        eval_tol: inference limits (None: the training ones). max_iter_jitter: each training step draws the forward
-        limit uniformly from [max_iter - jitter, max_iter].
-        pretrain_steps, pretrain_depth: unrolled weight-tied pretraining for the first steps.
-        jac_weight, jac_prob, jac_growth, jac_every: Jacobian regularization (weight gamma, applied with
-        probability p, gamma += growth every K steps). jac_stop: no regularization from this step on (0: never
-        stops; the JR paper's CIFAR run stops it after epoch 90).
+    DEQ (``deq``, a :class:`deq_core.train.deq_config.DEQConfig`; ``deq.max_iter=12`` on the command line; MDEQs
+        only): the solvers, limits, backward mode ("implicit", "phantom", "jfb"), evaluation limits, jittered
+        training limit, unrolled pretraining and Jacobian regularization (``deq.jac_stop``: the JR paper's CIFAR run
+        stops it after epoch 90); it builds the MDEQ's layer (``cfg.deq.layer()``). Defaults here: Broyden both ways,
+        limits 18 / 20, tol 1e-3 / 1e-3.
     Training:
         steps: optimizer steps. batch_size: global batch (over processes and accumulation). grad_accum.
         opt: timm optimizer name ("adam", "sgd", "adamw", ...). lr, weight_decay, momentum (sgd).
@@ -86,28 +75,9 @@ class Config:
     dropout: float | None = None
     drop_rate: float = 0.0
 
-    solver: Solver = "broyden"
-    max_iter: int = 18
-    tol: float = 1e-3
-    stop_mode: Literal["rel", "abs"] = "rel"
-    backward: Literal["implicit", "phantom", "jfb"] = "implicit"
-    backward_solver: Solver = "broyden"
-    backward_max_iter: int = 20
-    backward_tol: float = 1e-3
-    phantom_steps: int = 5
-    phantom_damping: float = 0.5
-    solver_options: tuple[str, ...] = ()
-    backward_options: tuple[str, ...] = ()
-    eval_max_iter: int | None = None
-    eval_tol: float | None = None
-    max_iter_jitter: int = 0
-    pretrain_steps: int = 0
-    pretrain_depth: int = 2
-    jac_weight: float = 0.0
-    jac_prob: float = 1.0
-    jac_growth: float = 0.0
-    jac_every: int = 0
-    jac_stop: int = 0
+    deq: DEQConfig = deq_section(
+        solver="broyden", max_iter=18, tol=1e-3, backward_solver="broyden", backward_max_iter=20, backward_tol=1e-3
+    )
 
     steps: int = 1000
     batch_size: int = 128
@@ -155,21 +125,15 @@ class Config:
     def in_chans(self) -> int:
         return IN_CHANS[self.dataset]
 
-    def deq_layer(self) -> DEQ:
-        """The MDEQ's DEQ layer with this config's solvers, limits and backward mode."""
-        return DEQ(**deq_layer_settings(self))
-
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
 def check_config(cfg: Config) -> None:
     """Raise ValueError naming the key and the valid values for any setting out of range."""
-    check_deq_training(cfg)  # solvers, limits, tolerances, pretraining, Jacobian schedule, optimizer steps
+    check_training(cfg)  # optimizer steps, batch, periods, learning rate (the deq section checks itself)
     check_choice(cfg, "dataset")
-    check_at_least(cfg, 1, "image_size", "phantom_steps")
-    if not 0.0 < cfg.phantom_damping <= 1.0:
-        raise ValueError(f"phantom_damping must be in (0, 1], got {cfg.phantom_damping}.")
+    check_at_least(cfg, 1, "image_size")
     check_at_least(cfg, 0, "train_limit", "eval_limit", "num_workers", "mixup", "cutmix", "drop_rate", "momentum")
     check_at_least(cfg, 0, "num_classes", "warmup_lr", "min_lr")
     check_fraction(cfg, "scale_min", "hflip", "label_smoothing", "ema_decay")

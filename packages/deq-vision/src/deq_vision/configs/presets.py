@@ -15,6 +15,9 @@ and ``tiny-mdeq``, ``tiny-mdeq-jr``, ``tiny-resnet`` (a few seconds each, on a t
 
 from __future__ import annotations
 
+from deq_core.train.deq_config import deq_settings
+from deq_core.train.run_config import replace_config
+
 from .config import Config
 
 CIFAR_TRAIN, IMAGENET_TRAIN = 50_000, 1_281_167
@@ -25,20 +28,10 @@ def _steps(epochs: int, n_train: int, batch: int) -> int:
 
 
 _CIFAR_MDEQ = dict(
-    dataset="cifar10",
-    image_size=32,
-    solver="broyden",
-    backward_solver="broyden",
-    stop_mode="rel",
-    tol=1e-3,
-    backward_tol=1e-3,
-    opt="adam",
-    lr=1e-3,
-    sched="cosine",
-    eval_every=2000,
-    log_every=100,
-    save_every=2000,
-)
+    dataset="cifar10", image_size=32,
+    **deq_settings(solver="broyden", backward_solver="broyden", stop_mode="rel", tol=1e-3, backward_tol=1e-3),
+    opt="adam", lr=1e-3, sched="cosine", eval_every=2000, log_every=100, save_every=2000,
+)  # fmt: skip
 _IMAGENET = dict(
     dataset="imagenet",
     image_size=224,
@@ -55,47 +48,49 @@ _IMAGENET = dict(
 )
 _IMAGENET_MDEQ = dict(
     **_IMAGENET,
-    solver="broyden",
-    backward_solver="broyden",
-    stop_mode="abs",
-    tol=1e-3,
-    backward_tol=1e-3,
-    pretrain_steps=510_000,
-    pretrain_depth=2,
-)
+    **deq_settings(
+        solver="broyden", backward_solver="broyden", stop_mode="abs", tol=1e-3, backward_tol=1e-3,
+        pretrain_steps=510_000, pretrain_depth=2,
+    ),
+)  # fmt: skip
 
 PAPER: dict[str, dict[str, object]] = {
     # MDEQ paper, CIFAR-10 (no augmentation for the small model): 2 branches, 50 epochs at batch 128.
     "cifar10-mdeq-tiny": dict(
         **_CIFAR_MDEQ, model="mdeq_tiny_cifar10", augment=False, batch_size=128, weight_decay=2.5e-6,
-        max_iter=18, backward_max_iter=20, steps=_steps(50, CIFAR_TRAIN, 128), pretrain_steps=3000,
-    ),
+        **deq_settings(max_iter=18, backward_max_iter=20, pretrain_steps=3000), steps=_steps(50, CIFAR_TRAIN, 128),
+    ),  # fmt: skip
     # MDEQ paper, CIFAR-10 with augmentation: 4 branches, ~10M parameters, 220 epochs at batch 128.
     "cifar10-mdeq-large": dict(
-        **_CIFAR_MDEQ, model="mdeq_large_cifar10", batch_size=128, max_iter=18, backward_max_iter=20,
-        steps=_steps(220, CIFAR_TRAIN, 128), pretrain_steps=20_000,
-    ),
+        **_CIFAR_MDEQ, model="mdeq_large_cifar10", batch_size=128,
+        **deq_settings(max_iter=18, backward_max_iter=20, pretrain_steps=20_000), steps=_steps(220, CIFAR_TRAIN, 128),
+    ),  # fmt: skip
     # JR paper: the same network, 8 forward / 7 backward iterations (+-2 jitter), JR p=0.02, gamma=0.4 until
     # epoch 90, dropout 0.22, batch 96.
     "cifar10-mdeq-large-jr": dict(
-        **_CIFAR_MDEQ, model="mdeq_large_cifar10", batch_size=96, dropout=0.22, max_iter=8, max_iter_jitter=2,
-        backward_max_iter=7, steps=_steps(220, CIFAR_TRAIN, 96), pretrain_steps=16_000, jac_weight=0.4,
-        jac_prob=0.02, jac_stop=_steps(90, CIFAR_TRAIN, 96),
-    ),
+        **_CIFAR_MDEQ, model="mdeq_large_cifar10", batch_size=96, dropout=0.22,
+        **deq_settings(
+            max_iter=8, max_iter_jitter=2, backward_max_iter=7, pretrain_steps=16_000, jac_weight=0.4, jac_prob=0.02,
+            jac_stop=_steps(90, CIFAR_TRAIN, 96),
+        ),
+        steps=_steps(220, CIFAR_TRAIN, 96),
+    ),  # fmt: skip
     "imagenet-mdeq-small": dict(
-        **_IMAGENET_MDEQ, model="mdeq_small_imagenet", lr=0.05, weight_decay=5e-5, max_iter=26, backward_max_iter=27,
-    ),
+        **_IMAGENET_MDEQ, model="mdeq_small_imagenet", lr=0.05, weight_decay=5e-5,
+        **deq_settings(max_iter=26, backward_max_iter=27),
+    ),  # fmt: skip
     "imagenet-mdeq-small-jr": dict(
-        **_IMAGENET_MDEQ, model="mdeq_small_imagenet", lr=0.04, weight_decay=2e-5, dropout=0.02, max_iter=14,
-        max_iter_jitter=2, backward_max_iter=14, jac_weight=2.5, jac_prob=0.08,
-    ),
+        **_IMAGENET_MDEQ, model="mdeq_small_imagenet", lr=0.04, weight_decay=2e-5, dropout=0.02,
+        **deq_settings(max_iter=14, max_iter_jitter=2, backward_max_iter=14, jac_weight=2.5, jac_prob=0.08),
+    ),  # fmt: skip
     "imagenet-mdeq-large": dict(
-        **_IMAGENET_MDEQ, model="mdeq_large_imagenet", lr=0.05, weight_decay=1e-4, max_iter=26, backward_max_iter=27,
-    ),
+        **_IMAGENET_MDEQ, model="mdeq_large_imagenet", lr=0.05, weight_decay=1e-4,
+        **deq_settings(max_iter=26, backward_max_iter=27),
+    ),  # fmt: skip
     "imagenet-mdeq-large-jr": dict(
-        **_IMAGENET_MDEQ, model="mdeq_large_imagenet", lr=0.05, weight_decay=1e-4, max_iter=14, max_iter_jitter=2,
-        backward_max_iter=14, jac_weight=3.0, jac_prob=0.08,
-    ),
+        **_IMAGENET_MDEQ, model="mdeq_large_imagenet", lr=0.05, weight_decay=1e-4,
+        **deq_settings(max_iter=14, max_iter_jitter=2, backward_max_iter=14, jac_weight=3.0, jac_prob=0.08),
+    ),  # fmt: skip
     "cifar10-resnet18": dict(
         dataset="cifar10", model="resnet18", batch_size=128, opt="sgd", lr=0.1, weight_decay=5e-4,
         steps=_steps(200, CIFAR_TRAIN, 128), eval_every=2000, log_every=100, save_every=2000,
@@ -131,19 +126,15 @@ _DIGITS = dict(
 # training, inference to 1e-3 with a limit of 30, pretraining unrolled 4 deep.
 _MINI_MDEQ = dict(
     model="mdeq_mini",
-    solver="broyden",
-    backward_solver="broyden",
-    max_iter=12,
-    backward_max_iter=12,
-    tol=1e-3,
-    backward_tol=1e-3,
-    eval_max_iter=30,
-    pretrain_depth=4,
-)
-_DIGITS_MDEQ = dict(_DIGITS, **_MINI_MDEQ, pretrain_steps=100)
+    **deq_settings(
+        solver="broyden", backward_solver="broyden", max_iter=12, backward_max_iter=12, tol=1e-3, backward_tol=1e-3,
+        eval_max_iter=30, pretrain_depth=4,
+    ),
+)  # fmt: skip
+_DIGITS_MDEQ = dict(_DIGITS, **_MINI_MDEQ, **deq_settings(pretrain_steps=100))
 CPU: dict[str, dict[str, object]] = {
     "digits-mdeq": _DIGITS_MDEQ,
-    "digits-mdeq-jr": dict(_DIGITS_MDEQ, jac_weight=1.0, jac_prob=0.5),
+    "digits-mdeq-jr": dict(_DIGITS_MDEQ, **deq_settings(jac_weight=1.0, jac_prob=0.5)),
     "digits-resnet": dict(_DIGITS, model="resnet_mini"),
 }
 
@@ -173,13 +164,14 @@ _GLYPHS = dict(
     save_every=GLYPHS_STEPS // 10,
     keep_checkpoints=11,  # every tenth of training: the forward-residual-over-training figure (JR paper Fig. 1a)
 )
-_GLYPHS_MDEQ = dict(_GLYPHS, **_MINI_MDEQ, pretrain_steps=GLYPHS_STEPS // 15)
+_GLYPHS_MDEQ = dict(_GLYPHS, **_MINI_MDEQ, **deq_settings(pretrain_steps=GLYPHS_STEPS // 15))
 CPU.update(
     {
         "glyphs-mdeq": _GLYPHS_MDEQ,
         "glyphs-mdeq-jr": dict(
-            _GLYPHS_MDEQ, max_iter=6, backward_max_iter=6, eval_max_iter=6, jac_weight=0.6, jac_prob=0.5
-        ),
+            _GLYPHS_MDEQ,
+            **deq_settings(max_iter=6, backward_max_iter=6, eval_max_iter=6, jac_weight=0.6, jac_prob=0.5),
+        ),  # fmt: skip
         "glyphs-resnet": dict(_GLYPHS, model="resnet_mini"),
     }
 )
@@ -200,24 +192,18 @@ _TINY = dict(
     augment=False,
 )
 _TINY_MDEQ = dict(
-    _TINY,
-    model="mdeq_mini",
-    max_iter=6,
-    backward_max_iter=6,
-    tol=1e-3,
-    backward_tol=1e-3,
-    pretrain_steps=1,
-    pretrain_depth=2,
-)
+    _TINY, model="mdeq_mini",
+    **deq_settings(max_iter=6, backward_max_iter=6, tol=1e-3, backward_tol=1e-3, pretrain_steps=1, pretrain_depth=2),
+)  # fmt: skip
 CPU.update(
     {
         "tiny-mdeq": _TINY_MDEQ,
-        "tiny-mdeq-jr": dict(_TINY_MDEQ, jac_weight=1.0, jac_prob=1.0),
+        "tiny-mdeq-jr": dict(_TINY_MDEQ, **deq_settings(jac_weight=1.0, jac_prob=1.0)),
         "tiny-resnet": dict(_TINY, model="resnet_mini"),
     }
 )
 
-PRESETS: dict[str, Config] = {name: Config(**values) for name, values in {**PAPER, **CPU}.items()}  # type: ignore[arg-type]
+PRESETS: dict[str, Config] = {name: replace_config(Config(), values) for name, values in {**PAPER, **CPU}.items()}
 
 
 def get_config(name: str) -> Config:

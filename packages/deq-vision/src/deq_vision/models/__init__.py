@@ -1,7 +1,7 @@
 """Models: the MDEQ (registered with timm) and the explicit baselines (timm's ResNets).
 
 :func:`create_model` builds any of them by timm name; MDEQs take their DEQ settings as one ready layer,
-``deq=deq_core.DEQ(...)`` (the training configs build it with ``deq_core.train.deq_settings.deq_layer_settings``).
+``deq=deq_core.DEQ(...)`` (the training configs build it from their ``deq`` section, ``cfg.deq.layer()``).
 """
 
 from __future__ import annotations
