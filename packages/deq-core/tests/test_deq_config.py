@@ -10,7 +10,7 @@ import json
 import pytest
 
 import deq_core
-from deq_core.train.deq_config import DEQConfig, deq_section, parse_options
+from deq_core.train.deq_config import DEQConfig, deq_section, deq_settings, parse_options
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import (
     ResumeConfigError,
@@ -89,6 +89,10 @@ def test_dotted_overrides_and_changes_reach_the_section():
         replace_config(_TaskConfig(), {"deq.maxiter": 7})
     with pytest.raises(ValueError, match="'lr' is not a config section"):
         replace_config(_TaskConfig(), {"lr.x": 7})
+    assert deq_settings(max_iter=7, jac_weight=0.5) == {"deq.max_iter": 7, "deq.jac_weight": 0.5}
+    assert replace_config(_TaskConfig(), deq_settings(max_iter=7)).deq.max_iter == 7
+    with pytest.raises(ValueError, match="unknown DEQ setting 'maxiter'; valid names: solver, "):
+        deq_settings(maxiter=7)
     assert config_changes(_TaskConfig(), changed) == {"deq.max_iter": (18, 7), "lr": (1e-3, 2e-3)}
     assert config_changes(_TaskConfig(), changed, resumable={"lr"}) == {"deq.max_iter": (18, 7)}
     assert flat_dict(changed)["deq.max_iter"] == 7 and flat_dict(changed)["eval_every"] == 10

@@ -171,7 +171,7 @@ def training_step(entry: Entry, seg: tuple[Tensor, Tensor], state: Any) -> Calla
         assert out.nll is not None
         loss = out.nll.mean()
         if entry.jacobian and out.info is not None and out.info.jacobian_loss is not None:
-            loss = loss + entry.cfg.jac_weight * out.info.jacobian_loss
+            loss = loss + entry.cfg.deq.jac_weight * out.info.jacobian_loss
         loss.backward()
         return out.info
 

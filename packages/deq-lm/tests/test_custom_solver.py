@@ -1,6 +1,6 @@
-"""A user's solver, named in the config by import path (``deq.solver=test_custom_solver:Relaxed``), runs the DEQ's forward
-and implicit backward with no edit inside deq-core or deq-lm, and gives the same equilibrium and gradients as the
-built-in solvers."""
+"""A user's solver, named in the config by import path (``deq.solver=test_custom_solver:Relaxed``), runs the DEQ's
+forward and implicit backward with no edit inside deq-core or deq-lm, and gives the same equilibrium and gradients as
+the built-in solvers."""
 
 import dataclasses
 

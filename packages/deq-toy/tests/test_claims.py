@@ -2,6 +2,7 @@
 are resumed, and the verdicts follow the thresholds fixed in deq_toy.claims."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,8 +56,14 @@ def test_finished_run_stored_before_new_config_fields_is_read_back(tmp_path):
     path = tmp_path / "run" / "config.json"
     stored = json.loads(path.read_text())
     for field in ("backward", "phantom_steps", "phantom_damping", "backward_stop_mode"):
-        del stored["config"][field]
+        del stored["config"]["deq"][field]
     path.write_text(json.dumps(stored))
+    assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
+    # the flat layout of deq-toy < 0.5: DEQ settings at the top level, the Jacobian weight as jacobian_weight
+    flat = {k: v for k, v in stored["config"].items() if k != "deq"}
+    deq = stored["config"]["deq"]
+    flat.update({k: v for k, v in deq.items() if k != "jac_weight"}, jacobian_weight=deq["jac_weight"])
+    path.write_text(json.dumps({**stored, "config": flat}))
     assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
     with pytest.raises(UsageError, match="another config"):
         ensure_run(
@@ -152,3 +159,19 @@ def test_plateau_gain_spans_a_quarter_of_the_epochs_and_at_least_two(tmp_path):
     assert arithmetic._plateau_gain(flat) == 0.0  # the last 10 of 40 epochs are flat
     short = _valid_log(tmp_path / "short", [67.0, 70.0, 71.0])
     assert arithmetic._plateau_gain(short) == 4.0  # 3 epochs: the last 2 count, not only the last one
+
+
+def test_committed_runs_of_the_flat_layout_read_as_their_presets():
+    """Every config.json committed under results/claims (written by deq-toy 0.4, flat keys, ``anderson_m``,
+    ``jacobian_weight``) reads back as the nested config it was: its preset with the stored changes."""
+    from deq_toy.configs import config_from_dict
+
+    stored = sorted((Path(__file__).parents[1] / "results" / "claims").glob("*/*/config.json"))
+    assert len(stored) >= 10
+    for path in stored:
+        data = json.loads(path.read_text())
+        values = data.get("config", data)
+        config = config_from_dict(values)
+        assert "anderson_m" not in values or config.deq.solver_options == (f"m={values['anderson_m']}",)
+        assert config.deq.jac_weight == values.get("jacobian_weight", config.deq.jac_weight)
+        assert config.deq.max_iter == values["max_iter"] and config.deq.tol == values["tol"]

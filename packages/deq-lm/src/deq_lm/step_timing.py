@@ -55,7 +55,7 @@ def _step(entry: TimedEntry, x: Tensor, y: Tensor, state: Any) -> Callable[[], t
         assert out.nll is not None
         loss = out.nll.mean()
         if entry.jacobian and out.info is not None and out.info.jacobian_loss is not None:
-            loss = loss + entry.cfg.jac_weight * out.info.jacobian_loss
+            loss = loss + entry.cfg.deq.jac_weight * out.info.jacobian_loss
         loss.backward()
         return None if out.info is None else (out.info.nfe, out.info.nfe_backward)
 

@@ -5,17 +5,18 @@ tolerance (DEQ models; the parameters do not depend on them, so one trained mode
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
 from deq_core.train.reports import markdown_table
+from deq_core.train.run_config import replace_config
 
 from .checkpoint import load_checkpoint
 from .configs import ArithmeticConfig, Config, config_from_dict
@@ -23,10 +24,13 @@ from .tasks import build_task
 from .tasks.arithmetic import ArithmeticTask, load_tensors
 
 
-def load_task(checkpoint: str | Path, data_dir: str | Path = "data", **changes: Any) -> tuple[Config, Any]:
-    """The task of a run with its trained weights (config fields in ``changes`` replaced, e.g. max_iter=10)."""
+def load_task(
+    checkpoint: str | Path, data_dir: str | Path = "data", changes: Mapping[str, Any] | None = None
+) -> tuple[Config, Any]:
+    """The task of a run with its trained weights (settings in ``changes`` replaced, by dotted name, e.g.
+    ``{"deq.max_iter": 10}``)."""
     state = load_checkpoint(checkpoint)
-    config = dataclasses.replace(config_from_dict(state["config"]), **changes)
+    config = replace_config(config_from_dict(state["config"]), changes or {})
     task = build_task(config, Path(data_dir))
     task.model.load_state_dict(state["model"])
     task.model.eval()
@@ -34,10 +38,14 @@ def load_task(checkpoint: str | Path, data_dir: str | Path = "data", **changes: 
 
 
 def evaluate_run(
-    checkpoint: str | Path, data_dir: str | Path = "data", split: str = "valid", **changes: Any
+    checkpoint: str | Path,
+    data_dir: str | Path = "data",
+    split: str = "valid",
+    changes: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Metrics of a trained run on ``split`` ("valid", or "test" for arithmetic) with optional config changes."""
-    config, task = load_task(checkpoint, data_dir, **changes)
+    """Metrics of a trained run on ``split`` ("valid", or "test" for arithmetic) with optional config changes (by
+    dotted name, as :func:`load_task`)."""
+    config, task = load_task(checkpoint, data_dir, changes)
     if split == "valid":
         return task.evaluate()
     if isinstance(config, ArithmeticConfig) and split == "test":
@@ -54,7 +62,7 @@ def sweep(
     rows = []
     for max_iter in max_iters:
         for tol in tols:
-            metrics = evaluate_run(checkpoint, data_dir, split, max_iter=max_iter, tol=tol)
+            metrics = evaluate_run(checkpoint, data_dir, split, deq_settings(max_iter=max_iter, tol=tol))
             rows.append({"max_iter": max_iter, "tol": tol, **metrics})
     return rows
 
