@@ -175,3 +175,20 @@ def test_committed_runs_of_the_flat_layout_read_as_their_presets():
         assert "anderson_m" not in values or config.deq.solver_options == (f"m={values['anderson_m']}",)
         assert config.deq.jac_weight == values.get("jacobian_weight", config.deq.jac_weight)
         assert config.deq.max_iter == values["max_iter"] and config.deq.tol == values["tol"]
+        assert config.save_every == values["checkpoint_every"]  # deq-toy <= 0.5.0's name
+        assert "clip" not in values or config.grad_clip == values["clip"]
+
+
+def test_training_names_of_0_5_0_read_under_the_shared_names():
+    """A nested config stored by deq-toy 0.5.0 (``clip``, ``checkpoint_every``) reads back with deq-lm's and
+    deq-vision's names, and the new names round-trip."""
+    import dataclasses
+
+    from deq_toy.configs import config_from_dict, load_config
+
+    config = load_config("arith-deq-tiny", ["grad_clip=0.5", "save_every=7"])
+    values = dataclasses.asdict(config)
+    assert config_from_dict(values) == config
+    renamed = {"grad_clip": "clip", "save_every": "checkpoint_every"}
+    old = {renamed.get(k, k): v for k, v in values.items()}
+    assert "grad_clip" not in old and config_from_dict(old) == config

@@ -20,7 +20,7 @@ from .configs import ArithmeticConfig, Config
 from .tasks import ToyTask, build_task, jacobian_schedule, step_budget
 
 # Settings that may change when a run is resumed (they do not change what is computed).
-RESUMABLE_CHANGES = frozenset({"threads", "checkpoint_every"})
+RESUMABLE_CHANGES = frozenset({"threads", "save_every"})
 
 
 class ToyRun(Task):
@@ -79,9 +79,9 @@ def toy_settings(config: Config, name: str, stop_after: int | None, progress: bo
     is_deq = not arithmetic or config.model == "deq"
     return TrainSettings(
         name=name, config=config, steps=total, seed=config.seed, resumable=RESUMABLE_CHANGES,
-        batch_size=config.batch_size, grad_clip=config.clip if arithmetic else 0.0, log_every=config.log_every,
+        batch_size=config.batch_size, grad_clip=config.grad_clip if arithmetic else 0.0, log_every=config.log_every,
         eval_every=(config.eval_every or per_epoch) if arithmetic else config.eval_every,
-        save_every=config.checkpoint_every, keep_checkpoints=1, stop_after=stop_after or 0, is_deq=is_deq,
+        save_every=config.save_every, keep_checkpoints=1, stop_after=stop_after or 0, is_deq=is_deq,
         max_iter=config.deq.max_iter, jacobian=jacobian_schedule(config), progress=progress,
         find_unused_parameters=arithmetic,  # the GRU-DEQ computes its initial guess without gradients
     )  # fmt: skip

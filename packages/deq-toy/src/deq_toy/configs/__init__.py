@@ -47,17 +47,20 @@ _OLD_NAMES = {
     "jacobian_probability": "jac_prob",
     "jacobian_samples": "jacobian_samples",
 }
+# deq-toy <= 0.5.0 named two training fields differently from deq-lm and deq-vision: old name -> name.
+_OLD_TRAINING_NAMES = {"clip": "grad_clip", "checkpoint_every": "save_every"}
 
 
 def config_from_dict(values: dict[str, object]) -> Config:
     """Rebuild a config from :func:`dataclasses.asdict` output (e.g. stored in a run's config.json), also in the flat
     layout of deq-toy < 0.5 (DEQ settings at the top level; ``anderson_m``, ``jacobian_weight``,
-    ``jacobian_probability``, read into the ``deq`` section)."""
+    ``jacobian_probability``, read into the ``deq`` section) and with the training names of deq-toy <= 0.5.0
+    (``clip``, ``checkpoint_every``: now ``grad_clip``, ``save_every``)."""
     task = values.get("task")
     cls = {"synthetic": SyntheticConfig, "arithmetic": ArithmeticConfig}.get(str(task))
     if cls is None:
         raise UsageError(f"stored config has unknown task {task!r}; expected 'synthetic' or 'arithmetic'.")
-    fields = dict(values)
+    fields = {_OLD_TRAINING_NAMES.get(k, k): v for k, v in values.items()}
     if "deq" not in fields:
         deq = {_OLD_NAMES[k]: fields.pop(k) for k in list(fields) if k in _OLD_NAMES}
         if "anderson_m" in fields:

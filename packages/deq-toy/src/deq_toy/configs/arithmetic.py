@@ -29,7 +29,7 @@ class ArithmeticConfig:
     way to ``deq.backward_tol`` in ``deq.backward_max_iter``), "phantom" or "jfb"; ``deq.jac_weight`` > 0 adds the
     Jacobian regularizer with probability ``deq.jac_prob``.
     Training: Adam (``lr``), cosine schedule, ``epochs`` epochs of batch ``batch_size`` (``max_steps`` > 0 stops
-    earlier, for a budget), gradient-norm clipping at ``clip``, BCE with logits.
+    earlier, for a budget), gradient-norm clipping at ``grad_clip``, BCE with logits.
     """
 
     task: Literal["arithmetic"] = "arithmetic"
@@ -54,10 +54,10 @@ class ArithmeticConfig:
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.0
-    clip: float = 1.0
+    grad_clip: float = 1.0
     log_every: int = 50
     eval_every: int = 0
-    checkpoint_every: int = 500
+    save_every: int = 500
     threads: int = 1
 
     def check(self) -> None:
@@ -73,14 +73,14 @@ class ArithmeticConfig:
             "epochs",
             "batch_size",
             "log_every",
-            "checkpoint_every",
+            "save_every",
             "threads",
         )
         check_at_least_one(self, positive)
         if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
             raise ValueError(f"length and long_length must be odd and >= 3, got {self.length}, {self.long_length}")
-        if self.lr <= 0 or self.clip <= 0:
-            raise ValueError("lr and clip must be > 0")
+        if self.lr <= 0 or self.grad_clip <= 0:
+            raise ValueError("lr and grad_clip must be > 0")
         if self.model == "fc" and self.readout != "flatten":
             raise ValueError("model=fc always flattens its input; readout=last applies to the GRU models only")
         if self.max_steps < 0 or self.eval_every < 0:
@@ -90,7 +90,7 @@ class ArithmeticConfig:
 _REPORT = ArithmeticConfig()
 _TINY = dict(
     n_train=128, n_valid=64, n_test=64, hidden=16, epochs=2, batch_size=32, repeats=5, log_every=2, eval_every=4,
-    checkpoint_every=4, **deq_settings(max_iter=15, backward_max_iter=15),
+    save_every=4, **deq_settings(max_iter=15, backward_max_iter=15),
 )  # fmt: skip
 
 ARITHMETIC_PRESETS: dict[str, ArithmeticConfig] = {}

@@ -48,7 +48,7 @@ class SyntheticConfig:
     )  # fmt: skip
     log_every: int = 20
     eval_every: int = 200
-    checkpoint_every: int = 500
+    save_every: int = 500
     threads: int = 1
 
     def check(self) -> None:
@@ -61,7 +61,7 @@ class SyntheticConfig:
             "batch_size",
             "log_every",
             "eval_every",
-            "checkpoint_every",
+            "save_every",
             "threads",
         )
         check_at_least_one(self, positive)
@@ -78,6 +78,6 @@ SYNTHETIC_PRESETS: dict[str, SyntheticConfig] = {
     "synthetic-gamma4": replace_config(_BASE, deq_settings(jac_weight=4.0)),
     # CPU seconds, for tests: 512 pairs, 5 epochs of 128.
     "synthetic-tiny": replace_config(
-        _BASE, dict(n_train=512, n_valid=128, epochs=5, batch_size=128, log_every=5, eval_every=10, checkpoint_every=10)
+        _BASE, dict(n_train=512, n_valid=128, epochs=5, batch_size=128, log_every=5, eval_every=10, save_every=10)
     ),
 }
