@@ -13,12 +13,15 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .run_config import resolve_key
+
 C = TypeVar("C")
 
 
 def apply_overrides(config: C, overrides: Sequence[str]) -> C:
     """Return a copy of the dataclass ``config`` with ``key=value`` overrides applied (``key`` may be dotted,
-    ``optim.lr=3e-4``, for a field of a nested dataclass).
+    ``optim.lr=3e-4``, for a field of a nested dataclass; a key only one section has may omit the section, ``lr=3e-4``,
+    and a section's name sets its ``name`` field, ``model=gru``: :func:`~deq_core.train.run_config.resolve_key`).
 
     Values are converted and checked by OmegaConf's typed nodes for the field's annotated type (int, float, bool,
     str, ``Literal[...]``, optional, tuple, nested dataclass); a sequence is given comma-separated, with or without
@@ -67,6 +70,7 @@ def _parse(item: str, config: Any) -> tuple[str, str | list[str] | None]:
     key, text = key.strip().replace("-", "_"), text.strip()
     if not sep or not key:
         raise ValueError(f"override {item!r} is not of the form key=value (e.g. lr=3e-4).")
+    key = resolve_key(config, key, text)
     kind = _field_type(config, key)
     args = typing.get_args(kind)
     if typing.get_origin(kind) in (typing.Union, types.UnionType):

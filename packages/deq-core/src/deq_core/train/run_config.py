@@ -1,6 +1,7 @@
 """The config file of a run, OUTPUT_DIR/config.json: {"name": preset name, "config": the resolved config (nested
 sections as objects), "resumed": [changes, ...]}. :func:`save_config`, :func:`load_config`, :func:`config_from_dict`,
-:func:`replace_config`, :func:`flat_dict`, :func:`config_changes`, :func:`check_resume_config`, :func:`record_resume`.
+:func:`replace_config`, :func:`resolve_key`, :func:`flat_dict`, :func:`config_changes`, :func:`check_resume_config`,
+:func:`record_resume`.
 
 Task configs are frozen dataclasses whose sections (e.g. ``deq``, a :class:`~deq_core.train.deq_config.DEQConfig`)
 are nested dataclasses; a setting's name is its dotted path, ``deq.max_iter``, in changes, resume checks and on the
@@ -9,6 +10,7 @@ command line."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import typing
@@ -71,18 +73,21 @@ def _section_default(field: dataclasses.Field[Any]) -> Any:
 def config_from_dict(config_cls: type[C], values: Mapping[str, Any]) -> C:
     """An instance of the dataclass ``config_cls`` from ``values`` as saved by :func:`save_config` (sections as
     nested dicts). Keys the class no longer has are dropped, fields the dict lacks take their defaults (a section's
-    missing keys: the section's defaults in ``config_cls``), and JSON lists become tuples (configs are frozen). A
-    section's keys found at the top level (the flat layout of deq-core < 0.6 run folders) are moved into it."""
+    missing keys: the section's defaults in ``config_cls``), and JSON lists become tuples (configs are frozen).
+    Earlier, flatter layouts are read too: a section's keys found at the top level (run folders written before the
+    task config had that section) are moved into it, and a section found as a plain value (``"model":
+    "deq_transformer"``, the field the section replaced) becomes its ``name``."""
     sections = _sections(config_cls)
     names = {f.name for f in dataclasses.fields(config_cls)}  # type: ignore[arg-type]
     values = dict(values)
     for name, field in sections.items():
-        if name in values:
-            continue
+        nested = values.get(name)
+        if nested is not None and not isinstance(nested, Mapping):
+            nested = {"name": nested}  # the plain field this section replaced
         keys = {f.name for f in dataclasses.fields(_section_default(field))} - names
         flat = {k: values.pop(k) for k in list(values) if k in keys}
-        if flat:
-            values[name] = flat
+        if flat or nested is not None:
+            values[name] = {**flat, **(nested or {})}
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
         if key not in names:
@@ -102,10 +107,50 @@ def _replace_known(section: Any, values: Mapping[str, Any]) -> Any:
     return dataclasses.replace(section, **changes)
 
 
+def resolve_key(config: Any, key: str, value: Any = None) -> str:
+    """The full dotted name of the setting ``key`` of the dataclass instance ``config``, for a change to ``value``.
+
+    A dotted name or a top-level field is returned as it is; a name that only one section has may be given without
+    the section (``lr`` -> ``optim.lr``); a section's name given a plain value (not a dataclass or a mapping) names the
+    section's ``name`` field (``model=deq_transformer`` -> ``model.name``).
+
+    Raises:
+        ValueError: a name no section has (with the closest valid names), or one several sections have (listing the
+            dotted names to choose from).
+    """
+    if "." in key:
+        return key
+    sections = {name: getattr(config, name) for name in _sections(type(config))}
+    if key in sections:
+        plain = not (dataclasses.is_dataclass(value) or isinstance(value, Mapping))
+        section_fields = [f.name for f in dataclasses.fields(sections[key])]
+        if plain and "name" in section_fields:
+            return f"{key}.name"
+        if plain:
+            raise ValueError(f"{key!r} is a config section: set one of its keys, {key}.{section_fields[0]}=...")
+        return key
+    top = [f.name for f in dataclasses.fields(config)]
+    if key in top:
+        return key
+    owners = [name for name, sec in sections.items() if key in {f.name for f in dataclasses.fields(sec)}]
+    if len(owners) == 1:
+        return f"{owners[0]}.{key}"
+    if owners:
+        raise ValueError(f"{key!r} is in several sections: write {' or '.join(f'{o}.{key}' for o in owners)}.")
+    every = list(flat_dict(config))
+    leaf = {k: k.rpartition(".")[2] for k in every}
+    close = set(difflib.get_close_matches(key, list(leaf.values()), n=3))
+    hint = [k for k in every if leaf[k] in close]
+    suggest = f" (did you mean {', '.join(hint)}?)" if hint else ""
+    where = f"; sections: {', '.join(sections)}" if sections else ""
+    raise ValueError(f"unknown config key {key!r}{suggest}{where}; valid keys: {', '.join(every)}.")
+
+
 def replace_config(config: C, changes: Mapping[str, Any]) -> C:
-    """A copy of the dataclass ``config`` with ``changes`` by dotted name: ``{"deq.max_iter": 12, "lr": 1e-3}``
-    (a name without a dot is a top-level field; a section may also be given whole). Values are not converted: use
-    :func:`~deq_core.train.overrides.apply_overrides` for text from the command line.
+    """A copy of the dataclass ``config`` with ``changes`` by dotted name: ``{"deq.max_iter": 12, "optim.lr": 1e-3}``
+    (names resolved by :func:`resolve_key`: ``"lr"`` for ``"optim.lr"`` where only one section has it; a section may
+    also be given whole). Values are not converted: use :func:`~deq_core.train.overrides.apply_overrides` for text
+    from the command line.
 
     Raises:
         ValueError: a name the config has no field for (listing the valid names at that level).
@@ -113,7 +158,7 @@ def replace_config(config: C, changes: Mapping[str, Any]) -> C:
     top: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
     for name, value in changes.items():
-        head, dot, rest = name.partition(".")
+        head, dot, rest = resolve_key(config, name, value).partition(".")
         if dot:
             nested.setdefault(head, {})[rest] = value
         else:

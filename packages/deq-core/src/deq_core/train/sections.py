@@ -1,0 +1,115 @@
+"""The sections every task config shares besides ``deq``: :class:`RunConfig` (``run``: seed, precision, logging and
+checkpoint periods) and :class:`OptimConfig` (``optim``: batch, accumulation, learning rate, weight decay, clipping;
+a task package subclasses it for its schedule), the field helper :func:`section`, and :func:`train_settings`, which
+turns a config's ``run`` / ``optim`` / ``deq`` sections into the training skeleton's
+:class:`~deq_core.train.task.TrainSettings`.
+
+A task config is a frozen dataclass of sections: ``data``, ``model``, ``deq``, ``optim``, ``run``. A setting's name is
+its dotted path (``optim.lr=3e-4`` on the command line); a name found in one section only may be given without it
+(``lr=3e-4``), see :func:`~deq_core.train.run_config.resolve_key`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from .checks import check_at_least, check_choice
+from .task import TrainSettings
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A task config's ``run`` section: how a run is carried out and recorded (nothing here changes the model or its
+    optimization, except ``seed``).
+
+    seed: the global seed (weights, data order, dropout, Jacobian draws). mixed_precision: "no", "fp16" or "bf16"
+    (Accelerate). log_every: optimizer steps between metrics lines. eval_every: steps between evaluations (0: the
+    task's default, e.g. once per epoch; always also at the last step). save_every: steps between checkpoints (0: only
+    at the end); keep_checkpoints: how many to keep. stop_after: stop with a checkpoint after this step as if
+    interrupted (0: never; for resume tests). save_grads_at: write the synchronized gradients of this step to
+    OUTPUT_DIR (0: never; for tests).
+    """
+
+    seed: int = 0
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    log_every: int = 10
+    eval_every: int = 100
+    save_every: int = 0
+    keep_checkpoints: int = 2
+    stop_after: int = 0
+    save_grads_at: int = 0
+
+    def __post_init__(self) -> None:
+        _prefixed("run", _check_run, self)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The settings of a task config's ``optim`` section that every task has; a task package subclasses it with its
+    schedule (steps or epochs, warmup, decay, optimizer name).
+
+    batch_size: rows per optimizer step over all processes and micro-batches. grad_accum: micro-batches per step.
+    lr: the peak learning rate. weight_decay: decoupled or L2 weight decay, as the task's optimizer applies it.
+    grad_clip: maximum global gradient norm (0: off).
+    """
+
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 0.0
+
+    def __post_init__(self) -> None:
+        _prefixed("optim", _check_optim, self)
+
+
+def _prefixed(name: str, check: Any, config: Any) -> None:
+    """Run ``check(config)``; its ValueError comes back with the section's name before the key (``optim.lr ...``)."""
+    try:
+        check(config)
+    except ValueError as error:
+        raise ValueError(f"{name}.{error}") from None
+
+
+def _check_run(config: RunConfig) -> None:
+    check_choice(config, "mixed_precision")
+    check_at_least(config, 1, "log_every", "keep_checkpoints")
+    check_at_least(config, 0, "seed", "eval_every", "save_every", "stop_after", "save_grads_at")
+
+
+def _check_optim(config: OptimConfig) -> None:
+    check_at_least(config, 1, "batch_size", "grad_accum")
+    check_at_least(config, 0, "weight_decay", "grad_clip")
+    if isinstance(config.lr, bool) or not isinstance(config.lr, (int, float)) or config.lr <= 0:
+        raise ValueError(f"lr must be > 0, got {config.lr!r}.")
+    if config.batch_size % config.grad_accum:
+        raise ValueError(f"batch_size ({config.batch_size}) must be divisible by grad_accum ({config.grad_accum}).")
+
+
+def section(cls: type[S], **defaults: Any) -> Any:
+    """A dataclass field holding the section ``cls(**defaults)`` (a task's own defaults for a shared section), e.g.
+    ``run: RunConfig = section(RunConfig, eval_every=200)``."""
+    return dataclasses.field(default_factory=lambda: cls(**defaults))
+
+
+def train_settings(config: Any, name: str, steps: int, is_deq: bool, **extra: Any) -> TrainSettings:
+    """The training skeleton's settings of a task config with sections ``run`` (:class:`RunConfig`), ``optim``
+    (:class:`OptimConfig`) and ``deq`` (:class:`~deq_core.train.deq_config.DEQConfig`): ``steps`` optimizer steps,
+    evaluations every ``run.eval_every`` steps (0: at the last step only), the DEQ step of ``deq`` when ``is_deq``
+    (iteration limit and jitter, unrolled pretraining, Jacobian schedule seeded by ``run.seed``). ``extra``: further
+    :class:`~deq_core.train.task.TrainSettings` fields (``resumable``, ``config_extra``, ``progress``, ...), which also
+    replace those derived here (e.g. a task's own ``eval_every``)."""
+    run, optim, deq = config.run, config.optim, config.deq
+    settings: dict[str, Any] = dict(
+        name=name, config=config, steps=steps, seed=run.seed, batch_size=optim.batch_size,
+        grad_accum=optim.grad_accum, grad_clip=optim.grad_clip, mixed_precision=run.mixed_precision,
+        log_every=run.log_every, eval_every=run.eval_every or steps, save_every=run.save_every,
+        keep_checkpoints=run.keep_checkpoints, stop_after=run.stop_after, save_grads_at=run.save_grads_at,
+        is_deq=is_deq, max_iter=deq.max_iter, max_iter_jitter=deq.max_iter_jitter, pretrain=deq.pretrain_schedule(),
+        jacobian=deq.jacobian_schedule(run.seed),
+    )  # fmt: skip
+    return TrainSettings(**{**settings, **extra})

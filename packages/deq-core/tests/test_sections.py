@@ -1,0 +1,139 @@
+"""The shared config sections (``deq_core.train.sections``): checks naming the dotted key, short names resolved to
+their section on the command line and in presets, run folders of flatter layouts read into sections, and the
+training skeleton's settings built from the sections."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from deq_core.train.deq_config import DEQConfig, deq_section
+from deq_core.train.overrides import apply_overrides
+from deq_core.train.run_config import config_from_dict, replace_config, resolve_key
+from deq_core.train.sections import OptimConfig, RunConfig, section, train_settings
+
+
+@dataclasses.dataclass(frozen=True)
+class _Model:
+    name: str = "gru"
+    width: int = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Data:
+    n_train: int = 100
+    seed_data: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Optim(OptimConfig):
+    steps: int = 10
+    warmup_steps: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    task: str = "toy"
+    data: _Data = section(_Data)
+    model: _Model = section(_Model)
+    deq: DEQConfig = deq_section(max_iter=12)
+    optim: _Optim = section(_Optim, lr=2e-3)
+    run: RunConfig = section(RunConfig, eval_every=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Clash:
+    a: _Model = section(_Model)
+    b: _Model = section(_Model)
+
+
+@pytest.mark.parametrize(
+    ("cls", "changes", "message"),
+    [
+        (RunConfig, {"log_every": 0}, "run.log_every must be a number >= 1, got 0"),
+        (RunConfig, {"eval_every": -1}, "run.eval_every must be a number >= 0, got -1"),
+        (RunConfig, {"keep_checkpoints": 0}, "run.keep_checkpoints must be a number >= 1, got 0"),
+        (RunConfig, {"mixed_precision": "fp8"}, "run.mixed_precision must be one of ['no', 'fp16', 'bf16']"),
+        (OptimConfig, {"lr": 0.0}, "optim.lr must be > 0, got 0.0"),
+        (OptimConfig, {"lr": True}, "optim.lr must be > 0, got True"),
+        (OptimConfig, {"batch_size": 0}, "optim.batch_size must be a number >= 1, got 0"),
+        (OptimConfig, {"grad_clip": -1.0}, "optim.grad_clip must be a number >= 0, got -1.0"),
+        (OptimConfig, {"batch_size": 30, "grad_accum": 4}, "optim.batch_size (30) must be divisible by grad_accum (4)"),
+    ],
+)
+def test_sections_name_the_bad_setting(cls, changes, message):
+    cls()  # the defaults pass
+    with pytest.raises(ValueError) as info:
+        cls(**changes)
+    assert message in str(info.value)
+
+
+def test_section_fields_take_the_task_defaults():
+    cfg = _Config()
+    assert cfg.optim.lr == 2e-3 and cfg.run.eval_every == 5 and cfg.deq.max_iter == 12
+    assert cfg.optim is not _Config().optim or cfg.optim == _Config().optim  # equal values, frozen
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "resolved"),
+    [
+        ("optim.lr", 1.0, "optim.lr"),  # dotted: as given
+        ("task", "x", "task"),  # a top-level field
+        ("lr", 1.0, "optim.lr"),  # in one section only
+        ("max_iter", 3, "deq.max_iter"),
+        ("eval_every", 3, "run.eval_every"),
+        ("model", "lstm", "model.name"),  # a section given a plain value: its name
+        ("model", _Model("lstm"), "model"),  # a whole section
+        ("model", {"width": 3}, "model"),
+    ],
+)
+def test_resolve_key(key, value, resolved):
+    assert resolve_key(_Config(), key, value) == resolved
+
+
+def test_resolve_key_errors_say_what_to_write():
+    with pytest.raises(ValueError, match=r"'width' is in several sections: write a\.width or b\.width"):
+        resolve_key(_Clash(), "width", 3)
+    with pytest.raises(ValueError, match=r"unknown config key 'lrr' \(did you mean optim\.lr\?\); sections: data, "):
+        resolve_key(_Config(), "lrr", 1.0)
+    with pytest.raises(ValueError, match=r"'run' is a config section: set one of its keys, run\.seed=\.\.\."):
+        resolve_key(_Config(), "run", 3)
+
+
+def test_short_names_on_the_command_line_and_in_presets():
+    cfg = apply_overrides(_Config(), ["lr=5e-3", "model=lstm", "max_iter=7", "run.seed=3", "steps=1e2"])
+    assert (cfg.optim.lr, cfg.model.name, cfg.deq.max_iter, cfg.run.seed, cfg.optim.steps) == (5e-3, "lstm", 7, 3, 100)
+    assert cfg.model.width == 4 and cfg.optim.batch_size == 32  # the rest untouched
+    preset = replace_config(_Config(), {"width": 8, "eval_every": 9, "deq.tol": 1e-3, "model": "tcn"})
+    assert (preset.model, preset.run.eval_every, preset.deq.tol) == (_Model("tcn", 8), 9, 1e-3)
+    with pytest.raises(ValueError, match="optim.lr must be > 0"):
+        apply_overrides(_Config(), ["lr=-1"])
+    with pytest.raises(ValueError, match="unknown config key 'stepz'"):
+        apply_overrides(_Config(), ["stepz=3"])
+    with pytest.raises(ValueError, match=r"optim.batch_size \(30\) must be divisible by grad_accum \(4\)"):
+        apply_overrides(_Config(), ["batch_size=30", "grad_accum=4"])
+
+
+def test_run_folders_of_flatter_layouts_read_into_sections():
+    flat = {"task": "toy", "model": "lstm", "width": 3, "lr": 0.5, "steps": 7, "seed": 4, "n_train": 9,
+            "deq": {"max_iter": 3}, "removed_key": 1}  # fmt: skip
+    cfg = config_from_dict(_Config, flat)
+    assert cfg.model == _Model("lstm", 3) and cfg.data.n_train == 9 and cfg.deq.max_iter == 3
+    assert (cfg.optim.lr, cfg.optim.steps, cfg.run.seed) == (0.5, 7, 4)
+    assert cfg.run.eval_every == 5 and cfg.optim.batch_size == 32  # missing keys: the task's section defaults
+    nested = config_from_dict(_Config, dataclasses.asdict(cfg))
+    assert nested == cfg
+
+
+def test_train_settings_from_the_sections():
+    changes = ["batch_size=8", "grad_accum=2", "grad_clip=0.5", "run.seed=3", "save_every=4", "jac_weight=0.2"]
+    cfg = apply_overrides(_Config(), [*changes, "jac_prob=0.5", "pretrain_steps=6", "max_iter_jitter=2"])
+    settings = train_settings(cfg, "name", 40, is_deq=True, progress=False)
+    assert (settings.steps, settings.seed, settings.batch_size, settings.grad_accum) == (40, 3, 8, 2)
+    assert (settings.grad_clip, settings.eval_every, settings.save_every, settings.progress) == (0.5, 5, 4, False)
+    assert (settings.max_iter, settings.max_iter_jitter, settings.is_deq) == (12, 2, True)
+    assert settings.pretrain == cfg.deq.pretrain_schedule() and settings.jacobian == cfg.deq.jacobian_schedule(3)
+    once = train_settings(replace_config(cfg, {"eval_every": 0}), "name", 40, is_deq=False)
+    assert once.eval_every == 40  # 0: only at the last step
+    assert train_settings(cfg, "name", 40, is_deq=False, eval_every=7).eval_every == 7  # a task's own value wins
