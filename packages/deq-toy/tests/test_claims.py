@@ -14,6 +14,7 @@ from deq_toy.loop import run_training
 from deq_toy.runs import ensure_run
 
 TINY_SYNTHETIC = ["n_train=256", "n_valid=64", "epochs=2", "batch_size=64", "log_every=2", "eval_every=4"]
+STORED_0_5_1 = json.loads((Path(__file__).parent / "data" / "configs_0_5_1.json").read_text())["runs"]
 
 
 def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_path, capsys):
@@ -50,7 +51,8 @@ def test_interrupted_run_is_resumed_to_the_uninterrupted_result(tmp_path):
 
 def test_finished_run_stored_before_new_config_fields_is_read_back(tmp_path):
     """A finished run's config.json without fields added since (e.g. ``backward``, ``phantom_steps``) matches the
-    same preset and overrides: the missing fields take their defaults. A changed field is still refused."""
+    same preset and overrides: the missing fields take their defaults; so does the config.json deq-toy 0.5.1 wrote for
+    them (flat fields beside the ``deq`` section) and that of deq-toy < 0.5. A changed field is still refused."""
     config = load_config("synthetic-gamma2", TINY_SYNTHETIC)
     whole = run_training(config, tmp_path / "run", progress=False)
     path = tmp_path / "run" / "config.json"
@@ -59,9 +61,13 @@ def test_finished_run_stored_before_new_config_fields_is_read_back(tmp_path):
         del stored["config"]["deq"][field]
     path.write_text(json.dumps(stored))
     assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
+    # deq-toy 0.5.1's config.json of the same preset and overrides (tests/data/configs_0_5_1.json)
+    old = next(r for r in STORED_0_5_1 if r["preset"] == "synthetic-gamma2" and r["overrides"] == TINY_SYNTHETIC)
+    path.write_text(json.dumps({**stored, "config": old["config"]}))
+    assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
     # the flat layout of deq-toy < 0.5: DEQ settings at the top level, the Jacobian weight as jacobian_weight
-    flat = {k: v for k, v in stored["config"].items() if k != "deq"}
-    deq = stored["config"]["deq"]
+    flat = {k: v for k, v in old["config"].items() if k != "deq"}
+    deq = old["config"]["deq"]
     flat.update({k: v for k, v in deq.items() if k != "jac_weight"}, jacobian_weight=deq["jac_weight"])
     path.write_text(json.dumps({**stored, "config": flat}))
     assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
@@ -144,7 +150,7 @@ def test_explicit_reference_ignores_z(tmp_path):
     config = load_config("synthetic-gamma0", [*TINY_SYNTHETIC, "feedback=false"])
     results = run_training(config, tmp_path / "run", progress=False)
     assert results["dfdz_max"] == 0.0 and results["nfe_fixed_point_max"] <= 2
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["feedback"] is False
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["model"]["feedback"] is False
 
 
 def _valid_log(path, accs):
@@ -161,34 +167,55 @@ def test_plateau_gain_spans_a_quarter_of_the_epochs_and_at_least_two(tmp_path):
     assert arithmetic._plateau_gain(short) == 4.0  # 3 epochs: the last 2 count, not only the last one
 
 
+def _claims_plan() -> dict[str, tuple[str, list[str]]]:
+    """Run folder under results/claims -> (preset, overrides) of the claims command that trains it."""
+    plan = {f"arithmetic/{name}": (preset, list(extra)) for name, (preset, extra) in arithmetic.FULL.runs.items()}
+    full = synthetic.FULL
+    for gamma in synthetic.GAMMAS:
+        for seed in full.seeds:
+            plan[f"synthetic/gamma{gamma:g}_seed{seed}"] = (
+                f"synthetic-gamma{gamma:g}",
+                [*full.overrides, f"seed={seed}"],
+            )
+    for i, (_, preset, extra) in enumerate(synthetic.ABLATION):
+        for seed in full.ablation_seeds:
+            overrides = [*full.overrides, f"epochs={full.ablation_epochs}", *extra, f"seed={seed}"]
+            plan[f"synthetic/ablation/{i}_seed{seed}"] = (preset, overrides)
+    return plan
+
+
 def test_committed_runs_of_the_flat_layout_read_as_their_presets():
     """Every config.json committed under results/claims (written by deq-toy 0.4, flat keys, ``anderson_m``,
-    ``jacobian_weight``) reads back as the nested config it was: its preset with the stored changes."""
+    ``jacobian_weight``, ``clip``, ``checkpoint_every``) reads back as the config the claims command asks for in its
+    folder (its preset with the plan's overrides), so ``ensure_run`` reads those runs instead of training them."""
     from deq_toy.configs import config_from_dict
 
-    stored = sorted((Path(__file__).parents[1] / "results" / "claims").glob("*/*/config.json"))
-    assert len(stored) >= 10
+    root = Path(__file__).parents[1] / "results" / "claims"
+    stored, plan = sorted(root.rglob("config.json")), _claims_plan()
+    assert len(stored) == 35
     for path in stored:
-        data = json.loads(path.read_text())
-        values = data.get("config", data)
+        values = json.loads(path.read_text())["config"]
         config = config_from_dict(values)
+        assert config == load_config(*plan[str(path.parent.relative_to(root))]), path
         assert "anderson_m" not in values or config.deq.solver_options == (f"m={values['anderson_m']}",)
         assert config.deq.jac_weight == values.get("jacobian_weight", config.deq.jac_weight)
-        assert config.deq.max_iter == values["max_iter"] and config.deq.tol == values["tol"]
-        assert config.save_every == values["checkpoint_every"]  # deq-toy <= 0.5.0's name
-        assert "clip" not in values or config.grad_clip == values["clip"]
+        assert config.run.save_every == values["checkpoint_every"]  # deq-toy <= 0.5.0's name
+        assert "clip" not in values or config.optim.grad_clip == values["clip"]
 
 
-def test_training_names_of_0_5_0_read_under_the_shared_names():
-    """A nested config stored by deq-toy 0.5.0 (``clip``, ``checkpoint_every``) reads back with deq-lm's and
-    deq-vision's names, and the new names round-trip."""
+@pytest.mark.parametrize("stored", STORED_0_5_1, ids=lambda r: r["preset"])
+def test_configs_of_0_5_read_into_the_sections(stored):
+    """A config stored by deq-toy 0.5.1 (flat fields beside the ``deq`` section, ``model`` the model's name) reads
+    back as its preset with the same overrides; so does 0.5.0's, with ``clip`` and ``checkpoint_every`` for deq-lm's
+    and deq-vision's ``grad_clip`` and ``save_every``. The sections' layout round-trips."""
     import dataclasses
 
-    from deq_toy.configs import config_from_dict, load_config
+    from deq_toy.configs import config_from_dict
 
-    config = load_config("arith-deq-tiny", ["grad_clip=0.5", "save_every=7"])
-    values = dataclasses.asdict(config)
-    assert config_from_dict(values) == config
+    config = load_config(stored["preset"], stored["overrides"])
+    values = stored["config"]
+    assert "optim" not in values and config_from_dict(values) == config
     renamed = {"grad_clip": "clip", "save_every": "checkpoint_every"}
     old = {renamed.get(k, k): v for k, v in values.items()}
-    assert "grad_clip" not in old and config_from_dict(old) == config
+    assert "save_every" not in old and config_from_dict(old) == config
+    assert config_from_dict(dataclasses.asdict(config)) == config

@@ -111,16 +111,25 @@ def test_reproduce_synthetic_table(tmp_path):
     [
         (["--config", "nope"], "unknown config 'nope'; known configs:"),
         (["--config", "synthetic-tiny", "lr"], "not of the form key=value"),
-        (["--config", "synthetic-tiny", "learning_rate=1"], "unknown config key 'learning_rate'; valid keys:"),
+        (["--config", "synthetic-tiny", "learning_rate=1"], "unknown config key 'learning_rate'; sections: data, "),
+        (["--config", "synthetic-tiny", "lrr=1"], "unknown config key 'lrr' (did you mean optim.lr?)"),
+        (["--config", "synthetic-tiny", "optim.lrr=1"], "unknown config section 'optim' key 'lrr'; valid keys: batch_"),
+        (["--config", "synthetic-tiny", "model=big"], "'model' is a config section: set one of its keys, model.width"),
         (["--config", "synthetic-tiny", "epochs=two"], "'epochs=two': Value 'two' of type 'str' could not"),
-        (["--config", "synthetic-tiny", "epochs=0"], "epochs must be >= 1"),
-        (["--config", "arith-fc-tiny", "readout=last"], "readout=last applies to the GRU models only"),
+        (["--config", "synthetic-tiny", "epochs=0"], "optim.epochs must be a number >= 1, got 0"),
+        (["--config", "synthetic-tiny", "optim.lr=-1"], "optim.lr must be > 0, got -1.0"),
+        (["--config", "synthetic-tiny", "run.threads=0"], "run.threads must be a number >= 1, got 0"),
+        (["--config", "synthetic-tiny", "eval_solver=newton"], "Invalid value 'newton'"),
+        (["--config", "arith-fc-tiny", "length=30"], "data.length and long_length must be odd and >= 3"),
+        (["--config", "arith-fc-tiny", "readout=last"], "model.readout=last applies to the GRU models only"),
+        (["--config", "arith-fc-tiny", "model=lstm"], "'model=lstm': Invalid value 'lstm'"),
     ],
 )
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):
     assert train.main(argv + ["--output-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_malformed_data_file_gives_clear_error(tmp_path, capsys):

@@ -1,12 +1,11 @@
 """Forward shapes of every arithmetic model, that a few training steps lower the loss, and the GRU-DEQ's layer."""
 
-import dataclasses
-
 import pytest
 import torch
 
 from deq_core import DEQ, JFB, Anderson, Broyden, Implicit, Phantom
 from deq_core.train.errors import UsageError
+from deq_core.train.run_config import replace_config
 from deq_toy.configs import get_config, load_config
 from deq_toy.configs.arithmetic import MODELS
 from deq_toy.models import GRUDEQ, any_length, build_arithmetic_model
@@ -15,7 +14,7 @@ from deq_toy.tasks.arithmetic import ArithmeticTask
 
 @pytest.mark.parametrize("model_name", MODELS)
 def test_forward_shapes(model_name):
-    config = dataclasses.replace(get_config("arith-deq-tiny"), model=model_name)
+    config = replace_config(get_config("arith-deq-tiny"), {"model": model_name})
     torch.manual_seed(0)
     model = build_arithmetic_model(config)
     tokens = torch.nn.functional.one_hot(torch.randint(0, 15, (5, 31)), 15).float()
@@ -28,7 +27,7 @@ def test_forward_shapes(model_name):
 
 
 def test_deq_jacobian_loss_and_last_readout_accepts_longer_inputs():
-    config = dataclasses.replace(get_config("arith-deq-tiny"), readout="last")
+    config = replace_config(get_config("arith-deq-tiny"), {"model.readout": "last"})
     torch.manual_seed(0)
     model = build_arithmetic_model(config)
     assert any_length(model)
@@ -53,7 +52,7 @@ def test_deq_jacobian_loss_and_last_readout_accepts_longer_inputs():
     ],
 )
 def test_few_steps_lower_the_loss_on_a_fixed_batch(name, tmp_path):
-    config = dataclasses.replace(get_config(name), n_train=64, n_valid=32)
+    config = replace_config(get_config(name), {"data.n_train": 64, "data.n_valid": 32})
     torch.manual_seed(0)
     task = ArithmeticTask(config, tmp_path)
     optimizer = torch.optim.Adam(task.model.parameters(), lr=3e-3)
@@ -65,7 +64,7 @@ def test_few_steps_lower_the_loss_on_a_fixed_batch(name, tmp_path):
         loss.backward()
         optimizer.step()
         losses.append(stats["bce"])
-        if config.model == "deq":
+        if config.model.name == "deq":
             assert info.nfe_backward is not None  # the implicit backward ran
     assert losses[-1] < losses[0] - 0.02
 

@@ -2,6 +2,7 @@
 line after a resume averages the same steps as an uninterrupted run, a half-written metrics line or an interrupted
 save does not stop a resume, config.json is written after the data are checked."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -67,3 +68,16 @@ def test_config_is_written_after_the_data_are_checked(tmp_path: Path, capsys) ->
     assert train.main(["--config", "arith-fc-tiny", "--data-dir", str(data), "--output-dir", str(out)]) == 2
     assert "malformed arithmetic data file" in capsys.readouterr().err
     assert not (out / "config.json").exists()
+
+
+def test_resume_accepts_the_run_settings_and_records_them_by_dotted_name(tmp_path: Path, capsys) -> None:
+    """``run.threads`` and ``run.save_every`` may change on --resume (short or dotted names); the change is recorded
+    in config.json by its dotted name; a change of another section is refused, naming its dotted key."""
+    out = tmp_path / "run"
+    args = ["--output-dir", str(out), *ARGS]  # the overrides last
+    assert train.main([*args, "--stop-after", "5"]) == 0
+    assert train.main(["--resume", *args, "optim.lr=0.1"]) == 2
+    _one_line_error(capsys, "optim.lr: 0.005 -> 0.1")
+    assert train.main(["--resume", *args, "threads=2", "run.save_every=3"]) == 0
+    resumed = json.loads((out / "config.json").read_text())["resumed"]
+    assert resumed == [{"step": 5, "changes": {"run.threads": [1, 2], "run.save_every": [10, 3]}}]

@@ -33,9 +33,9 @@ def test_scalar_deq_has_200_parameters_and_exact_slope():
 
 def _train(gamma: float) -> SyntheticTask:
     config = replace_config(get_config("synthetic-tiny"), {"deq.jac_weight": gamma, "epochs": 6})
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.run.seed)
     task = SyntheticTask(config)
-    opt = torch.optim.Adam(task.model.parameters(), lr=config.lr)
+    opt = torch.optim.Adam(task.model.parameters(), lr=config.optim.lr)
     for step in range(task.total_steps):
         loss, _, _ = task.train_step(task.batch(step), step)
         opt.zero_grad()
@@ -57,7 +57,7 @@ def test_training_steps_lower_the_loss():
     torch.manual_seed(0)
     task = SyntheticTask(config)
     before = task.evaluate()["mse"]
-    opt = torch.optim.Adam(task.model.parameters(), lr=config.lr)
+    opt = torch.optim.Adam(task.model.parameters(), lr=config.optim.lr)
     for step in range(20):
         loss, _, _ = task.train_step(task.batch(step), step)
         opt.zero_grad()

@@ -1,10 +1,10 @@
 """Training on the other data variants and with readout=last: which data a run reads, which test sets it reports,
 and the reproduce tables built from such runs (tiny sizes, seconds)."""
 
-import dataclasses
 import json
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.run_config import replace_config
 from deq_toy import reproduce
 from deq_toy.configs import get_config
 from deq_toy.data.arithmetic import SYMBOL_INDEX, VARIANTS
@@ -19,7 +19,9 @@ def _uses(tokens, symbols):
 
 
 def test_variant_selects_training_data_and_every_test_set_is_reported(tmp_path):
-    config = dataclasses.replace(get_config("arith-gru-tiny"), variant="two_biased", readout="last", n_test=16)
+    config = replace_config(
+        get_config("arith-gru-tiny"), {"data.variant": "two_biased", "readout": "last", "n_test": 16}
+    )
     task = ArithmeticTask(config, tmp_path)
     assert not _uses(task.train_x, "*/") and not _uses(task.valid_x, "*/")  # only + and - in the 2-op variants
     minus = float((task.train_x == SYMBOL_INDEX["-"]).sum()) / float((task.train_x == SYMBOL_INDEX["+"]).sum())
@@ -30,12 +32,12 @@ def test_variant_selects_training_data_and_every_test_set_is_reported(tmp_path):
         assert tokens.shape == (16, 41 if "longer" in name else 31) and labels.shape == (16,)
         variant = name.removeprefix("test_").removeprefix("longer_")
         assert _uses(tokens, "*/") == variant.startswith("four"), name
-    flat = ArithmeticTask(dataclasses.replace(config, readout="flatten"), tmp_path)
+    flat = ArithmeticTask(replace_config(config, {"model.readout": "flatten"}), tmp_path)
     assert set(flat.evaluation_sets()) == {f"test_{v}" for v in VARIANTS}  # the flatten readout needs 31 symbols
 
 
 def test_prepare_data_writes_every_file_a_run_reads(tmp_path):
-    config = dataclasses.replace(get_config("arith-deq-tiny"), variant="two", readout="last")
+    config = replace_config(get_config("arith-deq-tiny"), {"variant": "two", "readout": "last"})
     paths = prepare_data(tmp_path, config)
     names = sorted(p.name for p in (tmp_path / "arith-seed0").iterdir())
     assert names == sorted(p.name for p in paths) and len(names) == 10
@@ -56,7 +58,7 @@ def test_reproduce_tables_per_training_variant_and_readout(tmp_path, capsys):
     for variant in ("two", "four_biased"):
         for preset in ("arith-gru", "arith-deq"):
             config = json.loads((out / variant / preset / "config.json").read_text())["config"]
-            assert config["variant"] == variant and config["readout"] == "last"
+            assert config["data"]["variant"] == variant and config["model"]["readout"] == "last"
             results = json.loads((out / variant / preset / "results.json").read_text())
             assert {"test_longer_two", "test_longer_four"} <= set(results)
     table = (out / "t2.md").read_text()
@@ -99,7 +101,7 @@ def test_reproduce_arithmetic_option_errors(tmp_path, capsys):
     cases = [
         (["arithmetic", *out, "--runs", "arith-gru,arith-xyz"], "unknown arithmetic runs ['arith-xyz']"),
         (["arithmetic", *out, "--variants", "three"], "unknown variants ['three']"),
-        (["arithmetic", *out, "--variants", "two", "variant=two"], "either with --variants or with variant="),
+        (["arithmetic", *out, "--variants", "two", "variant=two"], "either with --variants or with data.variant="),
         (["arithmetic", *out, "--name", "a/b"], "--name must be a plain file name"),
         (["synthetic", *out, "--runs", "arith-gru"], "apply to the arithmetic tables only"),
     ]

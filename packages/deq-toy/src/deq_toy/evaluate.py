@@ -50,7 +50,8 @@ def evaluate_run(
         return task.evaluate()
     if isinstance(config, ArithmeticConfig) and split == "test":
         assert isinstance(task, ArithmeticTask)
-        tokens, labels = load_tensors(Path(data_dir), config, config.variant, "test", config.n_test, config.length)
+        data = config.data
+        tokens, labels = load_tensors(Path(data_dir), config, data.variant, "test", data.n_test, data.length)
         return task.evaluate_tensors(tokens, labels)
     raise UsageError(f"unknown split {split!r} for this task; use 'valid' (both tasks) or 'test' (arithmetic).")
 

@@ -13,14 +13,15 @@ import torch
 from torch import Tensor, nn
 
 from deq_core.train.schedules import cosine_lr_factor
+from deq_core.train.sections import train_settings
 from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
 from deq_core.train.trainer import train
 
 from .configs import ArithmeticConfig, Config
-from .tasks import ToyTask, build_task, jacobian_schedule, step_budget
+from .tasks import ToyTask, build_task, step_budget
 
-# Settings that may change when a run is resumed (they do not change what is computed).
-RESUMABLE_CHANGES = frozenset({"threads", "save_every"})
+# Settings that may change when a run is resumed (they do not change what is computed), by dotted name.
+RESUMABLE_CHANGES = frozenset({"run.threads", "run.save_every", "run.keep_checkpoints", "run.stop_after"})
 
 
 class ToyRun(Task):
@@ -44,7 +45,7 @@ class ToyRun(Task):
         cfg = self.config
         with accelerator.main_process_first():  # the main process writes missing data files; the others read them
             self._task = build_task(cfg, self.data_dir)
-        optimizer = torch.optim.Adam(self.task.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.Adam(self.task.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         total = self.task.total_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cosine_lr_factor(step, total))
         return Parts(self.task.model, optimizer, scheduler)
@@ -62,7 +63,8 @@ class ToyRun(Task):
 
     def describe(self) -> str:
         cfg = self.config
-        return f"{cfg.task} task, model {getattr(cfg, 'model', 'scalar_deq')}, batches of {cfg.batch_size}"
+        model = getattr(cfg.model, "name", "scalar_deq")
+        return f"{cfg.data.task} task, model {model}, batches of {cfg.optim.batch_size}"
 
     def baseline(self) -> str:
         return self.task.baseline()
@@ -72,18 +74,18 @@ class ToyRun(Task):
 
 
 def toy_settings(config: Config, name: str, stop_after: int | None, progress: bool) -> TrainSettings:
-    """The skeleton's settings of a toy config: its step budget, logging and checkpoint periods, clipping, and the
-    Jacobian schedule of its task (no pretraining, a fixed iteration limit)."""
-    per_epoch, total = step_budget(config.n_train, config.batch_size, config.epochs, getattr(config, "max_steps", 0))
+    """The skeleton's settings of a toy config (:func:`deq_core.train.sections.train_settings` of its ``run``,
+    ``optim`` and ``deq`` sections): its step budget (``optim.epochs``, cut at ``optim.max_steps``), evaluations
+    every ``run.eval_every`` steps or once per epoch (0), and ``stop_after`` (None: ``run.stop_after``)."""
+    optim = config.optim
+    per_epoch, total = step_budget(config.data.n_train, optim.batch_size, optim.epochs, getattr(optim, "max_steps", 0))
     arithmetic = isinstance(config, ArithmeticConfig)
-    is_deq = not arithmetic or config.model == "deq"
-    return TrainSettings(
-        name=name, config=config, steps=total, seed=config.seed, resumable=RESUMABLE_CHANGES,
-        batch_size=config.batch_size, grad_clip=config.grad_clip if arithmetic else 0.0, log_every=config.log_every,
-        eval_every=(config.eval_every or per_epoch) if arithmetic else config.eval_every,
-        save_every=config.save_every, keep_checkpoints=1, stop_after=stop_after or 0, is_deq=is_deq,
-        max_iter=config.deq.max_iter, jacobian=jacobian_schedule(config), progress=progress,
+    extra = {} if stop_after is None else {"stop_after": stop_after}
+    return train_settings(
+        config, name, total, is_deq=getattr(config.model, "name", "deq") == "deq", resumable=RESUMABLE_CHANGES,
+        eval_every=config.run.eval_every or per_epoch, progress=progress,
         find_unused_parameters=arithmetic,  # the GRU-DEQ computes its initial guess without gradients
+        **extra,
     )  # fmt: skip
 
 
@@ -116,7 +118,7 @@ def run_training(
             checkpoint that is not tensors and plain data (CheckpointError), another config on resume
             (ResumeConfigError), or bad data.
     """
-    torch.set_num_threads(config.threads)
+    torch.set_num_threads(config.run.threads)
     settings = toy_settings(config, name, stop_after, progress)
     summary = train(ToyRun(config, Path(data_dir)), settings, Path(output_dir), resume=resume)
     return summary.get("results", {})

@@ -7,12 +7,12 @@ on tiny data; ``--claims synthetic,arithmetic,repeated`` selects groups, the oth
 Trains every run of one table (skipping runs that already have results.json, resuming interrupted ones), then writes
 the table and the figures: synthetic -> DIR/table.md, DIR/figure5.png; arithmetic -> DIR/NAME.md (``--name``,
 default ``table``) and DIR/NAME_residual.png (residual over training of the DEQs / repeated GRU among the runs).
-``key=value`` overrides apply to every run (e.g. ``max_steps=400`` for a reduced budget, ``readout=last`` for the
-length-independent readout).
+``key=value`` overrides apply to every run (e.g. ``optim.max_steps=400``, or ``max_steps=400``, for a reduced budget,
+``model.readout=last`` for the length-independent readout).
 
 Arithmetic options: ``--runs arith-gru,arith-deq`` selects presets (default: all six); ``--variants two,two_biased``
 trains each run on each listed data variant, in DIR/VARIANT/PRESET (without it: DIR/PRESET, trained on the config's
-``variant``, "four" unless overridden); ``--prepare-data`` only generates the data files of those runs and exits
+``data.variant``, "four" unless overridden); ``--prepare-data`` only generates the data files of those runs and exits
 (call it before starting runs in parallel on one data folder).
 """
 
@@ -29,7 +29,7 @@ from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
 
 from .claims import GROUPS, run_claims
-from .configs import ArithmeticConfig, load_config
+from .configs import ArithmeticConfig, config_from_dict, load_config
 from .evaluate import load_task
 from .plots import plot_figure5, plot_residuals
 from .runs import ensure_run as ensure_run_at
@@ -96,19 +96,19 @@ def arithmetic_header(long_length: int = 41) -> str:
     )
 
 
-def arithmetic_row(name: str, res: dict[str, Any], config: dict[str, Any]) -> str:
-    """One Markdown table row from a run's results.json and config.json (accuracy, precision, recall in %).
+def arithmetic_row(name: str, res: dict[str, Any], config: ArithmeticConfig) -> str:
+    """One Markdown table row from a run's results.json and config (accuracy, precision, recall in %).
 
     "test" is the test set of the variant the run was trained on; the next four columns are the accuracies on the
-    test set of every variant; "longer" is the test set of the training variant with ``long_length`` symbols (n/a
-    for the flatten readout); the report's number is that of the same model trained on the same variant."""
-    variant = config.get("variant", "four")
+    test set of every variant; "longer" is the test set of the training variant with ``data.long_length`` symbols
+    (n/a for the flatten readout); the report's number is that of the same model trained on the same variant."""
+    variant = config.data.variant
     test = res[f"test_{variant}"]
     residual = f"{test['residual']:.3g}" if "residual" in test else "-"
     nfe = f"{test['nfe_forward']:.1f}" if "nfe_forward" in test else "-"
     others = " | ".join(_acc(res, f"test_{v}") for v in VARIANT_LABELS)
     return (
-        f"| {ARITHMETIC_LABELS[name]} | {VARIANT_LABELS[variant]} | {config.get('readout', 'flatten')} | "
+        f"| {ARITHMETIC_LABELS[name]} | {VARIANT_LABELS[variant]} | {config.model.readout} | "
         f"{test['acc']:.2f} | {test['precision']:.2f} | {test['recall']:.2f} | {others} | "
         f"{_acc(res, f'test_longer_{variant}')} | {residual} | {nfe} | {REPORT.get(name, {}).get(variant, '-')} |"
     )
@@ -133,10 +133,10 @@ def arithmetic_runs(
     names = _names(runs, ARITHMETIC_RUNS, "arithmetic runs")
     if variants is None:
         return [(name, output_dir, list(overrides)) for name in names]
-    if any(o.split("=", 1)[0].strip() == "variant" for o in overrides):
-        raise UsageError("give the training variants either with --variants or with variant=..., not both.")
+    if any(o.split("=", 1)[0].strip() in ("variant", "data.variant") for o in overrides):
+        raise UsageError("give the training variants either with --variants or with data.variant=..., not both.")
     chosen = _names(variants, list(VARIANT_LABELS), "variants")
-    return [(n, output_dir / v, [*overrides, f"variant={v}"]) for v in chosen for n in names]
+    return [(n, output_dir / v, [*overrides, f"data.variant={v}"]) for v in chosen for n in names]
 
 
 def arithmetic(
@@ -153,13 +153,14 @@ def arithmetic(
     rows, curves, long_length = [], {}, 41
     for preset, folder, run_overrides in selected:
         res = ensure_run(preset, run_overrides, folder, data_dir, progress)
-        config = json.loads((folder / preset / "config.json").read_text())["config"]
-        long_length = config.get("long_length", long_length)
+        config = config_from_dict(json.loads((folder / preset / "config.json").read_text())["config"])
+        assert isinstance(config, ArithmeticConfig)
+        long_length = config.data.long_length
         rows.append(arithmetic_row(preset, res, config))
-        if config["model"] in ("deq", "repeated_gru"):
+        if config.model.name in ("deq", "repeated_gru"):
             label = ARITHMETIC_LABELS[preset]
             if variants is not None:
-                label += f" ({VARIANT_LABELS[config['variant']]})"
+                label += f" ({VARIANT_LABELS[config.data.variant]})"
             curves[label] = read_metrics(folder / preset / "metrics.jsonl")
     if curves:
         plot_residuals(curves, output_dir / f"{name}_residual.png")

@@ -85,13 +85,13 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def profile_steps(task: ArithmeticTask, steps: int = 10, first_step: int = 0) -> StepProfile:
-    """Time ``steps`` training steps of ``task.model`` (in train mode, Adam at the config's lr, the config's
+    """Time ``steps`` training steps of ``task.model`` (in train mode, Adam at the config's optim.lr, the config's
     Jacobian schedule) on the batches of steps first_step, first_step + 1, ...; the model's weights change (use a
     copy of a trained task). Models: every arithmetic model; the cell of the GRU-DEQ and repeated GRU is
     ``model.cell``, the other models have no cell (f_s = 0)."""
     model = task.model
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=task.config.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.config.optim.lr)
     cell = getattr(model, "cell", None)
     step_times, forward_times, calls, nfe_backward = [], [], [], []
     for k in range(steps):

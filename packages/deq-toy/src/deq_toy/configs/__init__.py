@@ -1,21 +1,31 @@
-"""Named presets (frozen dataclasses) for both tasks, and ``key=value`` overrides.
+"""Named presets (frozen dataclasses of sections: ``data``, ``model``, ``deq``, ``optim``, ``run``) for both tasks,
+and ``key=value`` overrides.
 
 ``get_config(name)`` returns a preset; ``load_config(name, overrides)`` also applies overrides through
-:func:`deq_core.train.overrides.apply_overrides`, turning its errors into :class:`~deq_core.train.errors.UsageError`.
+:func:`deq_core.train.overrides.apply_overrides` (a setting's dotted name, ``optim.lr=1e-3``, or its short name when
+one section only has it, ``lr=1e-3``), turning its errors into :class:`~deq_core.train.errors.UsageError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from deq_core.train.deq_config import DEQConfig
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import config_from_dict as stored_config
 
-from .arithmetic import ARITHMETIC_PRESETS, ArithmeticConfig
-from .synthetic import SYNTHETIC_PRESETS, SyntheticConfig
+from .arithmetic import (
+    ARITHMETIC_PRESETS,
+    ArithmeticConfig,
+    ArithmeticDataConfig,
+    ArithmeticModelConfig,
+    ArithmeticOptimConfig,
+)
+from .sections import ToyOptimConfig, ToyRunConfig
+from .synthetic import SYNTHETIC_PRESETS, SyntheticConfig, SyntheticDataConfig, SyntheticModelConfig, SyntheticRunConfig
 
 Config = SyntheticConfig | ArithmeticConfig
 
@@ -31,14 +41,13 @@ def get_config(name: str) -> Config:
 
 
 def load_config(name: str, overrides: Sequence[str] = ()) -> Config:
-    """The preset ``name`` with ``key=value`` overrides applied (checked by type); errors are UsageError."""
+    """The preset ``name`` with ``key=value`` overrides applied (checked by type, then by each section); errors are
+    UsageError."""
     config = get_config(name)
     try:
-        config = apply_overrides(config, list(overrides))
-        config.check()
+        return apply_overrides(config, list(overrides))
     except (TypeError, ValueError) as err:
         raise UsageError(f"bad override for config {name!r}: {err}") from None
-    return config
 
 
 # deq-toy < 0.5 stored its DEQ settings flat, under the report's names: name -> name in the deq section.
@@ -51,12 +60,15 @@ _OLD_NAMES = {
 _OLD_TRAINING_NAMES = {"clip": "grad_clip", "checkpoint_every": "save_every"}
 
 
-def config_from_dict(values: dict[str, object]) -> Config:
-    """Rebuild a config from :func:`dataclasses.asdict` output (e.g. stored in a run's config.json), also in the flat
-    layout of deq-toy < 0.5 (DEQ settings at the top level; ``anderson_m``, ``jacobian_weight``,
-    ``jacobian_probability``, read into the ``deq`` section) and with the training names of deq-toy <= 0.5.0
-    (``clip``, ``checkpoint_every``: now ``grad_clip``, ``save_every``)."""
-    task = values.get("task")
+def config_from_dict(values: Mapping[str, Any]) -> Config:
+    """Rebuild a config from :func:`dataclasses.asdict` output (e.g. stored in a run's config.json; ``data.task``
+    picks the class). Earlier layouts are read too: deq-toy 0.5 (flat fields beside the ``deq`` section, ``model``
+    the model's name: moved into their sections by :func:`deq_core.train.run_config.config_from_dict`), the training
+    names of deq-toy <= 0.5.0 (``clip``, ``checkpoint_every``: now ``optim.grad_clip``, ``run.save_every``) and the
+    flat layout of deq-toy < 0.5 (DEQ settings at the top level; ``anderson_m``, ``jacobian_weight``,
+    ``jacobian_probability``, read into the ``deq`` section)."""
+    data = values.get("data")
+    task = data.get("task") if isinstance(data, Mapping) else values.get("task")
     cls = {"synthetic": SyntheticConfig, "arithmetic": ArithmeticConfig}.get(str(task))
     if cls is None:
         raise UsageError(f"stored config has unknown task {task!r}; expected 'synthetic' or 'arithmetic'.")
@@ -75,8 +87,16 @@ __all__ = [
     "PRESETS",
     "SYNTHETIC_PRESETS",
     "ArithmeticConfig",
+    "ArithmeticDataConfig",
+    "ArithmeticModelConfig",
+    "ArithmeticOptimConfig",
     "Config",
     "SyntheticConfig",
+    "SyntheticDataConfig",
+    "SyntheticModelConfig",
+    "SyntheticRunConfig",
+    "ToyOptimConfig",
+    "ToyRunConfig",
     "config_from_dict",
     "get_config",
     "load_config",

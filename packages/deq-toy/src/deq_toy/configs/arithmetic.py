@@ -5,36 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from deq_core.train.checks import check_at_least, check_choice
 from deq_core.train.deq_config import DEQConfig, deq_section, deq_settings
 from deq_core.train.run_config import replace_config
+from deq_core.train.sections import section
 
-from .checks import check_at_least_one
+from .checks import in_section
+from .sections import ToyOptimConfig, ToyRunConfig
 
 MODELS = ("fc", "gru", "stacked_gru", "repeated_gru", "deq")
 
 
 @dataclass(frozen=True)
-class ArithmeticConfig:
-    """One model trained to predict the sign of 31-symbol expressions.
-
-    Data: files under DATA_DIR (generated when missing), variant ``variant`` for training and validation; the first
-    ``n_train`` / ``n_valid`` / ``n_test`` rows of each file are used. Final evaluation on the test sets of every
-    variant and on ``n_test`` expressions of ``long_length`` symbols (only for models whose readout does not depend
-    on the length).
-    Model: ``model`` with ``hidden`` units; ``readout`` "flatten" (all positions, as in the report) or "last" (the
-    last position, length-independent). ``repeats`` cell applications for repeated_gru. For deq: ``deq``, a
-    :class:`deq_core.train.deq_config.DEQConfig` (the :class:`deq_core.DEQ` layer, built by
-    ``deq_toy.models.arithmetic_deq``): Anderson with m = 6 (``deq.solver_options``) to relative residual
-    ``deq.tol`` in at most ``deq.max_iter`` iterations; ``deq.backward`` "implicit" (the adjoint system solved the same
-    way to ``deq.backward_tol`` in ``deq.backward_max_iter``), "phantom" or "jfb"; ``deq.jac_weight`` > 0 adds the
-    Jacobian regularizer with probability ``deq.jac_prob``.
-    Training: Adam (``lr``), cosine schedule, ``epochs`` epochs of batch ``batch_size`` (``max_steps`` > 0 stops
-    earlier, for a budget), gradient-norm clipping at ``grad_clip``, BCE with logits.
-    """
+class ArithmeticDataConfig:
+    """The arithmetic config's ``data`` section: files under DATA_DIR (generated when missing, from ``data_seed``),
+    variant ``variant`` for training and validation, expressions of ``length`` symbols; the first ``n_train`` /
+    ``n_valid`` / ``n_test`` rows of each file are used. The final evaluation takes the test sets of every variant
+    and, for models whose readout does not depend on the length, ``n_test`` expressions of ``long_length`` symbols.
+    ``task`` names the task ("arithmetic")."""
 
     task: Literal["arithmetic"] = "arithmetic"
-    model: Literal["fc", "gru", "stacked_gru", "repeated_gru", "deq"] = "deq"
-    seed: int = 0
     data_seed: int = 0
     variant: Literal["four", "four_biased", "two", "two_biased"] = "four"
     length: int = 31
@@ -42,49 +32,78 @@ class ArithmeticConfig:
     n_train: int = 50000
     n_valid: int = 5000
     n_test: int = 5000
+
+    def __post_init__(self) -> None:
+        with in_section("data"):
+            check_choice(self, "task", "variant")
+            check_at_least(self, 1, "length", "long_length", "n_train", "n_valid", "n_test")
+            if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
+                raise ValueError(f"length and long_length must be odd and >= 3, got {self.length}, {self.long_length}.")
+
+
+@dataclass(frozen=True)
+class ArithmeticModelConfig:
+    """The arithmetic config's ``model`` section: the model ``name`` with ``hidden`` units; ``readout`` "flatten"
+    (all positions, as in the report) or "last" (the last position, length-independent); ``repeats`` cell
+    applications for repeated_gru."""
+
+    name: Literal["fc", "gru", "stacked_gru", "repeated_gru", "deq"] = "deq"
     hidden: int = 64
     readout: Literal["flatten", "last"] = "flatten"
     repeats: int = 50
+
+    def __post_init__(self) -> None:
+        with in_section("model"):
+            check_choice(self, "name", "readout")
+            check_at_least(self, 1, "hidden", "repeats")
+            if self.name == "fc" and self.readout != "flatten":
+                raise ValueError(
+                    f"readout={self.readout} applies to the GRU models only (model fc flattens its input)."
+                )
+
+
+@dataclass(frozen=True)
+class ArithmeticOptimConfig(ToyOptimConfig):
+    """The arithmetic config's ``optim`` section: :class:`~deq_toy.configs.sections.ToyOptimConfig` plus
+    ``max_steps``: stop after this many optimizer steps (0: after ``epochs``; the schedule spans the steps run)."""
+
+    max_steps: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        with in_section("optim"):
+            check_at_least(self, 0, "max_steps")
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    """One model trained to predict the sign of 31-symbol expressions.
+
+    Sections (a setting's name is its dotted path, ``optim.lr``; a name only one section has may be given alone, and
+    ``model=gru`` sets ``model.name``):
+        data (:class:`ArithmeticDataConfig`): task, data_seed, variant, length, long_length, n_train, n_valid, n_test.
+        model (:class:`ArithmeticModelConfig`): name (fc, gru, stacked_gru, repeated_gru, deq), hidden, readout,
+            repeats.
+        deq (:class:`deq_core.train.deq_config.DEQConfig`, the :class:`deq_core.DEQ` layer of model deq, built by
+            ``deq_toy.models.arithmetic_deq``): Anderson with m = 6 (``deq.solver_options``) to relative residual
+            ``deq.tol`` in at most ``deq.max_iter`` iterations; ``deq.backward`` "implicit" (the adjoint system solved
+            the same way to ``deq.backward_tol`` in ``deq.backward_max_iter``), "phantom" or "jfb";
+            ``deq.jac_weight`` > 0 adds the Jacobian regularizer with probability ``deq.jac_prob``.
+        optim (:class:`ArithmeticOptimConfig`): Adam (``optim.lr``), cosine schedule, ``optim.epochs`` epochs of batch
+            ``optim.batch_size`` (``optim.max_steps`` > 0 stops earlier, for a budget), gradient-norm clipping at
+            ``optim.grad_clip``, BCE with logits.
+        run (:class:`~deq_toy.configs.sections.ToyRunConfig`): seed, threads, logging and checkpoint periods;
+            ``run.eval_every`` = 0 (the default) evaluates once per epoch.
+    """
+
+    data: ArithmeticDataConfig = section(ArithmeticDataConfig)
+    model: ArithmeticModelConfig = section(ArithmeticModelConfig)
     deq: DEQConfig = deq_section(
         solver="anderson", solver_options=("m=6",), max_iter=50, tol=1e-3, backward_solver="anderson",
         backward_options=("m=6",), backward_max_iter=50, backward_tol=1e-3,
     )  # fmt: skip
-    epochs: int = 40
-    max_steps: int = 0
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    log_every: int = 50
-    eval_every: int = 0
-    save_every: int = 500
-    threads: int = 1
-
-    def check(self) -> None:
-        """Raise ValueError for values no run can use."""
-        positive = (
-            "length",
-            "long_length",
-            "n_train",
-            "n_valid",
-            "n_test",
-            "hidden",
-            "repeats",
-            "epochs",
-            "batch_size",
-            "log_every",
-            "save_every",
-            "threads",
-        )
-        check_at_least_one(self, positive)
-        if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
-            raise ValueError(f"length and long_length must be odd and >= 3, got {self.length}, {self.long_length}")
-        if self.lr <= 0 or self.grad_clip <= 0:
-            raise ValueError("lr and grad_clip must be > 0")
-        if self.model == "fc" and self.readout != "flatten":
-            raise ValueError("model=fc always flattens its input; readout=last applies to the GRU models only")
-        if self.max_steps < 0 or self.eval_every < 0:
-            raise ValueError("max_steps and eval_every must be >= 0 (0: off / once per epoch)")
+    optim: ArithmeticOptimConfig = section(ArithmeticOptimConfig, batch_size=64, lr=1e-3, grad_clip=1.0, epochs=40)
+    run: ToyRunConfig = section(ToyRunConfig, log_every=50, eval_every=0, save_every=500, keep_checkpoints=1)
 
 
 _REPORT = ArithmeticConfig()

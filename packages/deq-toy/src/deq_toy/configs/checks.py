@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
-def check_at_least_one(config: object, names: Iterable[str]) -> None:
-    """Raise ValueError naming the first field in ``names`` whose value is below 1 (counts, sizes, intervals)."""
-    for name in names:
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
+@contextmanager
+def in_section(name: str) -> Iterator[None]:
+    """Checks of the config section ``name``: a ValueError raised inside comes back with the section's name before
+    the key (``data.n_train must be ...``), as deq-core's sections report theirs."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"{name}.{error}") from None
 
 
 def check_damping(damping: float) -> None:

@@ -36,24 +36,25 @@ def synthetic_deq(config: SyntheticConfig) -> DEQ:
 
 
 def build_arithmetic_model(config: ArithmeticConfig) -> nn.Module:
-    """The model named by ``config.model`` with the config's sizes and solver settings."""
-    vocab, hidden, length = len(SYMBOLS), config.hidden, config.length
-    if config.model == "fc":
+    """The model named by ``config.model.name`` with the config's sizes and solver settings."""
+    model = config.model
+    vocab, hidden, length, readout = len(SYMBOLS), model.hidden, config.data.length, model.readout
+    if model.name == "fc":
         return FCClassifier(vocab, hidden, length)
-    if config.model == "gru":
-        return GRUClassifier(vocab, hidden, length, config.readout, layers=1)
-    if config.model == "stacked_gru":
-        return GRUClassifier(vocab, hidden, length, config.readout, layers=3)
-    if config.model == "repeated_gru":
-        return RepeatedGRU(vocab, hidden, length, config.readout, repeats=config.repeats)
-    if config.model == "deq":
-        return GRUDEQ(vocab, hidden, length, config.readout, deq=arithmetic_deq(config))
-    raise ValueError(f"unknown model {config.model!r}")
+    if model.name == "gru":
+        return GRUClassifier(vocab, hidden, length, readout, layers=1)
+    if model.name == "stacked_gru":
+        return GRUClassifier(vocab, hidden, length, readout, layers=3)
+    if model.name == "repeated_gru":
+        return RepeatedGRU(vocab, hidden, length, readout, repeats=model.repeats)
+    if model.name == "deq":
+        return GRUDEQ(vocab, hidden, length, readout, deq=arithmetic_deq(config))
+    raise ValueError(f"unknown model {model.name!r}")
 
 
 def build_scalar_model(config: SyntheticConfig) -> ScalarDEQ:
     """The 1D DEQ with the config's width, feedback and DEQ layer (:func:`synthetic_deq`)."""
-    return ScalarDEQ(width=config.width, deq=synthetic_deq(config), feedback=config.feedback)
+    return ScalarDEQ(width=config.model.width, deq=synthetic_deq(config), feedback=config.model.feedback)
 
 
 def any_length(model: nn.Module) -> bool:

@@ -28,31 +28,32 @@ def load_tensors(
     data_dir: Path, config: ArithmeticConfig, variant: str, split: str, n: int, length: int
 ) -> tuple[Tensor, Tensor]:
     """Symbol indices (N, L) and float labels (N,) of the first n rows of a file (generated when missing)."""
-    path = data_file(data_dir, config.data_seed, variant, split, length)
-    data = ensure_split(path, n, length, variant, config.data_seed, split)
+    seed = config.data.data_seed
+    data = ensure_split(data_file(data_dir, seed, variant, split, length), n, length, variant, seed, split)
     return to_indices(data.expressions), torch.tensor(data.labels, dtype=torch.float32)
 
 
 def evaluation_files(config: ArithmeticConfig, longer: bool) -> list[tuple[str, str, int]]:
-    """(result key, variant, length) of every final test set: ``test_{v}`` for each variant v at ``length`` symbols,
-    and with ``longer`` also ``test_longer_{v}`` at ``long_length`` symbols."""
-    files = [(f"test_{v}", v, config.length) for v in VARIANTS]
+    """(result key, variant, length) of every final test set: ``test_{v}`` for each variant v at ``data.length``
+    symbols, and with ``longer`` also ``test_longer_{v}`` at ``data.long_length`` symbols."""
+    files = [(f"test_{v}", v, config.data.length) for v in VARIANTS]
     if longer:
-        files += [(f"test_longer_{v}", v, config.long_length) for v in VARIANTS]
+        files += [(f"test_longer_{v}", v, config.data.long_length) for v in VARIANTS]
     return files
 
 
 def prepare_data(data_dir: Path, config: ArithmeticConfig) -> list[Path]:
     """Generate (when missing) and check every file a run of ``config`` reads: the training and validation files of
-    its variant and the test sets of :func:`evaluation_files` (the longer ones when ``readout`` is "last"). Runs
-    started in parallel on one data folder should call this first, so that no two of them write the same file."""
-    needed = [(config.variant, "train", config.n_train, config.length)]
-    needed.append((config.variant, "valid", config.n_valid, config.length))
-    needed += [(v, "test", config.n_test, n) for _, v, n in evaluation_files(config, config.readout == "last")]
+    its variant and the test sets of :func:`evaluation_files` (the longer ones when ``model.readout`` is "last").
+    Runs started in parallel on one data folder should call this first, so that no two of them write the same file."""
+    data = config.data
+    needed = [(data.variant, "train", data.n_train, data.length)]
+    needed.append((data.variant, "valid", data.n_valid, data.length))
+    needed += [(v, "test", data.n_test, n) for _, v, n in evaluation_files(config, config.model.readout == "last")]
     paths = []
     for variant, split, n, length in needed:
-        path = data_file(data_dir, config.data_seed, variant, split, length)
-        ensure_split(path, n, length, variant, config.data_seed, split)
+        path = data_file(data_dir, data.data_seed, variant, split, length)
+        ensure_split(path, n, length, variant, data.data_seed, split)
         paths.append(path)
     return paths
 
@@ -77,20 +78,21 @@ class ArithmeticTask(ToyTask):
     def __init__(self, config: ArithmeticConfig, data_dir: Path) -> None:
         self.config = config
         self.data_dir = Path(data_dir)
+        data, optim = config.data, config.optim
         self.train_x, self.train_y = load_tensors(
-            self.data_dir, config, config.variant, "train", config.n_train, config.length
+            self.data_dir, config, data.variant, "train", data.n_train, data.length
         )
         self.valid_x, self.valid_y = load_tensors(
-            self.data_dir, config, config.variant, "valid", config.n_valid, config.length
+            self.data_dir, config, data.variant, "valid", data.n_valid, data.length
         )
         self.model = build_arithmetic_model(config)
         self.steps_per_epoch, self.total_steps = step_budget(
-            config.n_train, config.batch_size, config.epochs, config.max_steps
+            data.n_train, optim.batch_size, optim.epochs, optim.max_steps
         )
-        self.eval_every = config.eval_every or self.steps_per_epoch
+        self.eval_every = config.run.eval_every or self.steps_per_epoch
 
     def batch(self, step: int) -> tuple[Tensor, Tensor]:
-        idx = epoch_batch_indices(len(self.train_y), self.config.batch_size, step, self.config.seed)
+        idx = epoch_batch_indices(len(self.train_y), self.config.optim.batch_size, step, self.config.run.seed)
         return one_hot(self.train_x[idx]), self.train_y[idx]
 
     def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
@@ -138,10 +140,10 @@ class ArithmeticTask(ToyTask):
     def evaluation_sets(self) -> dict[str, tuple[Tensor, Tensor]]:
         """The final evaluation sets, whatever variant the model was trained on: ``test_{v}``, the test set of every
         variant v, and, when the model accepts other lengths (readout=last), ``test_longer_{v}``, the test set of
-        every variant with ``long_length`` symbols."""
+        every variant with ``data.long_length`` symbols."""
         cfg = self.config
         return {
-            name: load_tensors(self.data_dir, cfg, variant, "test", cfg.n_test, length)
+            name: load_tensors(self.data_dir, cfg, variant, "test", cfg.data.n_test, length)
             for name, variant, length in evaluation_files(cfg, any_length(self.model))
         }
 
@@ -150,13 +152,13 @@ class ArithmeticTask(ToyTask):
 
         results: dict[str, Any] = {
             "config": "arithmetic",
-            "model": self.config.model,
+            "model": self.config.model.name,
             "jacobian_weight": self.config.deq.jac_weight,
             "valid": self.evaluate(),
         }
         for name, (tokens, labels) in self.evaluation_sets().items():
             results[name] = self.evaluate_tensors(tokens, labels)
         (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        if self.config.model in ("deq", "repeated_gru"):
-            plot_residuals({self.config.model: records}, output_dir / "residual.png")
+        if self.config.model.name in ("deq", "repeated_gru"):
+            plot_residuals({self.config.model.name: records}, output_dir / "residual.png")
         return results

@@ -46,10 +46,10 @@ class ToyTask:
 
 def jacobian_schedule(config: Any) -> JacobianSchedule:
     """The Jacobian schedule of a toy config's ``deq`` section (weight ``deq.jac_weight`` with probability
-    ``deq.jac_prob``); never for the arithmetic models without a DEQ."""
-    if getattr(config, "model", "deq") != "deq":
+    ``deq.jac_prob``, draws seeded by ``run.seed``); never for the arithmetic models without a DEQ."""
+    if getattr(config.model, "name", "deq") != "deq":
         return JacobianSchedule()
-    return config.deq.jacobian_schedule(config.seed)
+    return config.deq.jacobian_schedule(config.run.seed)
 
 
 def step_budget(n_train: int, batch_size: int, epochs: int, max_steps: int = 0) -> tuple[int, int]:

@@ -39,13 +39,15 @@ class SyntheticTask(ToyTask):
 
     def __init__(self, config: SyntheticConfig) -> None:
         self.config = config
-        self.data = make_synthetic(config.n_train, config.n_valid, config.noise_std, config.data_seed)
+        data, optim = config.data, config.optim
+        self.data = make_synthetic(data.n_train, data.n_valid, data.noise_std, data.data_seed)
         self.model = build_scalar_model(config)
-        self.steps_per_epoch, self.total_steps = step_budget(config.n_train, config.batch_size, config.epochs)
-        self.eval_every = config.eval_every
+        self.steps_per_epoch, self.total_steps = step_budget(data.n_train, optim.batch_size, optim.epochs)
+        self.eval_every = config.run.eval_every or self.steps_per_epoch
 
     def batch(self, step: int) -> tuple[Tensor, Tensor]:
-        idx = epoch_batch_indices(self.config.n_train, self.config.batch_size, step, self.config.seed)
+        cfg = self.config
+        idx = epoch_batch_indices(cfg.data.n_train, cfg.optim.batch_size, step, cfg.run.seed)
         return self.data.x_train[idx], self.data.y_train[idx]
 
     def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
@@ -62,13 +64,13 @@ class SyntheticTask(ToyTask):
         return f"mse {mse:.4g} (predicting the mean)"
 
     def evaluate(self) -> dict[str, float]:
-        """Validation MSE of z* (training solver, eval mode) and equilibrium statistics with ``eval_solver``."""
-        cfg, model = self.config, self.model
+        """Validation MSE of z* (training solver, eval mode) and equilibrium statistics with ``run.eval_solver``."""
+        cfg, model, eval_solver = self.config, self.model, self.config.run.eval_solver
         model.eval()
         with torch.no_grad():
             z, info = model(self.data.x_valid)
             mse = float(torch.nn.functional.mse_loss(z, self.data.y_valid))
-        stats = equilibrium_statistics(model, self.data.x_valid, cfg.eval_solver, cfg.deq.max_iter, cfg.deq.tol)
+        stats = equilibrium_statistics(model, self.data.x_valid, eval_solver, cfg.deq.max_iter, cfg.deq.tol)
         train_solver = info.forward.iterations_per_sample
         model.train()
         return {
@@ -78,9 +80,9 @@ class SyntheticTask(ToyTask):
             "residual": float(info.residual.mean()),
             "converged": float(info.converged.float().mean()),
             f"nfe_{cfg.deq.solver}_mean": float(train_solver.float().mean()),
-            f"nfe_{cfg.eval_solver}_mean": float(stats["nfe"].float().mean()),
-            f"nfe_{cfg.eval_solver}_max": float(stats["nfe"].max()),
-            f"converged_{cfg.eval_solver}": float(stats["converged"].float().mean()),
+            f"nfe_{eval_solver}_mean": float(stats["nfe"].float().mean()),
+            f"nfe_{eval_solver}_max": float(stats["nfe"].max()),
+            f"converged_{eval_solver}": float(stats["converged"].float().mean()),
             "dfdz_mean": float(stats["dfdz"].mean()),
             "dfdz_max": float(stats["dfdz"].max()),
         }

@@ -1,0 +1,76 @@
+"""The configs' sections: nothing but sections at the top level, no setting in two sections (so that every short
+name resolves), each section's checks naming its dotted key, short and dotted names alike, and the training
+skeleton's settings of a preset."""
+
+import dataclasses
+
+import pytest
+
+from deq_core.train.errors import UsageError
+from deq_core.train.run_config import flat_dict
+from deq_toy.configs import PRESETS, ArithmeticConfig, SyntheticConfig, load_config
+from deq_toy.loop import RESUMABLE_CHANGES, toy_settings
+
+SECTIONS = ("data", "model", "deq", "optim", "run")
+
+
+@pytest.mark.parametrize("cls", [SyntheticConfig, ArithmeticConfig])
+def test_a_config_is_sections_whose_settings_have_one_section_each(cls):
+    config = cls()
+    assert tuple(f.name for f in dataclasses.fields(config)) == SECTIONS
+    names = [key.partition(".")[2] for key in flat_dict(config)]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert config.data.task == cls.__name__.removesuffix("Config").lower()
+
+
+@pytest.mark.parametrize(
+    ("preset", "override", "message"),
+    [
+        ("synthetic-tiny", "n_train=0", "data.n_train must be a number >= 1, got 0"),
+        ("synthetic-tiny", "noise_std=-0.1", "data.noise_std must be a number >= 0, got -0.1"),
+        ("synthetic-tiny", "width=0", "model.width must be a number >= 1, got 0"),
+        ("synthetic-tiny", "batch_size=0", "optim.batch_size must be a number >= 1, got 0"),
+        ("synthetic-tiny", "log_every=0", "run.log_every must be a number >= 1, got 0"),
+        ("synthetic-tiny", "deq.max_iter=0", "deq.max_iter must be a number >= 1, got 0"),
+        ("arith-deq-tiny", "long_length=40", "data.length and long_length must be odd and >= 3, got 31, 40"),
+        ("arith-deq-tiny", "hidden=0", "model.hidden must be a number >= 1, got 0"),
+        ("arith-deq-tiny", "max_steps=-1", "optim.max_steps must be a number >= 0, got -1"),
+        ("arith-deq-tiny", "grad_clip=-1", "optim.grad_clip must be a number >= 0, got -1.0"),
+        ("arith-deq-tiny", "eval_every=-1", "run.eval_every must be a number >= 0, got -1"),
+    ],
+)
+def test_each_section_checks_its_settings(preset, override, message):
+    with pytest.raises(UsageError, match=r"^bad override for config") as info:
+        load_config(preset, [override])
+    assert message in str(info.value)
+
+
+def test_short_and_dotted_names_set_the_same_setting():
+    short = load_config("arith-deq-tiny", ["lr=2e-3", "model=gru", "variant=two", "threads=2", "max_iter=7"])
+    dotted = ["optim.lr=2e-3", "model.name=gru", "data.variant=two", "run.threads=2", "deq.max_iter=7"]
+    assert short == load_config("arith-deq-tiny", dotted)
+    assert (short.optim.lr, short.model.name, short.data.variant, short.run.threads) == (2e-3, "gru", "two", 2)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_the_skeletons_settings_of_every_preset(name):
+    """As deq-toy 0.5 set them by hand: one checkpoint kept, no clipping for the 1D task, evaluations every
+    ``run.eval_every`` steps or once per epoch (0), a DEQ step only for the DEQ models."""
+    config = PRESETS[name]
+    settings = toy_settings(config, name, None, progress=False)
+    per_epoch = max(config.data.n_train // config.optim.batch_size, 1)
+    assert settings.steps == config.optim.epochs * per_epoch and settings.seed == config.run.seed
+    assert settings.eval_every == (config.run.eval_every or per_epoch) and settings.keep_checkpoints == 1
+    assert (settings.batch_size, settings.grad_clip) == (config.optim.batch_size, config.optim.grad_clip)
+    assert settings.grad_clip == (1.0 if isinstance(config, ArithmeticConfig) else 0.0)
+    assert settings.is_deq == (getattr(config.model, "name", "deq") == "deq") and settings.stop_after == 0
+    assert settings.resumable == RESUMABLE_CHANGES and all(k.startswith("run.") for k in RESUMABLE_CHANGES)
+    assert toy_settings(config, name, 3, progress=False).stop_after == 3
+
+
+def test_eval_every_0_is_once_per_epoch_in_both_tasks():
+    synthetic = load_config("synthetic-tiny", ["eval_every=0"])  # 512 pairs in batches of 128: 4 steps an epoch
+    assert toy_settings(synthetic, "s", None, progress=False).eval_every == 4
+    arithmetic = load_config("arith-deq-tiny", ["eval_every=0", "max_steps=3"])  # 128 rows, batch 32; cut at 3
+    settings = toy_settings(arithmetic, "a", None, progress=False)
+    assert (settings.eval_every, settings.steps) == (4, 3)
