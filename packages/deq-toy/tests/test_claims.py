@@ -2,6 +2,7 @@
 are resumed, and the verdicts follow the thresholds fixed in deq_toy.claims."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,15 @@ def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
     assert first.stat().st_mtime_ns == stamp  # read, not retrained
     assert (out / "claims.md").read_text() == text
+    # As committed (results/claims): run logs without weights. The table is rebuilt as it was, the figure kept.
+    for folder in sorted(out.rglob("checkpoints"), reverse=True):
+        shutil.rmtree(folder)
+    figure = out / "synthetic" / "figure5.png"
+    figure_stamp = figure.stat().st_mtime_ns
+    capsys.readouterr()
+    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
+    assert (out / "claims.md").read_text() == text
+    assert figure.stat().st_mtime_ns == figure_stamp and "figure5.png not redrawn" in capsys.readouterr().out
 
 
 def test_claims_rejects_run_overrides(tmp_path, capsys):
