@@ -140,10 +140,11 @@ class BodyMemory:
 def body_input_width(cfg: Config) -> int:
     """Width of the embedded input the body takes (d_embed, or d_model with the adaptive input), found by building the
     config's embedding on the meta device (no memory)."""
-    vocab = max(cfg.cutoffs, default=0) + 1  # the width does not depend on the vocabulary
+    m = cfg.model
+    vocab = max(m.cutoffs, default=0) + 1  # the width does not depend on the vocabulary
     with torch.device("meta"):
         embedding, _ = build_embedding_and_head(
-            cfg.head, vocab, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val, tie=cfg.tie_weights
+            m.head, vocab, m.d_embed, m.d_model, m.cutoffs, m.div_val, tie=m.tie_weights
         )
     return embedding_width(embedding)
 
@@ -166,7 +167,7 @@ def deq_config(cfg: Config, limit: int | None) -> Config:
 
 def state_width(cfg: Config) -> int:
     """Features per position of the DEQ state z: d_model, or 2 d_model for TrellisNet's [h; c]."""
-    return 2 * cfg.d_model if cfg.model in ("deq_trellisnet", "trellisnet") else cfg.d_model
+    return 2 * cfg.model.d_model if cfg.model.name in ("deq_trellisnet", "trellisnet") else cfg.model.d_model
 
 
 def history_bytes(
@@ -229,12 +230,12 @@ def precomputed_weights(body: nn.Module) -> Iterator[list[Tensor]]:
 
 
 def warm_state(body: nn.Module, cfg: Config, proto: Protocol, control: Control, device: torch.device) -> Any:
-    """The state (memory, or TrellisNet history) after enough earlier segments to fill ``cfg.mem_len`` (at least
+    """The state (memory, or TrellisNet history) after enough earlier segments to fill ``cfg.model.mem_len`` (at least
     one), run under no_grad (a DEQ with at most 2 iterations: only the state's size matters here)."""
     width = body_input_width(cfg)
     state = None
     with torch.no_grad():
-        for _ in range(max(1, math.ceil(cfg.mem_len / proto.tgt_len))):
+        for _ in range(max(1, math.ceil(cfg.model.mem_len / proto.tgt_len))):
             x = torch.randn(proto.batch, proto.tgt_len, width, device=device)
             limit = None if control.max_iter is None else min(control.max_iter, 2)
             state = body(x, state, Control(max_iter=limit)).state
@@ -306,12 +307,12 @@ def measure_solve(body: nn.Module, x: Tensor, state: Any, control: Control) -> i
 def measure_twin(cfg: Config, proto: Protocol, n_layers: int | None = None) -> BodyMemory:
     """One training step of the explicit ``cfg`` (depth ``n_layers`` if given) on ``proto.twin_device``."""
     if n_layers is not None:
-        cfg = dataclasses.replace(cfg, n_layers=n_layers)
+        cfg = replace_config(cfg, {"model.n_layers": n_layers})
     device = proto.twin_device
     body = make_body(cfg, device, proto.seed)
     state = warm_state(body, cfg, proto, Control(), device)
     x = torch.randn(proto.batch, proto.tgt_len, body_input_width(cfg), device=device, requires_grad=True)
-    _, saved, peak = measure_step(body, x, state, Control(), cfg.d_model)
+    _, saved, peak = measure_step(body, x, state, Control(), cfg.model.d_model)
     return BodyMemory(saved=saved, step_peak=peak, params=param_bytes(body))
 
 
@@ -325,7 +326,7 @@ def measure_deq(cfg: Config, proto: Protocol, limit: int | None, jacobian: bool 
     state = warm_state(body, cfg, proto, control, device)
     x = torch.randn(proto.batch, proto.tgt_len, body_input_width(cfg), device=device, requires_grad=True)
     solve_peak = measure_solve(body, x, state, control)
-    out, saved, peak = measure_step(body, x, state, control, cfg.d_model, cfg.deq.jac_weight)
+    out, saved, peak = measure_step(body, x, state, control, cfg.model.d_model, cfg.deq.jac_weight)
     assert out.info is not None
     nfe = (out.info.nfe, out.info.nfe_backward)
     deq: Any = body.deq  # type: ignore[union-attr]
@@ -395,7 +396,7 @@ def sweep_memories(
             continue
         cfg = preset(pair.twin, quick)
         results[pair.twin] = {}
-        for depth in sorted({*depths, cfg.n_layers}):
+        for depth in sorted({*depths, cfg.model.n_layers}):
             lb.note(f"twin {pair.twin} at depth {depth} ...")
             results[pair.twin][depth] = measure_twin(cfg, proto, depth)
     return results

@@ -61,11 +61,11 @@ def make_setup(name: str, overrides: Sequence[str], device: torch.device, seed: 
     task = build_task(cfg)
     torch.manual_seed(seed)
     model = build_model(cfg, task.vocab_size).to(device).train()
-    first = task.train_batch(0, cfg.batch_size)[0].to(device)
-    x, y = (t.to(device) for t in task.train_batch(1, cfg.batch_size))
+    first = task.train_batch(0, cfg.optim.batch_size)[0].to(device)
+    x, y = (t.to(device) for t in task.train_batch(1, cfg.optim.batch_size))
     with torch.no_grad():
         state = model(first).state
-    return Setup(cfg, model, torch.optim.Adam(model.parameters(), lr=cfg.lr), x, y, state)
+    return Setup(cfg, model, torch.optim.Adam(model.parameters(), lr=cfg.optim.lr), x, y, state)
 
 
 def step_fn(s: Setup, timer: StepTimer | None = None) -> Callable[[], None]:
@@ -116,10 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep.add()
     rep.add(
         f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} thread(s); batch "
-        f"{tuple(deq.x.shape)} tokens, memory {cfg.mem_len}; {cfg.deq.solver} {cfg.deq.max_iter} / "
+        f"{tuple(deq.x.shape)} tokens, memory {cfg.model.mem_len}; {cfg.deq.solver} {cfg.deq.max_iter} / "
         f"{cfg.deq.backward_solver} {cfg.deq.backward_max_iter} iterations, tol {cfg.deq.tol:g} / "
         f"{cfg.deq.backward_tol:g}; medians of {steps} steps. "
-        f"Uninstrumented: DEQ {1e3 * t_deq:.0f} ms, twin ({twin.cfg.n_layers} layers) {1e3 * t_twin:.0f} ms per "
+        f"Uninstrumented: DEQ {1e3 * t_deq:.0f} ms, twin ({twin.cfg.model.n_layers} layers) {1e3 * t_twin:.0f} ms per "
         f"step; instrumented DEQ {1e3 * prof.total:.0f} ms."
     )
     rep.add()

@@ -33,7 +33,6 @@ the first two training segments of the pydoc corpus. ``--quick``: one round (und
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -49,6 +48,7 @@ from deq_core import DEQInfo
 from deq_core.train.checkpoints import resolve_checkpoint
 from deq_core.train.devices import add_device_argument
 from deq_core.train.overrides import apply_overrides
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model
 from deq_lm.tasks import Task, build_task
@@ -113,7 +113,7 @@ def fresh_entries(overrides: Sequence[str], seed: int) -> tuple[list[Entry], Tas
         Entry("DEQ", deq, fresh_model(deq, vocab, seed), False, "fresh"),
         Entry("DEQ + JR", jr, jr_model, True, "fresh"),
         Entry("DEQ, JR limits, no term", jr, jr_model, False, "fresh"),
-        Entry(f"TXL {txl.n_layers} layers", txl, fresh_model(txl, vocab, seed), False, "fresh"),
+        Entry(f"TXL {txl.model.n_layers} layers", txl, fresh_model(txl, vocab, seed), False, "fresh"),
     ]
     entries.append(deep_txl(txl, vocab, seed))
     return entries, task
@@ -121,7 +121,7 @@ def fresh_entries(overrides: Sequence[str], seed: int) -> tuple[list[Entry], Tas
 
 def deep_txl(txl: Config, vocab_size: int, seed: int) -> Entry:
     """The 18-layer Transformer-XL of the same width as ``txl``, freshly initialized."""
-    cfg = dataclasses.replace(txl, n_layers=DEEP_TXL_LAYERS)
+    cfg = replace_config(txl, {"model.n_layers": DEEP_TXL_LAYERS})
     return Entry(f"TXL {DEEP_TXL_LAYERS} layers", cfg, fresh_model(cfg, vocab_size, seed), False, "fresh")
 
 
@@ -144,7 +144,7 @@ def run_entries(runs: Sequence[Path], seed: int) -> tuple[list[Entry], Task]:
             entries.append(Entry(f"{run_dir.name}, no term", cfg, model, False, source))
         else:
             entries.append(Entry(run_dir.name, cfg, model, False, source))
-        if cfg.model == "transformer_xl" and txl is None:
+        if cfg.model.name == "transformer_xl" and txl is None:
             txl = cfg
     assert task is not None
     entries.append(deep_txl(txl or get_config(TXL_PRESET), task.vocab_size, seed))
@@ -345,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         entries, task = fresh_entries(args.set, args.seed)
     for e in entries:
         e.model.to(args.device)
-    seg = segments(task, entries[0].cfg.batch_size, args.device)
+    seg = segments(task, entries[0].cfg.optim.batch_size, args.device)
     run_rounds(entries, seg, repeats)
     rep = lb.Report()
     rep.add("## Training and inference time: DEQ-Transformer (with and without JR) vs Transformer-XL")

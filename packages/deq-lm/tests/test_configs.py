@@ -30,13 +30,9 @@ def test_every_paper_preset_has_a_published_result_and_a_tiny_twin():
     assert len(paper) == 13 and set(paper) == set(PAPER_RESULTS)
     for name in paper:
         big, tiny = get_config(name), get_config(f"tiny-{name}")
-        assert (tiny.model, tiny.head, tiny.tie_weights, tiny.pre_ln) == (
-            big.model,
-            big.head,
-            big.tie_weights,
-            big.pre_ln,
-        )
-        assert (tiny.deq.jac_weight > 0) == (big.deq.jac_weight > 0) and tiny.task == big.task == "lm"
+        kind = ("name", "head", "tie_weights", "pre_ln")
+        assert [getattr(tiny.model, k) for k in kind] == [getattr(big.model, k) for k in kind]
+        assert (tiny.deq.jac_weight > 0) == (big.deq.jac_weight > 0) and tiny.data.task == big.data.task == "lm"
 
 
 @pytest.mark.parametrize(
@@ -59,7 +55,9 @@ def test_paper_presets_have_the_published_size(name, published):
 
 def test_presets_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        get_config("tiny-lstm").lr = 1.0  # type: ignore[misc]
+        get_config("tiny-lstm").optim = None  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        get_config("tiny-lstm").optim.lr = 1.0  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
@@ -70,28 +68,40 @@ def test_copy_memory_models_have_the_papers_budget(model, low, high):
     for prefix in ("copy", "copy400"):
         cfg = get_config(f"{prefix}-{model}")
         assert low <= count_parameters(build_model(cfg, 10)) <= high
-    assert get_config(f"copy400-{model}").T == 400 and get_config(f"copy-{model}").T >= 100
+    assert get_config(f"copy400-{model}").data.T == 400 and get_config(f"copy-{model}").data.T >= 100
 
 
 def test_copy_table_models_share_one_budget():
     table = ("copy-deq-transformer", "copy-tcn", "copy-lstm", "copy-gru")
-    budgets = {(c.T, c.steps, c.batch_size, c.lr, c.grad_clip) for n, c in PRESETS.items() if n in table}
+    budgets = {(c.data.T, c.optim) for n, c in PRESETS.items() if n in table}
     assert len(budgets) == 1
 
 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"mem_len": -1}, "mem_len must be a number >= 0"),
-        ({"model": "rnn"}, "model must be one of"),
-        ({"dropout": 1.0}, "dropout must be in [0, 1)"),
-        ({"deq.max_iter_jitter": 20}, "max_iter_jitter must be < max_iter"),
-        ({"d_model": 7, "model": "deq_transformer"}, "d_model must be even"),
-        ({"deq.tol": 0.0}, "tol must be > 0"),
-        ({"deq.jac_prob": 2.0}, "jac_prob must be in [0, 1]"),
-        ({"deq.jac_stop": -1}, "jac_stop must be a number >= 0"),
-        ({"deq.phantom_steps": 0}, "phantom_steps must be a number >= 1"),
-        ({"deq.phantom_damping": 1.5}, "phantom_damping must be in (0, 1]"),
+        ({"mem_len": -1}, "model.mem_len must be a number >= 0"),
+        ({"model": "rnn"}, "model.name must be one of"),
+        ({"model.dropout": 1.0}, "model.dropout must be in [0, 1)"),
+        ({"deq.max_iter_jitter": 20}, "deq.max_iter_jitter must be < max_iter"),
+        ({"d_model": 7, "model": "deq_transformer"}, "model.d_model must be even"),
+        ({"cutoffs": (4, 2)}, "model.cutoffs must be strictly increasing"),
+        ({"cutoffs": (4,)}, "model.cutoffs (4,) need head=adaptive"),
+        ({"deq.tol": 0.0}, "deq.tol must be > 0"),
+        ({"deq.jac_prob": 2.0}, "deq.jac_prob must be in [0, 1]"),
+        ({"deq.jac_stop": -1}, "deq.jac_stop must be a number >= 0"),
+        ({"deq.phantom_steps": 0}, "deq.phantom_steps must be a number >= 1"),
+        ({"deq.phantom_damping": 1.5}, "deq.phantom_damping must be in (0, 1]"),
+        ({"T": 0}, "data.T must be a number >= 1"),
+        ({"data.task": "translation"}, "data.task must be one of ['copy_memory', 'lm']"),
+        ({"corpus": ""}, "data.corpus must be a name"),
+        ({"tokenizer": "sentencepiece"}, "data.vocab_size must be >= 3 for the sentencepiece tokenizer"),
+        ({"optim.steps": 0}, "optim.steps must be a number >= 1"),
+        ({"warmup_steps": -1}, "optim.warmup_steps must be a number >= 0"),
+        ({"lr": 0.0}, "optim.lr must be > 0"),
+        ({"run.eval_every": -1}, "run.eval_every must be a number >= 0"),
+        ({"mixed_precision": "fp8"}, "run.mixed_precision must be one of"),
+        ({"tie_weights": True}, "data.task=copy_memory uses model.head=linear without model.tie_weights"),
     ],
 )
 def test_bad_values_raise_with_the_key(changes, message):
@@ -104,7 +114,7 @@ def test_main_job_is_the_deq_transformer_on_copy_memory():
 
     assert build_parser().parse_args([]).config == MAIN_JOB
     cfg = get_config(MAIN_JOB)
-    assert cfg.model == "deq_transformer" and cfg.task == "copy_memory" and cfg.T >= 100
+    assert cfg.model.name == "deq_transformer" and cfg.data.task == "copy_memory" and cfg.data.T >= 100
 
 
 def test_unknown_preset_lists_the_valid_ones():

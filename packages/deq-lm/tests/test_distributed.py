@@ -1,7 +1,6 @@
 """Two CPU processes under ``accelerate launch`` join (gloo) and compute the same gradients as one process with the
 same global batch."""
 
-import dataclasses
 import subprocess
 import sys
 
@@ -57,7 +56,7 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path):
         {"steps": 1, "save_grads_at": 1, "batch_size": 8, "dropout": 0.0, "deq.jac_weight": 0.0},
     )
     train(cfg, tmp_path / "full")
-    train(dataclasses.replace(cfg, grad_accum=4), tmp_path / "accum")
+    train(replace_config(cfg, {"optim.grad_accum": 4}), tmp_path / "accum")
     a = load_file(str(tmp_path / "full" / "grads_step1.safetensors"))
     b = load_file(str(tmp_path / "accum" / "grads_step1.safetensors"))
     for name in a:
@@ -81,9 +80,10 @@ def test_two_process_language_model_run_carries_each_process_memory(tmp_path):
     proc = subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "2 process(es)" in proc.stdout and "final (step 1)" in proc.stdout
-    cfg = dataclasses.replace(
-        get_config("tiny-lm-deq-transformer"), data_dir=str(corpus), steps=1, save_grads_at=1, dropout=0.0,
-        eval_every=1,
+    cfg = replace_config(
+        get_config("tiny-lm-deq-transformer"),
+        {"data.data_dir": str(corpus), "optim.steps": 1, "run.save_grads_at": 1, "model.dropout": 0.0,
+         "run.eval_every": 1},
     )  # fmt: skip
     train(cfg, tmp_path / "one")
     g2 = load_file(str(tmp_path / "two" / "grads_step1.safetensors"))

@@ -1,7 +1,5 @@
 """The DEQ's z* is the limit of its weight-tied network; dropout masks stay fixed within a solve."""
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -15,7 +13,7 @@ def _deq(name: str, **changes):
     cfg = replace_config(get_config(name), {"deq.eval_max_iter": 400, "deq.eval_tol": 1e-10, **changes})
     torch.manual_seed(0)
     model = build_model(cfg, 10).double().eval()
-    if cfg.model == "deq_transformer":
+    if cfg.model.name == "deq_transformer":
         strengthen_injection(model.body.cell, factor=30.0)
     return model
 
@@ -63,10 +61,8 @@ def test_deq_transformer_with_memory_equals_unrolled_limit():
 def test_explicit_tied_transformer_is_the_deq_cell_unrolled():
     """transformer_tied with n_layers = L computes exactly L applications of the DEQ-Transformer cell."""
     tied_cfg = get_config("tiny-transformer-tied")
-    deq_cfg = dataclasses.replace(
-        get_config("tiny-deq-transformer"),
-        **{k: getattr(tied_cfg, k) for k in ("d_model", "n_heads", "d_head", "d_ff")},
-    )
+    sizes = {f"model.{k}": getattr(tied_cfg.model, k) for k in ("d_model", "n_heads", "d_head", "d_ff")}
+    deq_cfg = replace_config(get_config("tiny-deq-transformer"), sizes)
     torch.manual_seed(0)
     tied = build_model(tied_cfg, 10).eval()
     deq = build_model(deq_cfg, 10).eval()
@@ -75,17 +71,17 @@ def test_explicit_tied_transformer_is_the_deq_cell_unrolled():
     x = torch.randint(0, 10, (2, 10))
     with torch.no_grad():
         a = tied(x).logits
-        b = deq(x, unroll=tied_cfg.n_layers).logits
+        b = deq(x, unroll=tied_cfg.model.n_layers).logits
     assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_variational_dropout_masks_fixed_within_a_solve():
-    cfg = dataclasses.replace(get_config("tiny-deq-transformer"), dropout=0.3)
+    cfg = replace_config(get_config("tiny-deq-transformer"), {"model.dropout": 0.3})
     torch.manual_seed(0)
     model = build_model(cfg, 10).train()
     cell = model.body.cell
     x = model.embed(torch.randint(0, 10, (2, 9)))
-    z = torch.randn(2, 9, cfg.d_model)
+    z = torch.randn(2, 9, cfg.model.d_model)
     with torch.no_grad():
         ctx = cell.setup(x, None)
         first, again = cell.f(z, ctx), cell.f(z, ctx)
@@ -94,6 +90,6 @@ def test_variational_dropout_masks_fixed_within_a_solve():
     assert torch.equal(first, again)
     assert not torch.allclose(first, other)
     mask = cell.block.drop_ff.mask
-    assert mask.shape == (2, 1, cfg.d_model)  # shared over positions
+    assert mask.shape == (2, 1, cfg.model.d_model)  # shared over positions
     values = mask.unique()
     assert len(values) == 2 and values[0] == 0.0 and abs(float(values[1]) - 1 / 0.7) < 1e-6

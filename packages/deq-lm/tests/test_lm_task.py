@@ -1,7 +1,6 @@
 """Language modeling end to end: the task's ordered batches and state carrying, the CLI on a tiny corpus written
 here, resume with memory, the pydoc corpus, and the errors for a missing or malformed corpus."""
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,6 +11,7 @@ import torch
 from conftest import run_module, write_tiny_corpus
 from deq_core.train.checkpoints import safe_load
 from deq_core.train.metrics import read_metrics
+from deq_core.train.run_config import replace_config
 from deq_lm.configs import get_config
 from deq_lm.data import CorpusError, OrderedLMBatches
 from deq_lm.data.pydoc_corpus import paragraphs, pydoc_splits, tokenize_line
@@ -26,7 +26,8 @@ def corpus_dir(tmp_path):
 
 
 def _lm_config(name: str, corpus_dir: Path, **changes):
-    return dataclasses.replace(get_config(name), data_dir=str(corpus_dir), **changes)
+    """The preset with the corpus folder and ``changes`` (short names: each is in one section only)."""
+    return replace_config(get_config(name), {"data.data_dir": str(corpus_dir), **changes})
 
 
 def test_train_batches_are_ordered_segments_split_over_processes(corpus_dir):
@@ -62,8 +63,8 @@ def test_segmented_evaluation_with_memory_equals_one_pass(corpus_dir, float64):
     the memory gives exactly the NLL of one pass over each whole column."""
     cfg = _lm_config("tiny-lm-transformer-xl", corpus_dir, mem_len=400, dropout=0.0)
     torch.manual_seed(0)
-    segmented = LanguageModelTask.from_config(dataclasses.replace(cfg, eval_tgt_len=8))
-    one_pass = LanguageModelTask.from_config(dataclasses.replace(cfg, eval_tgt_len=10_000))
+    segmented = LanguageModelTask.from_config(replace_config(cfg, {"data.eval_tgt_len": 8}))
+    one_pass = LanguageModelTask.from_config(replace_config(cfg, {"data.eval_tgt_len": 10_000}))
     model = build_model(cfg, segmented.vocab_size).eval()
     columns = OrderedLMBatches.from_ids(segmented.corpus.valid, 2, 8)
     assert len(columns) > 3 and columns.length <= 400
@@ -72,8 +73,8 @@ def test_segmented_evaluation_with_memory_equals_one_pass(corpus_dir, float64):
     assert a["ppl"] == pytest.approx(b["ppl"], rel=1e-9)
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-9)
     # Without memory the segments lose their context: the NLL changes.
-    no_memory = LanguageModelTask.from_config(dataclasses.replace(cfg, eval_tgt_len=8))
-    model_no_mem = build_model(dataclasses.replace(cfg, mem_len=0), segmented.vocab_size).eval()
+    no_memory = LanguageModelTask.from_config(replace_config(cfg, {"data.eval_tgt_len": 8}))
+    model_no_mem = build_model(replace_config(cfg, {"model.mem_len": 0}), segmented.vocab_size).eval()
     model_no_mem.load_state_dict(model.state_dict())
     c = no_memory.evaluate(model_no_mem, "valid", torch.device("cpu"))
     assert abs(c["loss"] - a["loss"]) > 1e-6
@@ -114,7 +115,7 @@ def test_cli_lowers_validation_perplexity_and_writes_metrics(tmp_path, corpus_di
 def test_resume_carries_the_memory_and_gives_the_same_losses(tmp_path, corpus_dir):
     cfg = _lm_config("tiny-lm-deq-transformer", corpus_dir, steps=10, eval_every=5, dropout=0.1, grad_accum=2)
     train(cfg, tmp_path / "full", name="full")
-    train(dataclasses.replace(cfg, stop_after=6), tmp_path / "cut", name="cut")
+    train(replace_config(cfg, {"run.stop_after": 6}), tmp_path / "cut", name="cut")
     memory = safe_load(tmp_path / "cut" / "checkpoints" / "step_0000006" / "memory_rank0.pt")
     assert len(memory) == 2 and memory[0].shape == (2, 8, 8)  # one memory per micro-batch (its 2 rows)
     train(cfg, tmp_path / "cut", name="cut", resume=True)
@@ -165,7 +166,7 @@ def test_sentencepiece_flags_reach_the_config(tmp_path, corpus_dir):
     code = main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus_dir), "--tokenizer", "sentencepiece",
                  "--vocab-size", "20", "--output-dir", str(out), "steps=2"])  # fmt: skip
     assert code == 0
-    saved = json.loads((out / "config.json").read_text())["config"]
+    saved = json.loads((out / "config.json").read_text())["config"]["data"]
     assert (saved["tokenizer"], saved["vocab_size"], saved["data_dir"]) == ("sentencepiece", 20, str(corpus_dir))
     assert list((corpus_dir / ".deq_lm_cache").glob("*-sentencepiece-*.model"))
 
@@ -174,7 +175,8 @@ def test_sentencepiece_without_vocab_size_is_a_config_error(tmp_path, capsys, co
     with pytest.raises(SystemExit) as exit_info:
         main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus_dir), "--tokenizer", "sentencepiece",
               "--output-dir", str(tmp_path / "r")])  # fmt: skip
-    assert exit_info.value.code == 2 and "needs vocab_size >= 3" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "data.vocab_size must be >= 3 for the sentencepiece tokenizer" in err
 
 
 def test_pydoc_corpus_written_by_concurrent_processes(tmp_path):

@@ -13,7 +13,7 @@ def test_a_few_steps_lower_the_loss(name):
     cfg = get_config(f"tiny-{name.replace('_', '-')}")
     torch.manual_seed(0)
     model = build_model(cfg, 10).train()
-    x, y = copy_memory_batch(16, cfg.T, torch.Generator().manual_seed(0))
+    x, y = copy_memory_batch(16, cfg.data.T, torch.Generator().manual_seed(0))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 
     def loss_now() -> float:
@@ -37,7 +37,7 @@ def test_deq_training_features_reach_the_layer(mode):
     cfg = get_config("tiny-deq-transformer")
     torch.manual_seed(0)
     model = build_model(cfg, 10).train()
-    x, y = copy_memory_batch(4, cfg.T, torch.Generator().manual_seed(0))
+    x, y = copy_memory_batch(4, cfg.data.T, torch.Generator().manual_seed(0))
     if mode == "unroll":
         out = model(x, unroll=3)
         assert out.info.mode == "unrolled" and out.info.nfe == 3

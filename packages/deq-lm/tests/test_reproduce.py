@@ -16,7 +16,7 @@ import torch
 from deq_core.train.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.run_config import ResumeConfigError
+from deq_core.train.run_config import ResumeConfigError, replace_config
 from deq_lm import lm_claims as lc
 from deq_lm import reproduce
 from deq_lm.configs import get_config
@@ -48,11 +48,12 @@ def test_presets_have_equal_non_embedding_parameters_and_tokens(quick):
     deq, txl, tied = (body_parameters(p, quick) for p in (reproduce.DEQ, reproduce.TXL, reproduce.TIED))
     assert abs(deq - txl) <= lc.PARAM_TOLERANCE * txl
     assert tied == deq
-    tokens = {p: (c.steps, c.batch_size, c.tgt_len) for p in reproduce.PRESETS
+    tokens = {p: (c.optim.steps, c.optim.batch_size, c.data.tgt_len) for p in reproduce.PRESETS
               for c in [reproduce.run_config(p, 0, Path("unused"), quick)]}  # fmt: skip
     assert len(set(tokens.values())) == 1
     full = get_config(reproduce.DEQ)
-    assert full.steps * full.batch_size * full.tgt_len >= 2 * 1_000_000  # >= 2 passes over a >= 1M-token corpus
+    tokens = full.optim.steps * full.optim.batch_size * full.data.tgt_len
+    assert tokens >= 2 * 1_000_000  # >= 2 passes over a >= 1M-token corpus
     assert len(reproduce.JR) >= 4
 
 
@@ -115,7 +116,7 @@ def test_printed_command_builds_the_same_config(quick, tmp_path):
         assert words[:4] == ["OMP_NUM_THREADS=1", "python", "-m", "deq_lm.train"]
         overrides = [w for w in words if "=" in w and not w.startswith("OMP")]
         cfg = apply_overrides(get_config(words[words.index("--config") + 1]), overrides)
-        cfg = dataclasses.replace(cfg, data_dir=words[words.index("--data-dir") + 1])
+        cfg = replace_config(cfg, {"data.data_dir": words[words.index("--data-dir") + 1]})
         assert cfg == reproduce.run_config(preset, 1, tmp_path / "corpus", quick)
         assert words[words.index("--output-dir") + 1] == str(reproduce.run_dir(tmp_path, preset, 1))
 
@@ -124,20 +125,20 @@ def test_interrupted_run_is_resumed_and_a_finished_one_read(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     cfg = reproduce.run_config(reproduce.TXL, 0, corpus, quick=True)
     folder = tmp_path / "run"
-    train(dataclasses.replace(cfg, stop_after=12), folder, name="interrupted")
+    train(replace_config(cfg, {"run.stop_after": 12}), folder, name="interrupted")
     assert not reproduce.finished(folder, cfg)
     with pytest.raises(RuntimeError, match="stopped before step 24"):
-        reproduce.ensure_run(dataclasses.replace(cfg, stop_after=18), folder, "interrupted again")
+        reproduce.ensure_run(replace_config(cfg, {"run.stop_after": 18}), folder, "interrupted again")
     reproduce.ensure_run(cfg, folder, "resumed")
     records = read_metrics(folder / "metrics.jsonl")
     train_steps = [r["step"] for r in records if r["split"] == "train"]
-    assert train_steps == sorted(set(train_steps)) and train_steps[-1] == cfg.steps
-    assert [r["step"] for r in records if r["split"] == "test"] == [cfg.steps]
+    assert train_steps == sorted(set(train_steps)) and train_steps[-1] == cfg.optim.steps
+    assert [r["step"] for r in records if r["split"] == "test"] == [cfg.optim.steps]
     before = (folder / "metrics.jsonl").read_text()
     reproduce.ensure_run(cfg, folder, "read")
     assert (folder / "metrics.jsonl").read_text() == before
-    with pytest.raises(ResumeConfigError, match="n_layers"):  # a finished run of another config is not read
-        reproduce.ensure_run(dataclasses.replace(cfg, n_layers=3), folder, "other")
+    with pytest.raises(ResumeConfigError, match="model.n_layers"):  # a finished run of another config is not read
+        reproduce.ensure_run(replace_config(cfg, {"model.n_layers": 3}), folder, "other")
 
 
 def test_quick_claims_pipeline(tmp_path, capsys):
@@ -208,7 +209,7 @@ def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, c
         folder = reproduce.run_dir(out, preset, 0)
         reproduce.ensure_run(reproduce.run_config(preset, 0, corpus, True), folder, preset)
     interrupted = reproduce.run_config(reproduce.TIED, 0, corpus, True)
-    train(dataclasses.replace(interrupted, stop_after=12), reproduce.run_dir(out, reproduce.TIED, 0), name="tied")
+    train(replace_config(interrupted, {"run.stop_after": 12}), reproduce.run_dir(out, reproduce.TIED, 0), name="tied")
     capsys.readouterr()
     assert reproduce.main(argv) == 0
     assert "finished run found" not in capsys.readouterr().out

@@ -78,7 +78,8 @@ def test_resume_with_another_data_dir_keeps_the_config_and_records_the_change(tm
     assert main([*ARGS, "--data-dir", str(moved), "--output-dir", str(out), "--resume"]) == 0
     after = json.loads((out / "config.json").read_text())
     assert after["config"] == saved["config"]
-    assert after["resumed"] == [{"step": 3, "changes": {"stop_after": [3, 0], "data_dir": [corpus[1], str(moved)]}}]
+    changes = {"run.stop_after": [3, 0], "data.data_dir": [corpus[1], str(moved)]}
+    assert after["resumed"] == [{"step": 3, "changes": changes}]
 
 
 def test_a_half_written_metrics_line_and_an_interrupted_save_do_not_stop_a_resume(

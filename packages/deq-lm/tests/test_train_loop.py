@@ -1,6 +1,5 @@
 """The training loop: CLI runs on tiny settings, resume after an interruption, evaluation, config errors."""
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def test_cli_tiny_deq_run_writes_metrics_checkpoint_and_plot(tmp_path):
     assert [r["step"] for r in valid] == [4, 8] and valid[-1]["loss"] < train_records[0]["loss"]
     assert [r["split"] for r in records].count("test") == 1
     assert (out / "training.png").stat().st_size > 1000
-    assert json.loads((out / "config.json").read_text())["config"]["grad_accum"] == 2
+    assert json.loads((out / "config.json").read_text())["config"]["optim"]["grad_accum"] == 2
     assert len(list((out / "checkpoints").iterdir())) == 1
 
     proc = run_module("deq_lm.evaluate", "--checkpoint", str(out), "--max-iters", "1,4", "--tols", "1e-2", cwd=tmp_path)
@@ -59,7 +58,7 @@ def test_cli_tiny_deq_run_writes_metrics_checkpoint_and_plot(tmp_path):
 
 @pytest.mark.parametrize("config", ["tiny-lstm", "tiny-deq-trellisnet", "tiny-transformer-xl"])
 def test_loop_lowers_the_loss_of_other_models(tmp_path, config):
-    summary = train(dataclasses.replace(get_config(config), steps=10), tmp_path / "r", name=config)
+    summary = train(replace_config(get_config(config), {"optim.steps": 10}), tmp_path / "r", name=config)
     losses = _train_losses(tmp_path / "r")
     assert losses[10] < 0.95 * losses[1]
     assert summary["test_loss"] < losses[1]
@@ -72,7 +71,7 @@ def test_resume_after_interruption_gives_the_same_losses(tmp_path):
                "deq.pretrain_steps": 3, "eval_every": 2}  # fmt: skip
     cfg = replace_config(get_config("tiny-deq-transformer"), changes)
     full = train(cfg, tmp_path / "full", name="full")
-    stopped = train(dataclasses.replace(cfg, stop_after=5), tmp_path / "cut", name="cut")
+    stopped = train(replace_config(cfg, {"run.stop_after": 5}), tmp_path / "cut", name="cut")
     assert stopped["step"] == 5
     assert max(_train_losses(tmp_path / "cut")) == 5
     assert (tmp_path / "cut" / "checkpoints" / "step_0000005" / "memory_rank0.pt").is_file()
@@ -85,22 +84,29 @@ def test_resume_after_interruption_gives_the_same_losses(tmp_path):
 
 
 def test_resume_refuses_a_different_model(tmp_path):
-    cfg = dataclasses.replace(get_config("tiny-gru"), steps=2)
+    cfg = replace_config(get_config("tiny-gru"), {"optim.steps": 2})
     train(cfg, tmp_path / "r")
-    with pytest.raises(ValueError, match="d_model: 12 -> 16"):
-        train(dataclasses.replace(cfg, d_model=16), tmp_path / "r", resume=True)
+    with pytest.raises(ValueError, match="model.d_model: 12 -> 16"):
+        train(replace_config(cfg, {"model.d_model": 16}), tmp_path / "r", resume=True)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--config", "nope"], "unknown config 'nope'; valid configs: copy-deq-transformer"),
-        (["--config", "tiny-lstm", "colour=red"], "unknown config key 'colour'; valid keys: task, T,"),
+        (["--config", "tiny-lstm", "colour=red"], "unknown config key 'colour'; sections: data, model, deq, optim, "),
+        (["--config", "tiny-lstm", "lrr=0.1"], "unknown config key 'lrr' (did you mean optim.lr?)"),
+        (["--config", "tiny-lstm", "model.colour=red"], "unknown config section 'model' key 'colour'; valid keys: "),
+        (["--config", "tiny-lstm", "optim=3"], "'optim' is a config section: set one of its keys, optim.batch_size="),
         (["--config", "tiny-lstm", "steps=ten"], "'steps=ten': Value 'ten' of type 'str' could not be"),
-        (["--config", "tiny-lstm", "mem_len=-1"], "mem_len must be a number >= 0, got -1"),
+        (["--config", "tiny-lstm", "mem_len=-1"], "model.mem_len must be a number >= 0, got -1"),
+        (["--config", "tiny-lstm", "data.T=0"], "data.T must be a number >= 1, got 0"),
+        (["--config", "tiny-lstm", "min_lr_ratio=2"], "optim.min_lr_ratio must be in [0, 1], got 2.0"),
+        (["--config", "tiny-lstm", "run.log_every=0"], "run.log_every must be a number >= 1, got 0"),
         (["--config", "tiny-lstm", "model=rnn"], "'model=rnn': Invalid value 'rnn', expected one of"),
         (["--config", "tiny-lstm", "deq.solver=newton"], "solver: unknown solver 'newton'; choose one of ['anderson'"),
-        (["--config", "tiny-lstm", "batch_size=9", "grad_accum=2"], "batch_size (9) must be divisible by grad_accum"),
+        (["--config", "tiny-lstm", "batch_size=9", "grad_accum=2"], "optim.batch_size (9) must be divisible by"),
+        (["--config", "tiny-lstm", "head=adaptive"], "data.task=copy_memory uses model.head=linear without model.tie"),
         (["--config", "tiny-lstm", "steps"], "not of the form key=value"),
     ],
 )
@@ -108,13 +114,14 @@ def test_config_errors_are_clear(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--output-dir", str(tmp_path / "r")])
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
 
 
 def test_cli_config_error_exits_2_with_the_message(tmp_path):
     proc = run_module("deq_lm.train", "--config", "tiny-lstm", "mem_len=-1", cwd=tmp_path)
-    assert proc.returncode == 2 and "mem_len must be a number >= 0, got -1" in proc.stderr
+    assert proc.returncode == 2 and "model.mem_len must be a number >= 0, got -1" in proc.stderr
 
 
 def test_evaluate_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
@@ -130,5 +137,5 @@ def test_cli_resume_with_changed_settings_is_a_clear_error(tmp_path, capsys):
         main(["--config", "tiny-gru", "--output-dir", str(out), "steps=3", "--resume"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "--resume with a different config than the run in" in err and "steps: 2 -> 3" in err
+    assert "--resume with a different config than the run in" in err and "optim.steps: 2 -> 3" in err
     assert "another --output-dir" in err

@@ -7,7 +7,6 @@ Reports the loss and the task metric, and for DEQ models sweeps the inference it
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ import torch
 from safetensors.torch import load_model as load_safetensors
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
-from deq_core.train.run_config import load_config
+from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
 from .models import SequenceModel, build_model
@@ -32,7 +31,7 @@ def load_model(checkpoint: Path, data_dir: Path | None = None) -> tuple[Config, 
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
     _, cfg = load_config(run_dir, Config)
     if data_dir is not None:
-        cfg = dataclasses.replace(cfg, data_dir=str(data_dir))
+        cfg = replace_config(cfg, {"data.data_dir": str(data_dir)})
     weights = checkpoint_weights(folder)
     task = build_task(cfg)
     model = build_model(cfg, task.vocab_size)

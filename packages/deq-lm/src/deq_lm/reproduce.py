@@ -73,7 +73,7 @@ _QUICK_FFN = {TXL: 32, TIED: 240}  # the DEQ cells (DEQ, tied, JR): 240 wide, 10
 
 def run_config(preset: str, seed: int, data_dir: Path, quick: bool) -> Config:
     """The config of one run: the preset, its seed and corpus folder (and the --quick sizes)."""
-    cfg = dataclasses.replace(get_config(preset), seed=seed, data_dir=str(data_dir))
+    cfg = replace_config(get_config(preset), {"run.seed": seed, "data.data_dir": str(data_dir)})
     if quick:
         changes = dict(_QUICK, d_ff=_QUICK_FFN.get(preset, _QUICK_FFN[TIED]))
         if not cfg.is_deq:
@@ -90,7 +90,7 @@ def train_command(output_dir: Path, preset: str, seed: int, data_dir: Path, quic
     """The shell command that trains (or resumes) one run exactly as ``claims`` would."""
     cfg, base = run_config(preset, seed, data_dir, quick), get_config(preset)
     base_settings = flat_dict(base)
-    changed = {k: v for k, v in flat_dict(cfg).items() if k != "data_dir" and v != base_settings[k]}
+    changed = {k: v for k, v in flat_dict(cfg).items() if k != "data.data_dir" and v != base_settings[k]}
     words = ["python", "-m", "deq_lm.train", "--config", preset, "--data-dir", str(data_dir), "--output-dir",
              str(run_dir(output_dir, preset, seed)), "--threads", "1"]  # fmt: skip
     if latest_complete_checkpoint(run_dir(output_dir, preset, seed)) is not None:
@@ -106,8 +106,9 @@ def _value(value: object) -> str:
 
 
 def finished(folder: Path, cfg: Config) -> bool:
-    """Whether ``folder`` holds a run that trained all ``cfg.steps`` and logged its test evaluation."""
-    return any(r.get("split") == "test" and r.get("step") == cfg.steps for r in read_metrics(folder / "metrics.jsonl"))
+    """Whether ``folder`` holds a run that trained all ``cfg.optim.steps`` and logged its test evaluation."""
+    steps = cfg.optim.steps
+    return any(r.get("split") == "test" and r.get("step") == steps for r in read_metrics(folder / "metrics.jsonl"))
 
 
 def ensure_run(cfg: Config, folder: Path, name: str) -> None:
@@ -119,20 +120,21 @@ def ensure_run(cfg: Config, folder: Path, name: str) -> None:
         return
     train(cfg, folder, name=name, resume=latest_complete_checkpoint(folder) is not None)
     if not finished(folder, cfg):
-        raise RuntimeError(f"{name} in {folder} stopped before step {cfg.steps}; rerun to resume it.")
+        raise RuntimeError(f"{name} in {folder} stopped before step {cfg.optim.steps}; rerun to resume it.")
 
 
 def saved_activation_bytes(model: SequenceModel, task: Task, cfg: Config) -> int:
     """Bytes of activations the body saves for backward in one training step (second training segment, after the
     memory of the first; tensors whose first dim is the batch: parameters and weights derived from them excluded)."""
     model.train()
-    x, _ = task.train_batch(0, cfg.batch_size)
+    batch_size = cfg.optim.batch_size
+    x, _ = task.train_batch(0, batch_size)
     with torch.no_grad():
         state = model(x).state
-    x2, _ = task.train_batch(1, cfg.batch_size)
+    x2, _ = task.train_batch(1, batch_size)
     embedded = model.embed(x2).detach()
     _, saved = saved_tensor_bytes(
-        lambda: model.body(embedded, state).hidden, exclude=[*model.parameters(), embedded], batch_size=cfg.batch_size
+        lambda: model.body(embedded, state).hidden, exclude=[*model.parameters(), embedded], batch_size=batch_size
     )
     return saved
 
@@ -148,7 +150,7 @@ def test_record(folder: Path) -> dict[str, float]:
 def fresh_model(cfg: Config, task: Task) -> SequenceModel:
     """A model of ``cfg`` with its seed's initial weights (parameter counts and saved activations do not depend on the
     weights, so a finished run needs no checkpoint for them)."""
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     return build_model(cfg, task.vocab_size)
 
 
@@ -163,7 +165,7 @@ def measure(preset: str, cfgs: Sequence[Config], folders: Sequence[Path], task: 
         nfe=tuple(float(t.get("nfe_forward", 0.0)) for t in tests),
         params=count_parameters(model.body),
         saved_bytes=saved_activation_bytes(model, task, cfgs[0]),
-        layers=1 if cfgs[0].model.startswith("deq_") else cfgs[0].n_layers,  # tracked layer applications per step
+        layers=1 if cfgs[0].is_deq else cfgs[0].model.n_layers,  # tracked layer applications per step
         valid_ppl=tuple(float(r["ppl"]) for r in read_metrics(folders[0] / "metrics.jsonl") if r["split"] == "valid"),
     )
 
@@ -205,7 +207,7 @@ def step_times(
         if cfg.deq.jac_weight > 0:
             entries[label + "+term"] = TimedEntry(label + "+term", cfg, model, jacobian=True)
     cfg = next(iter(configs.values()))
-    first, second = task.train_batch(0, cfg.batch_size), task.train_batch(1, cfg.batch_size)
+    first, second = task.train_batch(0, cfg.optim.batch_size), task.train_batch(1, cfg.optim.batch_size)
     time_training_steps(list(entries.values()), first, second, repeats)
     times = {}
     for label in models:
@@ -228,7 +230,7 @@ def step_record(folder: Path, cfg: Config, reference: Config, task: Task, repeat
         return lc.StepTime(**json.loads(path.read_text())["step"])
     if latest_complete_checkpoint(folder) is None:
         return None
-    _, _, model, _ = load_model(folder, Path(cfg.data_dir))
+    _, _, model, _ = load_model(folder, Path(cfg.data.data_dir))
     times = step_times({"run": model, "reference": fresh_model(reference, task)}, {"run": cfg, "reference": reference},
                        task, repeats)  # fmt: skip
     run, ref = times["run"], times["reference"]
@@ -319,7 +321,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
         if record is not None:
             times[measured[preset].label] = record
     command = "python -m deq_lm.reproduce " + " ".join(shlex.quote(a) for a in args.argv)
-    tokens = configs[DEQ][0].batch_size * configs[DEQ][0].tgt_len
+    tokens = configs[DEQ][0].optim.batch_size * configs[DEQ][0].data.tgt_len
     deq, settings = measured[DEQ], [measured[p] for p in JR if p in available]
     results = []
     for twin, claim_pair in ((TXL, (lc.PPL_VS_TXL, lc.MEMORY_VS_TXL)), (TIED, (lc.PPL_VS_TIED, lc.MEMORY_VS_TIED))):
@@ -370,14 +372,16 @@ def plan(args: argparse.Namespace, data_dir: Path) -> str:
     task = build_task(configs[DEQ])
     models = {}
     for preset, cfg in configs.items():
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.run.seed)
         models[preset] = build_model(cfg, task.vocab_size)
     times = step_times(models, configs, task, TIMING_REPEATS[args.quick] + 2)
     rows = []
     for preset, cfg in configs.items():
         t = times[preset]
-        rows.append([preset, f"{count_parameters(models[preset].body):,}", cfg.steps * cfg.batch_size * cfg.tgt_len,
-                     f"{t.cpu:.3f}", f"{t.wall:.3f}", f"{t.cpu * cfg.steps / 60:.1f}"])  # fmt: skip
+        steps = cfg.optim.steps
+        tokens = steps * cfg.optim.batch_size * cfg.data.tgt_len
+        rows.append([preset, f"{count_parameters(models[preset].body):,}", tokens, f"{t.cpu:.3f}", f"{t.wall:.3f}",
+                     f"{t.cpu * steps / 60:.1f}"])  # fmt: skip
     header = ["preset", "non-embedding params", "training tokens", "CPU s / step (at the limits)", "wall s / step",
               "training CPU min (no evaluations)"]  # fmt: skip
     return markdown_table(header, rows)

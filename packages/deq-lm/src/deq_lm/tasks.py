@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from .configs.config import Config
+from .configs.config import Config, DataConfig
 from .data import (
     UNK,
     Corpus,
@@ -114,7 +114,7 @@ class CopyMemoryTask:
 
     @classmethod
     def from_config(cls, cfg: Config) -> CopyMemoryTask:
-        return cls(T=cfg.T, seed=cfg.seed, n_valid=cfg.n_valid, n_test=cfg.n_test)
+        return cls(T=cfg.data.T, seed=cfg.run.seed, n_valid=cfg.data.n_valid, n_test=cfg.data.n_test)
 
     @property
     def vocab_size(self) -> int:
@@ -195,24 +195,26 @@ class LanguageModelTask:
 
     @classmethod
     def from_config(cls, cfg: Config) -> LanguageModelTask:
-        """Find the corpus (``cfg.data_dir``, the Hugging Face cache, or for ``corpus=pydoc`` Python's documentation
-        written to the cache directory), tokenize it or read the cached encoding."""
-        data_dir = Path(cfg.data_dir).expanduser() if cfg.data_dir else None
-        if cfg.cache_dir:
-            cache_dir = Path(cfg.cache_dir).expanduser()
+        """Find the corpus (``cfg.data.data_dir``, the Hugging Face cache, or for ``corpus=pydoc`` Python's
+        documentation written to the cache directory), tokenize it or read the cached encoding."""
+        data = cfg.data
+        data_dir = Path(data.data_dir).expanduser() if data.data_dir else None
+        if data.cache_dir:
+            cache_dir = Path(data.cache_dir).expanduser()
         elif data_dir is not None:
             cache_dir = data_dir / ".deq_lm_cache"
         else:
             cache_dir = Path("~/.cache/deq_lm").expanduser()
-        if data_dir is None and cfg.corpus == "pydoc":  # rewritten each time (~0.1 s): never a stale text
+        if data_dir is None and data.corpus == "pydoc":  # rewritten each time (~0.1 s): never a stale text
             data_dir = write_pydoc_corpus(cache_dir / "pydoc-text")
-        if data_dir is None and cfg.corpus == "pythondocs":  # from the installed python3.11-doc package
+        if data_dir is None and data.corpus == "pythondocs":  # from the installed python3.11-doc package
             data_dir = write_pythondocs_corpus(cache_dir / "pythondocs-text")
-        source = corpus_source(cfg.corpus, data_dir)
-        vocab_size = cfg.vocab_size or None
-        corpus = load_corpus(source, cache_dir, cfg.tokenizer, vocab_size=vocab_size, min_freq=cfg.min_freq)
-        task = cls(corpus, cfg.tgt_len, cfg.eval_tgt_len or cfg.tgt_len, cfg.eval_batch_size, _where(source, cfg))
-        task.check_sizes(cfg.batch_size)
+        source = corpus_source(data.corpus, data_dir)
+        vocab_size = data.vocab_size or None
+        corpus = load_corpus(source, cache_dir, data.tokenizer, vocab_size=vocab_size, min_freq=data.min_freq)
+        eval_tgt_len = data.eval_tgt_len or data.tgt_len
+        task = cls(corpus, data.tgt_len, eval_tgt_len, data.eval_batch_size, _where(source, data))
+        task.check_sizes(cfg.optim.batch_size)
         return task
 
     def check_sizes(self, batch_size: int) -> None:
@@ -324,21 +326,21 @@ class LanguageModelTask:
         return {**result, **(solver.means() if solver.count else {})}
 
 
-def _where(source: CorpusSource, cfg: Config) -> str:
+def _where(source: CorpusSource, data: DataConfig) -> str:
     """What the text of ``source`` is, for messages: the directory, or the Hugging Face corpus."""
     if isinstance(source, TextDirSource):
-        lowered = f", lowercased as corpus={cfg.corpus} asks" if source.lower else ""
-        return f"{'pydoc ' if cfg.corpus == 'pydoc' and not cfg.data_dir else ''}text in {source.path}{lowered}"
+        lowered = f", lowercased as corpus={data.corpus} asks" if source.lower else ""
+        return f"{'pydoc ' if data.corpus == 'pydoc' and not data.data_dir else ''}text in {source.path}{lowered}"
     return f"{source.label} from the Hugging Face cache"
 
 
 def build_task(cfg: Config) -> CopyMemoryTask | LanguageModelTask:
-    """The task named by ``cfg.task``."""
-    if cfg.task == "copy_memory":
+    """The task named by ``cfg.data.task``."""
+    if cfg.data.task == "copy_memory":
         return CopyMemoryTask.from_config(cfg)
-    if cfg.task == "lm":
+    if cfg.data.task == "lm":
         return LanguageModelTask.from_config(cfg)
-    raise ValueError(f"unknown task {cfg.task!r}")  # unreachable: Config checks the name
+    raise ValueError(f"unknown task {cfg.data.task!r}")  # unreachable: DataConfig checks the name
 
 
 __all__ = ["CopyMemoryTask", "LanguageModelTask", "Task", "build_task"]

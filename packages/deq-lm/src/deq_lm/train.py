@@ -8,7 +8,6 @@ the DEQ-Transformer on copy memory at a CPU-sized horizon (config ``copy-deq-tra
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,7 +21,9 @@ from torch import Tensor, nn
 
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
+from deq_core.train.run_config import replace_config
 from deq_core.train.schedules import cosine_lr_factor
+from deq_core.train.sections import train_settings
 from deq_core.train.task import Forward, Parts, StepPlan, TrainSettings
 from deq_core.train.task import Task as SkeletonTask
 from deq_core.train.trainer import train as run_skeleton
@@ -32,10 +33,10 @@ from .models import SequenceModel, build_model
 from .tasks import Task, build_task
 
 MAIN_JOB = "copy-deq-transformer-quick"
-# Settings that may change when a run is resumed (they do not change what is computed).
+# Settings that may change when a run is resumed (they do not change what is computed), by dotted name.
 RESUMABLE_CHANGES = frozenset(
-    {"stop_after", "save_grads_at", "eval_every", "log_every", "save_every", "keep_checkpoints", "n_test", "data_dir",
-     "cache_dir"}
+    {"run.stop_after", "run.save_grads_at", "run.eval_every", "run.log_every", "run.save_every",
+     "run.keep_checkpoints", "data.n_test", "data.data_dir", "data.cache_dir"}
 )  # fmt: skip
 
 
@@ -77,23 +78,24 @@ class SequenceTask(SkeletonTask):
         cfg = self.cfg
         with accelerator.main_process_first():  # the main process tokenizes a corpus once; the others read its cache
             self._task = build_task(cfg)
-        self.throughput = ("tokens", cfg.batch_size * self.task.seq_len)
+        optim = cfg.optim
+        self.throughput = ("tokens", optim.batch_size * self.task.seq_len)
         model = build_model(cfg, self.task.vocab_size)
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: cosine_lr_factor(s, cfg.steps, cfg.warmup_steps, cfg.min_lr_ratio)
+            optimizer, lambda s: cosine_lr_factor(s, optim.steps, optim.warmup_steps, optim.min_lr_ratio)
         )
         return Parts(model, optimizer, scheduler)
 
     def train_batches(self, start: int, accelerator: Accelerator) -> Iterator[tuple[Tensor, Tensor]]:
         rank, world = accelerator.process_index, accelerator.num_processes
         for step in itertools.count(start):
-            yield self.task.train_batch(step, self.cfg.batch_size, rank, world)
+            yield self.task.train_batch(step, self.cfg.optim.batch_size, rank, world)
 
     def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
         x, y = batch
         task = self.task
-        fresh = not task.stateful or task.starts_stream(plan.step, self.cfg.batch_size) or self.memory is None
+        fresh = not task.stateful or task.starts_stream(plan.step, self.cfg.optim.batch_size) or self.memory is None
         if plan.micro == 0 and fresh:
             self.memory = [None] * plan.micro_batches  # one state per micro-batch (its own rows)
         assert self.memory is not None
@@ -107,8 +109,8 @@ class SequenceTask(SkeletonTask):
         return self.task.evaluate(model, split, accelerator.device)  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        cfg = self.cfg
-        return f"{cfg.model}, {self.task.describe()}, batches of {cfg.batch_size} x {self.task.seq_len} tokens"
+        batch = f"batches of {self.cfg.optim.batch_size} x {self.task.seq_len} tokens"
+        return f"{self.cfg.model.name}, {self.task.describe()}, {batch}"
 
     def baseline(self) -> str:
         return self.task.baseline()
@@ -124,15 +126,9 @@ class SequenceTask(SkeletonTask):
 
 
 def lm_settings(cfg: Config, name: str) -> TrainSettings:
-    """The training skeleton's settings of a deq-lm config."""
-    return TrainSettings(
-        name=name, config=cfg, steps=cfg.steps, seed=cfg.seed, resumable=RESUMABLE_CHANGES, batch_size=cfg.batch_size,
-        grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, mixed_precision=cfg.mixed_precision,
-        log_every=cfg.log_every, eval_every=cfg.eval_every, save_every=cfg.save_every,
-        keep_checkpoints=cfg.keep_checkpoints, stop_after=cfg.stop_after, save_grads_at=cfg.save_grads_at,
-        is_deq=cfg.is_deq, max_iter=cfg.deq.max_iter, max_iter_jitter=cfg.deq.max_iter_jitter,
-        pretrain=cfg.deq.pretrain_schedule(), jacobian=cfg.deq.jacobian_schedule(cfg.seed),
-    )  # fmt: skip
+    """The training skeleton's settings of a deq-lm config (from its ``run``, ``optim`` and ``deq`` sections:
+    :func:`deq_core.train.sections.train_settings`)."""
+    return train_settings(cfg, name, cfg.optim.steps, cfg.is_deq, resumable=RESUMABLE_CHANGES)
 
 
 def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = False) -> dict[str, Any]:
@@ -149,21 +145,21 @@ def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = Fa
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m deq_lm.train",
-        description="Train a deq-lm model. Settings: --config NAME, then key=value overrides of its fields.",
+        description="Train a deq-lm model. Settings: --config NAME, then key=value overrides of its settings.",
     )
     parser.add_argument(
         "--config", default=MAIN_JOB, help=f"preset name (default {MAIN_JOB}); one of: {', '.join(PRESETS)}"
     )
     parser.add_argument(
         "--data-dir", type=Path, default=None,
-        help="language modeling: a directory with train.txt, valid.txt, test.txt (sets data_dir; default: the "
+        help="language modeling: a directory with train.txt, valid.txt, test.txt (sets data.data_dir; default: the "
         "corpus from the local Hugging Face cache). Copy memory generates its data.",
     )  # fmt: skip
     parser.add_argument(
-        "--tokenizer", choices=["word", "sentencepiece"], default=None, help="language modeling: sets tokenizer"
+        "--tokenizer", choices=["word", "sentencepiece"], default=None, help="language modeling: sets data.tokenizer"
     )
     parser.add_argument(
-        "--vocab-size", type=int, default=None, help="language modeling: sets vocab_size (SentencePiece pieces)"
+        "--vocab-size", type=int, default=None, help="language modeling: sets data.vocab_size (SentencePiece pieces)"
     )
     parser.add_argument("--output-dir", type=Path, default=None, help="run directory (default runs/CONFIG)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
@@ -174,7 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch threads per process (default: torch's choice); 1 is often "
         "fastest for the small copy-memory models on a busy machine",
     )
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. steps=200 lr=3e-4 T=100")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value",
+        help="e.g. optim.steps=200 optim.lr=3e-4 data.T=100 deq.max_iter=12 (a key only one section has may omit "
+        "the section: steps=200; model=gru sets model.name)",
+    )  # fmt: skip
     return parser
 
 
@@ -183,9 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = apply_overrides(get_config(args.config), args.overrides)
-        flags = {"data_dir": args.data_dir, "tokenizer": args.tokenizer, "vocab_size": args.vocab_size}
-        changes = {key: str(value) if key == "data_dir" else value for key, value in flags.items() if value is not None}
-        cfg = dataclasses.replace(cfg, **changes)
+        data_dir = None if args.data_dir is None else str(args.data_dir)
+        flags = {"data.data_dir": data_dir, "data.tokenizer": args.tokenizer, "data.vocab_size": args.vocab_size}
+        cfg = replace_config(cfg, {key: value for key, value in flags.items() if value is not None})
     except ValueError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     if args.threads > 0:

@@ -1,18 +1,24 @@
-"""One frozen dataclass holds every setting of a run: task, model, DEQ solver, DEQ training features, optimizer.
+"""One frozen dataclass of sections holds every setting of a run: ``data`` (task, corpus, tokenizer, segments),
+``model`` (which network and its sizes), ``deq`` (DEQ solvers and DEQ training features), ``optim`` (Adam and its
+schedule), ``run`` (seed, precision, logging and checkpoint periods).
 
-Change a preset on the command line with ``key=value`` (``deq_core.train.overrides.apply_overrides``); every value is
-checked here, in ``__post_init__``, with a message that names the key and the valid choices.
+A setting's name is its dotted path: ``optim.lr=3e-4`` on the command line
+(``deq_core.train.overrides.apply_overrides``), ``cfg.optim.lr`` in Python. No name is in two sections, so the short
+name works too (``lr=3e-4``), and ``model=gru`` sets ``model.name``. Each section checks its own values when built,
+with messages that name the dotted key (``data.T must be ...``); :class:`Config` checks what spans sections.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from deq_core.train.checks import check_at_least, check_choice, check_fraction, check_training
+from deq_core.train.checks import check_at_least, check_choice, check_fraction
 from deq_core.train.deq_config import DEQConfig, deq_section
+from deq_core.train.sections import OptimConfig, RunConfig, section
 
 ModelName = Literal[
     "deq_transformer", "deq_trellisnet", "transformer_xl", "transformer_tied", "trellisnet", "lstm", "gru", "tcn"
@@ -24,51 +30,35 @@ TaskName = Literal["copy_memory", "lm"]
 HeadName = Literal["linear", "adaptive"]
 
 
-@dataclass(frozen=True)
-class Config:
-    """Settings of a run. Sizes are in units (widths), positions (lengths) or optimizer steps.
+def _checked(name: str, check: Callable[[Any], None], section_value: Any) -> None:
+    """Run ``check``; its ValueError comes back with the section's name before the key (``data.T must be ...``)."""
+    try:
+        check(section_value)
+    except ValueError as error:
+        raise ValueError(f"{name}.{error}") from None
 
-    Task:
-        task: "copy_memory" or "lm" (word-level language modeling).
-        T: copy-memory horizon; sequences have T + 20 positions.
-        n_valid, n_test: copy memory: sizes of the fixed evaluation sets.
-    Language modeling (task "lm"):
-        corpus: "ptb", "wikitext-103", "wikitext-103-raw" (found in the local Hugging Face cache unless data_dir is
-            set), or any name for a directory given by data_dir (PTB is lowercased).
-        data_dir: directory with train.txt, valid.txt, test.txt ("": the Hugging Face cache). cache_dir: where the
-            tokenized splits are cached ("": DATA_DIR/.deq_lm_cache, or ~/.cache/deq_lm for Hugging Face corpora).
-        tokenizer: "word" (the papers) or "sentencepiece". vocab_size: sentencepiece pieces (required), or word level
-            the most frequent words kept (0: all). min_freq: rarer training words become <unk>.
-        tgt_len: positions per training segment; eval_tgt_len: per evaluation segment (0: tgt_len);
-            eval_batch_size: columns of the evaluation stream. Memory (mem_len) and TrellisNet history are carried
-            from one segment to the next in training and in evaluation.
-        head: "linear" softmax or "adaptive" input + softmax (cutoffs, div_val); tie_weights: the softmax shares the
-            input embedding (and, adaptive, its projections).
-    Model:
-        model: one of MODELS. d_embed: embedding width. d_model: transformer width, or hidden width of
-        TrellisNet / LSTM / GRU / TCN. n_heads, d_head, d_ff: attention heads, head width, FFN width.
-        n_layers: depth of the explicit networks (Transformer-XL layers, unrolled cell steps, RNN layers, TCN levels).
-        mem_len: memory (past states) carried across segments. kernel, dilation: TrellisNet / TCN convolutions.
-        pre_ln: pre-LayerNorm transformer blocks. weight_norm: on the cells' linear maps. dropout: variational
-        dropout in the cells (ordinary dropout in the TCN).
-    DEQ (``deq``, a :class:`deq_core.train.deq_config.DEQConfig`; ``deq.max_iter=12`` on the command line):
-        the DEQ models' solvers, limits, backward mode ("implicit", "phantom", "jfb"), evaluation limits, jittered
-        training limit, unrolled pretraining and Jacobian regularization; it builds their layer
-        (``deq_lm.models.build_deq``). Defaults here: Anderson both ways, limits 20 / 20, tol 1e-3 / 1e-4.
-    Training:
-        steps: optimizer steps. batch_size: global batch (over processes and accumulation). grad_accum: micro-batches
-        per step. lr, warmup_steps, min_lr_ratio: Adam with linear warmup, then cosine decay to lr * min_lr_ratio.
-        weight_decay, grad_clip (0: off), mixed_precision ("no", "fp16", "bf16"). eval_every, log_every,
-        save_every (0: only at the end), keep_checkpoints: steps between evaluations / log lines / checkpoints.
-        seed. stop_after: stop after this step as if interrupted (0: never; for resume tests).
-        save_grads_at: write the synchronized gradients of this step to OUTPUT_DIR (0: never; for tests).
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The ``data`` section: the task and its data.
+
+    task: "copy_memory" or "lm" (word-level language modeling).
+    Copy memory: T: the horizon (sequences have T + 20 positions); n_valid, n_test: sizes of the fixed evaluation sets.
+    Language modeling: corpus: "ptb", "wikitext-103", "wikitext-103-raw" (found in the local Hugging Face cache unless
+    data_dir is set), "pydoc" / "pythondocs" (written offline from Python's documentation), or any name for a
+    directory given by data_dir (PTB is lowercased). data_dir: directory with train.txt, valid.txt, test.txt ("": the
+    Hugging Face cache). cache_dir: where the tokenized splits are cached ("": DATA_DIR/.deq_lm_cache, or
+    ~/.cache/deq_lm for Hugging Face corpora). tokenizer: "word" (the papers) or "sentencepiece". vocab_size:
+    sentencepiece pieces (required), or word level the most frequent words kept (0: all). min_freq: rarer training
+    words become <unk>. tgt_len: positions per training segment; eval_tgt_len: per evaluation segment (0: tgt_len);
+    eval_batch_size: columns of the evaluation stream. Memory (model.mem_len) and TrellisNet history are carried from
+    one segment to the next in training and in evaluation.
     """
 
     task: TaskName = "copy_memory"
     T: int = 100
     n_valid: int = 256
     n_test: int = 1000
-
     corpus: str = "ptb"
     data_dir: str = ""
     cache_dir: str = ""
@@ -78,12 +68,25 @@ class Config:
     tgt_len: int = 150
     eval_tgt_len: int = 0
     eval_batch_size: int = 10
-    head: HeadName = "linear"
-    tie_weights: bool = False
-    cutoffs: tuple[int, ...] = ()
-    div_val: int = 1
 
-    model: ModelName = "deq_transformer"
+    def __post_init__(self) -> None:
+        _checked("data", _check_data, self)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The ``model`` section: the network and its sizes.
+
+    name: one of MODELS (``model=gru`` on the command line sets it). d_embed: embedding width. d_model: transformer
+    width, or hidden width of TrellisNet / LSTM / GRU / TCN. n_heads, d_head, d_ff: attention heads, head width, FFN
+    width. n_layers: depth of the explicit networks (Transformer-XL layers, unrolled cell steps, RNN layers, TCN
+    levels). mem_len: memory (past states) carried across segments. kernel, dilation: TrellisNet / TCN convolutions.
+    pre_ln: pre-LayerNorm transformer blocks. weight_norm: on the cells' linear maps. dropout: variational dropout in
+    the cells (ordinary dropout in the TCN). head: "linear" softmax or "adaptive" input + softmax (cutoffs, div_val);
+    tie_weights: the softmax shares the input embedding (and, adaptive, its projections).
+    """
+
+    name: ModelName = "deq_transformer"
     d_embed: int = 16
     d_model: int = 16
     n_heads: int = 2
@@ -96,64 +99,107 @@ class Config:
     pre_ln: bool = False
     weight_norm: bool = True
     dropout: float = 0.0
+    head: HeadName = "linear"
+    tie_weights: bool = False
+    cutoffs: tuple[int, ...] = ()
+    div_val: int = 1
 
+    def __post_init__(self) -> None:
+        _checked("model", _check_model, self)
+
+
+@dataclass(frozen=True)
+class LMOptimConfig(OptimConfig):
+    """The ``optim`` section: deq-core's :class:`~deq_core.train.sections.OptimConfig` (batch_size, grad_accum, lr,
+    weight_decay, grad_clip) and the schedule: Adam for ``steps`` optimizer steps, linear warmup over
+    ``warmup_steps``, then cosine decay to lr * ``min_lr_ratio``."""
+
+    steps: int = 1000
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _checked("optim", _check_schedule, self)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of a run, in sections. Sizes are in units (widths), positions (lengths) or optimizer steps.
+
+    data: :class:`DataConfig` (task, copy-memory horizon, corpus, tokenizer, segment lengths).
+    model: :class:`ModelConfig` (``model.name``, one of MODELS, and its sizes, head and tying).
+    deq: :class:`deq_core.train.deq_config.DEQConfig`: the DEQ models' solvers, limits, backward mode ("implicit",
+        "phantom", "jfb"), evaluation limits, jittered training limit, unrolled pretraining and Jacobian
+        regularization; it builds their layer (``deq_lm.models.build_deq``). Defaults here: Anderson both ways,
+        limits 20 / 20, tol 1e-3 / 1e-4.
+    optim: :class:`LMOptimConfig` (batch, accumulation, Adam's lr and weight decay, clipping, steps, warmup, cosine
+        decay). Defaults here: grad_clip 1.0.
+    run: :class:`deq_core.train.sections.RunConfig` (seed, mixed precision, periods of log lines, evaluations and
+        checkpoints; ``run.eval_every=0``: evaluate at the last step only). Defaults here: eval_every 200.
+    """
+
+    data: DataConfig = section(DataConfig)
+    model: ModelConfig = section(ModelConfig)
     deq: DEQConfig = deq_section(
         solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson", backward_max_iter=20, backward_tol=1e-4
     )
-
-    steps: int = 1000
-    batch_size: int = 32
-    grad_accum: int = 1
-    lr: float = 1e-3
-    warmup_steps: int = 50
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
-    eval_every: int = 200
-    log_every: int = 10
-    save_every: int = 0
-    keep_checkpoints: int = 2
-    seed: int = 0
-    stop_after: int = 0
-    save_grads_at: int = 0
+    optim: LMOptimConfig = section(LMOptimConfig, grad_clip=1.0)
+    run: RunConfig = section(RunConfig, eval_every=200)
 
     def __post_init__(self) -> None:
         check_config(self)
 
     @property
     def is_deq(self) -> bool:
-        return self.model in DEQ_MODELS
+        """Whether the model is a DEQ (it takes the ``deq`` section's settings)."""
+        return self.model.name in DEQ_MODELS
 
     @property
     def seq_len(self) -> int:
         """Positions per training sequence (segment)."""
-        return self.tgt_len if self.task == "lm" else self.T + 20
+        return self.data.tgt_len if self.data.task == "lm" else self.data.T + 20
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
-def check_config(cfg: Config) -> None:
-    """Raise ValueError naming the key and the valid values for any setting out of range."""
-    check_training(cfg)  # optimizer steps, batch, periods, learning rate (the deq section checks itself)
-    check_choice(cfg, "task", "model", "tokenizer", "head")
-    check_at_least(cfg, 1, "T", "n_valid", "n_test", "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers")
-    check_at_least(cfg, 1, "kernel", "dilation", "min_freq", "tgt_len", "eval_batch_size", "div_val")
-    check_at_least(cfg, 0, "mem_len", "save_grads_at", "vocab_size", "eval_tgt_len")
-    check_fraction(cfg, "dropout", closed=False)
-    check_fraction(cfg, "min_lr_ratio")
-    if not cfg.corpus:
+def _check_data(data: DataConfig) -> None:
+    check_choice(data, "task", "tokenizer")
+    check_at_least(data, 1, "T", "n_valid", "n_test", "min_freq", "tgt_len", "eval_batch_size")
+    check_at_least(data, 0, "vocab_size", "eval_tgt_len")
+    if not data.corpus:
         raise ValueError("corpus must be a name, e.g. ptb, wikitext-103 or the name of your --data-dir corpus.")
-    if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 3:
+    if data.tokenizer == "sentencepiece" and data.vocab_size < 3:
         raise ValueError(
-            f"the sentencepiece tokenizer needs vocab_size >= 3 (e.g. vocab_size=8000), got {cfg.vocab_size}."
+            f"vocab_size must be >= 3 for the sentencepiece tokenizer (e.g. vocab_size=8000), got {data.vocab_size}."
         )
-    if list(cfg.cutoffs) != sorted(set(cfg.cutoffs)) or any(c < 1 for c in cfg.cutoffs):
-        raise ValueError(f"cutoffs must be strictly increasing positive token ids, got {cfg.cutoffs}.")
-    if cfg.cutoffs and cfg.head != "adaptive":
-        raise ValueError(f"cutoffs {cfg.cutoffs} need head=adaptive (the linear head has one cluster).")
-    if cfg.task == "copy_memory" and (cfg.head != "linear" or cfg.tie_weights):
-        raise ValueError("copy memory uses head=linear without tie_weights (its 10 symbols need no adaptive softmax).")
-    if cfg.model in TRANSFORMERS and cfg.d_model % 2:
-        raise ValueError(f"d_model must be even for transformer models (sinusoidal positions), got {cfg.d_model}.")
+
+
+def _check_model(model: ModelConfig) -> None:
+    check_choice(model, "name", "head")
+    check_at_least(model, 1, "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers", "kernel", "dilation")
+    check_at_least(model, 1, "div_val")
+    check_at_least(model, 0, "mem_len")
+    check_fraction(model, "dropout", closed=False)
+    if list(model.cutoffs) != sorted(set(model.cutoffs)) or any(c < 1 for c in model.cutoffs):
+        raise ValueError(f"cutoffs must be strictly increasing positive token ids, got {model.cutoffs}.")
+    if model.cutoffs and model.head != "adaptive":
+        raise ValueError(f"cutoffs {model.cutoffs} need head=adaptive (the linear head has one cluster).")
+    if model.name in TRANSFORMERS and model.d_model % 2:
+        raise ValueError(f"d_model must be even for transformer models (sinusoidal positions), got {model.d_model}.")
+
+
+def _check_schedule(optim: LMOptimConfig) -> None:
+    check_at_least(optim, 1, "steps")
+    check_at_least(optim, 0, "warmup_steps")
+    check_fraction(optim, "min_lr_ratio")
+
+
+def check_config(cfg: Config) -> None:
+    """Raise ValueError for settings of different sections that do not go together (each section checks its own)."""
+    if cfg.data.task == "copy_memory" and (cfg.model.head != "linear" or cfg.model.tie_weights):
+        raise ValueError(
+            "data.task=copy_memory uses model.head=linear without model.tie_weights (its 10 symbols need no adaptive "
+            "softmax)."
+        )

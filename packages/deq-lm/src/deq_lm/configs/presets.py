@@ -207,24 +207,26 @@ PAPER_RESULTS: dict[str, str] = {
 def _tiny_twin(paper: Config) -> Config:
     """The CPU-test-sized version of a paper preset: same model kind, head, tying, LayerNorm placement, solvers and
     Jacobian schedule, tiny widths and budget (for a corpus of a few dozen words)."""
+    model = paper.model
     changes: dict[str, object] = dict(
-        _TINY_LM_BUDGET, data_dir="", d_model=8, n_heads=2, d_head=4, d_ff=16, n_layers=min(paper.n_layers, 3),
-        mem_len=min(paper.mem_len, 8), cutoffs=(4, 8) if paper.head == "adaptive" else (),
-        dropout=min(paper.dropout, 0.1), weight_decay=0.0, grad_clip=1.0, save_every=0,
+        _TINY_LM_BUDGET, data_dir="", d_model=8, n_heads=2, d_head=4, d_ff=16, n_layers=min(model.n_layers, 3),
+        mem_len=min(model.mem_len, 8), cutoffs=(4, 8) if model.head == "adaptive" else (),
+        dropout=min(model.dropout, 0.1), weight_decay=0.0, grad_clip=1.0, save_every=0,
         **deq_settings(
             eval_max_iter=None, pretrain_steps=min(paper.deq.pretrain_steps, 2), pretrain_depth=2,
             jac_every=min(paper.deq.jac_every, 4), max_iter_jitter=min(paper.deq.max_iter_jitter, 2),
         ),
     )  # fmt: skip
-    if paper.model in ("deq_trellisnet", "trellisnet"):
+    if model.name in ("deq_trellisnet", "trellisnet"):
         changes["d_model"] = 12
-    if paper.head == "adaptive":
+    if model.head == "adaptive":
         changes["d_embed"] = 16  # div_val 4: cluster widths 16, 4, 1
     return replace_config(paper, changes)
 
 
 def _preset(*settings: dict[str, object]) -> Config:
-    """The config of the merged settings dicts (later ones win; DEQ settings as ``deq.`` keys)."""
+    """The config of the merged settings dicts (later ones win; a short name is its section's setting, ``lr`` for
+    ``optim.lr``; DEQ settings as ``deq.`` keys)."""
     merged: dict[str, object] = {}
     for part in settings:
         merged.update(part)
@@ -248,7 +250,7 @@ def _build() -> dict[str, Config]:
         presets[f"pydoc-{name}"] = _preset(_PYDOC_BUDGET, settings)
     for name, settings in pythondocs.MODELS.items():
         presets[f"{pythondocs.PREFIX}-{name}"] = _preset(pythondocs.BUDGET, settings)
-    assert {c.model for c in presets.values()} == set(MODELS)
+    assert {c.model.name for c in presets.values()} == set(MODELS)
     return presets
 
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from deq_core import DEQ
 
-from ..configs.config import Config
+from ..configs.config import Config, ModelConfig
 from .bodies import DEQBody, UnrolledBody
 from .heads import build_embedding_and_head, embedding_width
 from .recurrent import RecurrentBody
@@ -21,54 +21,48 @@ def build_deq(cfg: Config) -> DEQ:
     return cfg.deq.layer()
 
 
-def _transformer_cell(cfg: Config, d_in: int) -> DEQTransformerCell:
+def _transformer_cell(m: ModelConfig, d_in: int) -> DEQTransformerCell:
     return DEQTransformerCell(
-        d_in,
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.d_head,
-        cfg.d_ff,
-        cfg.mem_len,
-        cfg.dropout,
-        cfg.pre_ln,
-        cfg.weight_norm,
+        d_in, m.d_model, m.n_heads, m.d_head, m.d_ff, m.mem_len, m.dropout, m.pre_ln, m.weight_norm
     )
 
 
-def _trellis_cell(cfg: Config, d_in: int) -> TrellisNetCell:
-    return TrellisNetCell(d_in, cfg.d_model, cfg.kernel, cfg.dilation, cfg.dropout, cfg.weight_norm)
+def _trellis_cell(m: ModelConfig, d_in: int) -> TrellisNetCell:
+    return TrellisNetCell(d_in, m.d_model, m.kernel, m.dilation, m.dropout, m.weight_norm)
 
 
 def build_body(cfg: Config, d_in: int | None = None) -> nn.Module:
-    """The body named by ``cfg.model`` for inputs of width ``d_in`` (default ``cfg.d_embed``); its output width is
-    ``cfg.d_model``."""
-    d_in = cfg.d_embed if d_in is None else d_in
-    if cfg.model == "deq_transformer":
-        return DEQBody(_transformer_cell(cfg, d_in), build_deq(cfg))
-    if cfg.model == "deq_trellisnet":
-        return DEQBody(_trellis_cell(cfg, d_in), build_deq(cfg))
-    if cfg.model == "transformer_tied":
-        return UnrolledBody(_transformer_cell(cfg, d_in), cfg.n_layers)
-    if cfg.model == "trellisnet":
-        return UnrolledBody(_trellis_cell(cfg, d_in), cfg.n_layers)
-    if cfg.model == "transformer_xl":
+    """The body named by ``cfg.model.name`` for inputs of width ``d_in`` (default ``cfg.model.d_embed``); its output
+    width is ``cfg.model.d_model``."""
+    m = cfg.model
+    d_in = m.d_embed if d_in is None else d_in
+    if m.name == "deq_transformer":
+        return DEQBody(_transformer_cell(m, d_in), build_deq(cfg))
+    if m.name == "deq_trellisnet":
+        return DEQBody(_trellis_cell(m, d_in), build_deq(cfg))
+    if m.name == "transformer_tied":
+        return UnrolledBody(_transformer_cell(m, d_in), m.n_layers)
+    if m.name == "trellisnet":
+        return UnrolledBody(_trellis_cell(m, d_in), m.n_layers)
+    if m.name == "transformer_xl":
         return TransformerXLBody(
-            d_in, cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_ff, cfg.n_layers, cfg.mem_len, cfg.dropout,
-            cfg.pre_ln, cfg.weight_norm,
-        )  # fmt: skip
-    if cfg.model in ("lstm", "gru"):
-        return RecurrentBody(cfg.model, d_in, cfg.d_model, cfg.n_layers, cfg.dropout)
-    if cfg.model == "tcn":
-        return TCNBody(d_in, cfg.d_model, cfg.n_layers, cfg.kernel, cfg.dropout)
-    raise ValueError(f"unknown model {cfg.model!r}")  # unreachable: Config checks the name
+            d_in, m.d_model, m.n_heads, m.d_head, m.d_ff, m.n_layers, m.mem_len, m.dropout, m.pre_ln, m.weight_norm
+        )
+    if m.name in ("lstm", "gru"):
+        return RecurrentBody(m.name, d_in, m.d_model, m.n_layers, m.dropout)
+    if m.name == "tcn":
+        return TCNBody(d_in, m.d_model, m.n_layers, m.kernel, m.dropout)
+    raise ValueError(f"unknown model {m.name!r}")  # unreachable: ModelConfig checks the name
 
 
 def build_model(cfg: Config, vocab_size: int) -> SequenceModel:
-    """Embedding -> body -> head over ``vocab_size`` tokens: ``cfg.head`` "linear" (an nn.Embedding of width
-    d_embed, a softmax over the body's d_model outputs) or "adaptive" (adaptive input and softmax with ``cfg.cutoffs``
-    and ``cfg.div_val``, both projecting to d_model); tied when ``cfg.tie_weights``."""
+    """Embedding -> body -> head over ``vocab_size`` tokens: ``cfg.model.head`` "linear" (an nn.Embedding of width
+    d_embed, a softmax over the body's d_model outputs) or "adaptive" (adaptive input and softmax with
+    ``cfg.model.cutoffs`` and ``cfg.model.div_val``, both projecting to d_model); tied when
+    ``cfg.model.tie_weights``."""
+    m = cfg.model
     embedding, head = build_embedding_and_head(
-        cfg.head, vocab_size, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val, tie=cfg.tie_weights
+        m.head, vocab_size, m.d_embed, m.d_model, m.cutoffs, m.div_val, tie=m.tie_weights
     )
     body = build_body(cfg, embedding_width(embedding))
     return SequenceModel(embedding, body, head, is_deq=cfg.is_deq)
