@@ -86,6 +86,14 @@ def test_claim4_rows_that_fail_say_what_was_measured():
     held = lc.twin_results(deq, dataclasses.replace(twin, ppl=(21.5,), saved_bytes=130 * 2**20), lc.PPL_VS_TXL,
                            lc.MEMORY_VS_TXL, "c")  # fmt: skip
     assert [r.verdict for r in held] == [HOLDS, HOLDS] and held[0].note == held[1].note == ""
+    # the weight-tied twin as the ablation: as far from the twin as the DEQ -> the architecture; close -> the solve
+    tied = lc.Measured("tied", (22.5,), (0.0,), 100, 240 * 2**20, layers=8)
+    row = lc.twin_results(deq, twin, lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c", tied=tied)[0]
+    assert "unrolled 8 times" in row.note and "1.125x the twin" in row.note and "not with the solve" in row.note
+    close = dataclasses.replace(tied, ppl=(20.5,))
+    row = lc.twin_results(deq, twin, lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c", tied=close)[0]
+    assert "1.025x the twin, within the margin: the gap lies in the solve" in row.note
+    assert "cause not isolated" in lc.twin_results(deq, twin, lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c")[0].note
 
 
 def test_claim5_thresholds_pick_the_best_qualifying_setting():
@@ -105,7 +113,13 @@ def test_claim5_thresholds_pick_the_best_qualifying_setting():
     none = [measured("a", 20.5, 13), measured("c", 25.0, 5)]
     assert lc.best_jr(deq, none) == (none[0], False)
     rows = lc.jr_results(deq, none, {"deq": times["deq"], "a": lc.StepTime(0.5, 0.5, 0.5, 0.5)}, "c")
-    assert [r.verdict for r in rows] == [DOES_NOT_HOLD, DOES_NOT_HOLD]
+    assert [r.verdict for r in rows] == [DOES_NOT_HOLD, DOES_NOT_HOLD] and rows[0].note == ""
+    # with the unregularized DEQ's inference sweep, a failed row compares each setting with it at no more NFE
+    sweep = {4: 30.0, 8: 21.0, 12: 20.2, 24: 20.0}
+    rows = lc.jr_results(deq, none, {"deq": times["deq"]}, "c", early_stop=sweep)
+    assert "test ppl 30 / 21 / 20.2 / 20 at limits 4 / 8 / 12 / 24" in rows[0].note
+    assert "a 20.5 at 13.0 NFE vs 20.2 at limit 12; c 25 at 5.0 NFE vs 30 at limit 4" in rows[0].note
+    assert lc.jr_results(deq, settings, times, "c", early_stop=sweep)[0].note == ""  # a row that holds: no reason
     assert expected_seconds(2.0, 1.0, 0.25) == pytest.approx(1.25)
 
 

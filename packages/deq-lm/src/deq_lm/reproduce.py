@@ -299,6 +299,16 @@ def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[st
     return [p for p in PRESETS if done(p)]
 
 
+def read_sweep(run: Path) -> dict[int, float]:
+    """Test perplexity by inference iteration limit from RUN/sweep.json (written by ``python -m deq_lm.evaluate RUN
+    --split test --max-iters ...``); empty when the run has no sweep."""
+    path = run / "sweep.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {int(row["max_iter"]): float(row["ppl"]) for row in data.get("rows", []) if data.get("split") == "test"}
+
+
 def not_measured(claims: Sequence[Claim], missing: Sequence[str], command: str) -> list[ClaimResult]:
     """Rows for claims whose runs have not finished (``--finished-only``), naming the missing runs."""
     names = ", ".join(p.removeprefix(f"{PREFIX}-") for p in missing)
@@ -326,11 +336,11 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     results = []
     for twin, claim_pair in ((TXL, (lc.PPL_VS_TXL, lc.MEMORY_VS_TXL)), (TIED, (lc.PPL_VS_TIED, lc.MEMORY_VS_TIED))):
         if twin in available:
-            results += lc.twin_results(deq, measured[twin], *claim_pair, command)
+            results += lc.twin_results(deq, measured[twin], *claim_pair, command, tied=measured.get(TIED))
         else:
             results += not_measured(claim_pair, [twin], command)
     if len(settings) == len(JR):
-        results += lc.jr_results(deq, settings, times, command)
+        results += lc.jr_results(deq, settings, times, command, early_stop=read_sweep(folders[DEQ][0]))
     else:
         results += not_measured((lc.JR_NFE, lc.JR_SPEED), [p for p in JR if p not in available], command)
     if settings:
