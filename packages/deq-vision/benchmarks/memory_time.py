@@ -14,7 +14,6 @@ adjoint solver's own buffers are not included), plus the peak CUDA memory when o
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import time
@@ -27,6 +26,7 @@ from torch import Tensor, nn
 
 import deq_core
 from deq_core.train.devices import add_device_argument
+from deq_core.train.run_config import replace_config
 from deq_vision.configs import Config, get_config
 from deq_vision.train import build_model
 
@@ -62,7 +62,7 @@ def measure(
     backpropagating through that many applications of f instead of solving."""
     torch.manual_seed(0)
     model = build_model(cfg).to(device)
-    x = torch.randn(batch, cfg.in_chans, cfg.image_size, cfg.image_size, device=device)
+    x = torch.randn(batch, cfg.in_chans, cfg.data.image_size, cfg.data.image_size, device=device)
     y = torch.randint(0, cfg.head_classes, (batch,), device=device)
 
     def loss() -> Tensor:
@@ -104,7 +104,7 @@ def nfe_to_tolerance(run_dir: Path, tol: float, max_iter: int, n_images: int, de
 
     cfg, model, _ = load_model(run_dir)
     model = model.to(device)
-    _, eval_set = build_datasets(dataclasses.replace(cfg, eval_limit=n_images), None)
+    _, eval_set = build_datasets(replace_config(cfg, {"data.eval_limit": n_images}), None)
     x = next(iter(DataLoader(eval_set, batch_size=n_images)))[0].to(device)
     with torch.no_grad():
         injection = model.stem(x)
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for label, preset, jacobian, unroll in MODELS:
         cfg = get_config(preset)
         if args.quick and cfg.is_deq:
-            cfg = dataclasses.replace(cfg, max_iter=4, max_iter_jitter=0, backward_max_iter=4)
+            cfg = replace_config(cfg, {"deq.max_iter": 4, "deq.max_iter_jitter": 0, "deq.backward_max_iter": 4})
             unroll = 4 if unroll else None
         rows[label] = measure(cfg, jacobian, batch, repeats, device, unroll)
         print(f"{label}: " + ", ".join(f"{k} {v:.4g}" for k, v in rows[label].items()), flush=True)

@@ -5,9 +5,9 @@
 
 Models: the config's MDEQ (default ``digits-mdeq``: ``mdeq_mini``, two branches 16x16 and 8x8, Broyden forward and
 backward, 12 + 12 iterations, tol 1e-3, batch 64 of 16x16 grayscale images) and its twin (``digits-resnet``:
-``resnet_mini``), both freshly initialized, on one random batch, with the config's optimizer (timm's, ``cfg.opt``).
-A training step = zero_grad, forward, cross-entropy, backward, optimizer step (no data loading: the batch is on the
-device already).
+``resnet_mini``), both freshly initialized, on one random batch, with the config's optimizer (timm's,
+``cfg.optim.opt``). A training step = zero_grad, forward, cross-entropy, backward, optimizer step (no data loading: the
+batch is on the device already).
 
 Two measurements, each over ``--steps`` steps (--quick: 2) after one warm-up:
 
@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from timm.optim import create_optimizer_v2
 from torch import Tensor, nn
 
 import deq_core
@@ -45,7 +44,7 @@ from deq_core.train.steptime import (
     training_step,
 )
 from deq_vision.configs import Config, get_config
-from deq_vision.train import build_model
+from deq_vision.train import build_model, build_optimizer
 
 
 @dataclasses.dataclass
@@ -63,9 +62,10 @@ def make_setup(name: str, batch: int, device: torch.device, seed: int) -> Setup:
     cfg = get_config(name)
     torch.manual_seed(seed)
     model = build_model(cfg).to(device).train()
-    opt = create_optimizer_v2(model, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+    opt = build_optimizer(model, cfg.optim)
     gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(batch, cfg.in_chans, cfg.image_size, cfg.image_size, generator=gen).to(device)
+    side = cfg.data.image_size
+    x = torch.randn(batch, cfg.in_chans, side, side, generator=gen).to(device)
     y = torch.randint(0, cfg.head_classes, (batch,), generator=gen).to(device)
     return Setup(cfg, model, opt, x, y)
 
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prof = profile_steps(timer, step_fn(mdeq, timer), steps)
     cfg = mdeq.cfg
     rep = MarkdownReport()
-    rep.add(f"## Profile of an MDEQ training step: {args.config} ({cfg.model}) vs {args.twin}")
+    rep.add(f"## Profile of an MDEQ training step: {args.config} ({cfg.model.name}) vs {args.twin}")
     rep.add()
     rep.add(
         f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} thread(s); batch "

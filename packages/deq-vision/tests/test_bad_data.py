@@ -3,7 +3,6 @@ validation classes, the classifier head against the folder's classes; limits tak
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from pathlib import Path
@@ -15,6 +14,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from conftest import learnable_images
+from deq_core.train.run_config import replace_config
 from deq_vision import evaluate, train
 from deq_vision.configs import PRESETS
 from deq_vision.data import DatasetError, balanced_subset, build_datasets, image_folder, imagefolder, write_cifar_folder
@@ -109,7 +109,7 @@ def test_validation_folder_missing_a_class_keeps_the_training_labels(image_folde
     for image in (image_folder_dir / "val" / "bee").iterdir():
         image.unlink()
     (image_folder_dir / "val" / "bee").rmdir()
-    cfg = dataclasses.replace(PRESETS["tiny-mdeq"], dataset="folder", num_classes=3)
+    cfg = replace_config(PRESETS["tiny-mdeq"], {"dataset": "folder", "num_classes": 3})
     train_set, val_set = build_datasets(cfg, image_folder_dir)
     labels = [val_set[i][1] for i in range(len(val_set))]
     assert labels == [0, 0, 2, 2]  # ant = 0, cat = 2 as in training (not 1)
@@ -118,7 +118,7 @@ def test_validation_folder_missing_a_class_keeps_the_training_labels(image_folde
 
 def test_validation_class_unknown_to_training_is_an_error(image_folder_dir: Path) -> None:
     (image_folder_dir / "train" / "cat").rename(image_folder_dir / "train" / "cow")
-    cfg = dataclasses.replace(PRESETS["tiny-mdeq"], dataset="folder", num_classes=3)
+    cfg = replace_config(PRESETS["tiny-mdeq"], {"dataset": "folder", "num_classes": 3})
     with pytest.raises(DatasetError, match=r"class folders that .*train lacks: cat;"):
         build_datasets(cfg, image_folder_dir)
 
@@ -127,7 +127,7 @@ def test_folder_dataset_takes_its_head_from_the_class_folders(image_folder_dir: 
     out = tmp_path / "run"
     assert train.main([*FOLDER_RUN, "--data-dir", str(image_folder_dir), "--output-dir", str(out)]) == 0
     saved = json.loads((out / "config.json").read_text())["config"]
-    assert (saved["dataset"], saved["num_classes"]) == ("folder", 3)
+    assert (saved["data"]["dataset"], saved["data"]["num_classes"]) == ("folder", 3)
     model, _ = evaluate.load_model(out)[1:]
     assert model.num_classes == 3
     assert evaluate.main(["--checkpoint", str(out), "--data-dir", str(image_folder_dir), "--no-sweep"]) == 0
@@ -142,8 +142,8 @@ def test_head_that_does_not_match_the_folder_is_one_line(
     assert "has 3 classes but the model's head has 1000 outputs" in err and "num_classes=3" in err
     err = _error_line(capsys, [*FOLDER_RUN, "num_classes=5", *common])
     assert "has 3 classes but the model's head has 5 outputs" in err
-    with pytest.raises(ValueError, match="num_classes must be 0 or 10"):
-        dataclasses.replace(PRESETS["tiny-mdeq"], num_classes=7)
+    with pytest.raises(ValueError, match=r"data\.num_classes must be 0 or 10 \(dataset=cifar10 has 10 classes\)"):
+        replace_config(PRESETS["tiny-mdeq"], {"num_classes": 7})
 
 
 def test_limits_take_a_class_balanced_subset_of_sorted_data(tmp_path: Path) -> None:
@@ -151,7 +151,7 @@ def test_limits_take_a_class_balanced_subset_of_sorted_data(tmp_path: Path) -> N
     # class-sorted, as an ImageFolder lists its files: 100 training images, 10 per class, then 20 test images
     labels = np.concatenate([np.repeat(np.arange(10), 10), np.sort(np.arange(20) % 10)])
     write_cifar_folder(tmp_path, images, labels)
-    cfg = dataclasses.replace(PRESETS["tiny-mdeq"], train_limit=30, eval_limit=10)
+    cfg = replace_config(PRESETS["tiny-mdeq"], {"data.train_limit": 30, "data.eval_limit": 10})
     train_set, eval_set = build_datasets(cfg, tmp_path)
     assert np.array_equal(np.bincount([train_set[i][1] for i in range(len(train_set))], minlength=10), [3] * 10)
     assert np.array_equal(np.bincount([eval_set[i][1] for i in range(len(eval_set))], minlength=10), [1] * 10)

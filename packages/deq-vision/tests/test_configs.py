@@ -1,31 +1,44 @@
-"""Presets carry the papers' hyperparameters; overrides are checked; run-directory helpers."""
+"""Presets carry the papers' hyperparameters; the config's sections (data, model, deq, optim, run) check themselves
+and keep every short name unambiguous; overrides are checked; run folders of every earlier layout load into the
+sections; run-directory helpers."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.run_config import check_resume_config, load_config, replace_config, save_config
+from deq_core.train.run_config import (
+    check_resume_config,
+    flat_dict,
+    load_config,
+    replace_config,
+    resolve_key,
+    save_config,
+)
+from deq_core.train.sections import train_settings
 from deq_vision.configs import PRESETS, Config, get_config
 from deq_vision.train import RESUMABLE_CHANGES
 
 
 def test_paper_presets() -> None:
     large, jr = get_config("cifar10-mdeq-large"), get_config("cifar10-mdeq-large-jr")
-    assert large.model == jr.model == "mdeq_large_cifar10"
+    assert large.model.name == jr.model.name == "mdeq_large_cifar10"
     assert (large.deq.max_iter, large.deq.backward_max_iter, large.deq.jac_weight) == (18, 20, 0.0)
     assert (jr.deq.max_iter, jr.deq.backward_max_iter, jr.deq.jac_weight, jr.deq.jac_prob) == (8, 7, 0.4, 0.02)
     assert (
         get_config("imagenet-mdeq-small-jr").deq.max_iter == 14 and get_config("imagenet-mdeq-small").deq.max_iter == 26
     )
-    assert {c.model for c in PRESETS.values()} >= {"resnet18", "resnet101", "mdeq_tiny_cifar10", "mdeq_large_imagenet"}
+    names = {c.model.name for c in PRESETS.values()}
+    assert names >= {"resnet18", "resnet101", "mdeq_tiny_cifar10", "mdeq_large_imagenet"}
 
 
 def test_overrides_are_type_checked() -> None:
     cfg = apply_overrides(get_config("tiny-mdeq"), ["steps=7", "deq.jac_weight=0.5", "deq.eval_tol=none"])
-    assert (cfg.steps, cfg.deq.jac_weight, cfg.deq.eval_tol) == (7, 0.5, None)
+    assert (cfg.optim.steps, cfg.deq.jac_weight, cfg.deq.eval_tol) == (7, 0.5, None)
     with pytest.raises(ValueError, match="unknown config key"):
         apply_overrides(cfg, ["stepz=3"])
     with pytest.raises(ValueError, match="jac_prob"):
@@ -41,7 +54,7 @@ def test_config_survives_the_run_directory(tmp_path: Path) -> None:
     save_config(cfg, tmp_path, "tiny-mdeq")
     assert load_config(tmp_path, Config) == ("tiny-mdeq", cfg)
     check_resume_config(tmp_path, apply_overrides(cfg, ["eval_every=9", "num_workers=2"]), RESUMABLE_CHANGES)
-    with pytest.raises(ValueError, match=r"lr: 0.003 -> 1.0"):
+    with pytest.raises(ValueError, match=r"optim\.lr: 0\.003 -> 1\.0"):
         check_resume_config(tmp_path, apply_overrides(cfg, ["lr=1", "eval_every=9"]), RESUMABLE_CHANGES)
 
 
@@ -59,3 +72,120 @@ def test_solver_options_reach_the_mdeq_and_are_checked():
     assert deq.backward.solver == Broyden(memory=4) and deq.solver == Broyden(memory=6)
     with pytest.raises(ValueError, match=r"solver_options: unknown option\(s\) \['m'\] for solver 'broyden'"):
         replace_config(cfg, {"deq.solver_options": ("m=3",)})
+
+
+SECTIONS = ("data", "model", "deq", "optim", "run")
+
+
+def test_config_is_sections_only_and_short_names_are_unambiguous() -> None:
+    """No top-level setting besides the five sections, and no field name in two of them (so that ``lr=...`` always
+    names ``optim.lr``)."""
+    cfg = Config()
+    assert tuple(f.name for f in dataclasses.fields(cfg)) == SECTIONS
+    names = [f.name for s in SECTIONS for f in dataclasses.fields(getattr(cfg, s))]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert (cfg.optim.batch_size, cfg.optim.steps, cfg.run.log_every, cfg.run.eval_every) == (128, 1000, 50, 1000)
+    assert cfg.model.name == "mdeq_tiny_cifar10" and cfg.is_deq and (cfg.head_classes, cfg.in_chans) == (10, 3)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"data.image_size": 0}, "data.image_size must be a number >= 1, got 0"),
+        ({"data.hflip": 1.5}, "data.hflip must be in [0, 1], got 1.5"),
+        ({"data.dataset": "mnist"}, "data.dataset must be one of ['cifar10', 'imagenet', 'folder', 'digits', "),
+        ({"data.dataset": "glyphs", "data.num_classes": 5}, "data.num_classes must be 0 or 10 (dataset=glyphs has 10"),
+        ({"model.name": " "}, "model.name must be a timm model name"),
+        ({"model.dropout": 1.0}, "model.dropout must be in [0, 1) or None, got 1.0"),
+        ({"model.drop_rate": 1.0}, "model.drop_rate must be in [0, 1), got 1.0"),
+        ({"optim.steps": 0}, "optim.steps must be a number >= 1, got 0"),
+        ({"optim.lr": 0.0}, "optim.lr must be > 0, got 0.0"),
+        ({"optim.ema_decay": 2.0}, "optim.ema_decay must be in [0, 1], got 2.0"),
+        ({"optim.warmup_steps": -1}, "optim.warmup_steps must be a number >= 0, got -1"),
+        ({"run.log_every": 0}, "run.log_every must be a number >= 1, got 0"),
+        ({"run.mixed_precision": "fp8"}, "run.mixed_precision must be one of ['no', 'fp16', 'bf16']"),
+        ({"deq.max_iter": 0}, "deq.max_iter must be a number >= 1, got 0"),
+    ],
+)
+def test_each_section_checks_its_settings(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        replace_config(get_config("tiny-mdeq"), changes)
+    assert message in str(info.value)
+
+
+def test_short_names_reach_their_section() -> None:
+    """A name one section has may omit it, and ``model=NAME`` sets ``model.name``: the same config as dotted names."""
+    short = ["lr=1e-2", "model=resnet_mini", "image_size=8", "seed=3", "ema_decay=0.5", "max_iter=4", "eval_every=0"]
+    cfg = apply_overrides(get_config("tiny-mdeq"), short)
+    dotted = [f"{resolve_key(cfg, item.partition('=')[0], 'x')}={item.partition('=')[2]}" for item in short]
+    assert dotted[:3] == ["optim.lr=1e-2", "model.name=resnet_mini", "data.image_size=8"]
+    assert apply_overrides(get_config("tiny-mdeq"), dotted) == cfg
+    assert (cfg.optim.lr, cfg.model.name, cfg.data.image_size, cfg.run.seed) == (1e-2, "resnet_mini", 8, 3)
+    assert (cfg.optim.ema_decay, cfg.deq.max_iter, cfg.run.eval_every, cfg.is_deq) == (0.5, 4, 0, False)
+    assert train_settings(cfg, "x", cfg.optim.steps, cfg.is_deq).eval_every == cfg.optim.steps  # 0: at the end
+
+
+def _located(cfg: Config, key: str) -> object:
+    """The value of the setting a run folder of any layout saved as ``key`` (flat, ``deq.x``, or ``model``)."""
+    section, _, name = resolve_key(cfg, key, "x").partition(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _saved_settings(saved: dict[str, object]) -> dict[str, object]:
+    """A saved config's settings by the name it used (lists as tuples, the tuples of a loaded config)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in flat_dict(saved).items()}
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.rglob("config.json")), ids=lambda p: str(p.relative_to(RESULTS)))
+def test_committed_run_folders_load_into_the_sections(path: Path) -> None:
+    """Every committed config.json (flat layouts of deq-vision < 0.4) loads: each saved value lands in its section,
+    nothing is dropped, and what it lacks takes the defaults (the values it ran with)."""
+    saved = json.loads(path.read_text())
+    name, cfg = load_config(path.parent, Config)
+    assert name == saved["name"] and name in PRESETS
+    for key, value in _saved_settings(saved["config"]).items():
+        assert _located(cfg, key) == value, key
+    assert cfg.model.name == saved["config"]["model"] and cfg.deq.max_iter == saved["config"]["max_iter"]
+    assert cfg.run.save_grads_at == 0 and cfg.deq.backward == "implicit"  # not in these files: the defaults
+
+
+# config.json of a tiny-mdeq run written by deq-vision 0.4.0 (flat settings, the DEQ settings nested as "deq") with
+# python -m deq_vision.train --config tiny-mdeq steps=6 eval_every=3 save_every=3 augment=true mixup=0.2 dropout=0.1
+#     weight_decay=1e-4 warmup_steps=2 grad_clip=1.0 stop_after=3
+CONFIG_040 = {
+    "dataset": "cifar10", "num_classes": 0, "image_size": 16, "train_limit": 0, "eval_limit": 16, "num_workers": 0,
+    "augment": True, "scale_min": 0.35, "hflip": 0.5, "color_jitter": 0.0, "auto_augment": None, "mixup": 0.2,
+    "cutmix": 0.0, "label_smoothing": 0.0, "model": "mdeq_mini", "dropout": 0.1, "drop_rate": 0.0,
+    "deq": {
+        "solver": "broyden", "solver_options": [], "max_iter": 6, "tol": 0.001, "stop_mode": "rel",
+        "eval_max_iter": None, "eval_tol": None, "backward": "implicit", "backward_solver": "broyden",
+        "backward_options": [], "backward_max_iter": 6, "backward_tol": 0.001, "backward_stop_mode": "rel",
+        "phantom_steps": 5, "phantom_damping": 0.5, "jacobian_samples": 1, "on_nonfinite": "raise",
+        "max_iter_jitter": 0, "pretrain_steps": 1, "pretrain_depth": 2, "jac_weight": 0.0, "jac_prob": 1.0,
+        "jac_growth": 0.0, "jac_every": 0, "jac_stop": 0,
+    },
+    "steps": 6, "batch_size": 8, "grad_accum": 1, "opt": "adam", "lr": 0.003, "weight_decay": 0.0001, "momentum": 0.9,
+    "sched": "cosine", "warmup_steps": 2, "warmup_lr": 1e-05, "min_lr": 0.0, "grad_clip": 1.0, "mixed_precision": "no",
+    "ema_decay": 0.0, "eval_every": 3, "log_every": 1, "save_every": 3, "keep_checkpoints": 2, "seed": 0,
+    "stop_after": 3,
+}  # fmt: skip
+
+
+def test_a_run_folder_of_version_040_loads_and_resumes(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"name": "tiny-mdeq", "config": CONFIG_040, "data_dir": "d"}))
+    _, cfg = load_config(tmp_path, Config)
+    for key, value in _saved_settings(CONFIG_040).items():
+        assert _located(cfg, key) == value, key
+    assert (cfg.data.mixup, cfg.model.dropout, cfg.deq.pretrain_steps) == (0.2, 0.1, 1)
+    assert (cfg.optim.warmup_steps, cfg.optim.grad_clip, cfg.run.stop_after) == (2, 1.0, 3)
+    same = ["steps=6", "eval_every=3", "save_every=3", "augment=true", "mixup=0.2", "dropout=0.1", "weight_decay=1e-4",
+            "warmup_steps=2", "grad_clip=1.0"]  # fmt: skip
+    current = apply_overrides(get_config("tiny-mdeq"), same)
+    assert replace_config(cfg, {"run.stop_after": 0}) == current
+    allowed = check_resume_config(tmp_path, current, RESUMABLE_CHANGES, data_dir="d")
+    assert allowed == {"run.stop_after": (3, 0)}  # resumes with the preset: only stop_after changed
+    with pytest.raises(ValueError, match=r"--resume with a different config .*: optim\.lr: 0\.003 -> 0\.01"):
+        check_resume_config(tmp_path, replace_config(current, {"lr": 0.01}), RESUMABLE_CHANGES)

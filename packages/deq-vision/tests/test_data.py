@@ -3,7 +3,6 @@ DatasetError saying where the files go."""
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from conftest import learnable_images
+from deq_core.train.run_config import replace_config
 from deq_vision.configs import PRESETS
 from deq_vision.data import CIFAR10, DatasetError, build_datasets, image_folder, write_cifar_folder
 
@@ -28,7 +28,7 @@ def test_cifar_loader_reads_a_tiny_cifar_folder(cifar_dir: Path) -> None:
 
 
 def test_build_datasets_applies_timm_transforms(cifar_dir: Path) -> None:
-    cfg = dataclasses.replace(PRESETS["tiny-mdeq"], augment=True, eval_limit=5)
+    cfg = replace_config(PRESETS["tiny-mdeq"], {"augment": True, "eval_limit": 5})
     train, held_out = build_datasets(cfg, cifar_dir)
     x, y = train[0]
     assert isinstance(x, torch.Tensor) and x.shape == (3, 16, 16) and isinstance(y, int)
@@ -59,7 +59,7 @@ def test_image_folder_loader_reads_a_tiny_folder(image_folder_dir: Path) -> None
     train = image_folder(image_folder_dir, "train")
     val = image_folder(image_folder_dir, "val")
     assert len(train) == 12 and len(val) == 6 and train.classes == ["ant", "bee", "cat"]
-    cfg = dataclasses.replace(PRESETS["imagenet-mdeq-small"], image_size=32, num_classes=3)  # an ImageNet subset
+    cfg = replace_config(PRESETS["imagenet-mdeq-small"], {"image_size": 32, "num_classes": 3})  # an ImageNet subset
     train_set, val_set = build_datasets(cfg, image_folder_dir)
     x, y = val_set[5]
     assert x.shape == (3, 32, 32) and y == 2

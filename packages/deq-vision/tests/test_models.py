@@ -50,7 +50,7 @@ def test_every_registered_name_resolves_in_timm() -> None:
 def _small_input(name: str) -> int:
     """A cheap input side for every config: ImageNet models at 64 px (shapes are the same for any multiple of 32)."""
     cfg = PRESETS[name]
-    return 64 if cfg.dataset == "imagenet" else cfg.image_size
+    return 64 if cfg.data.dataset == "imagenet" else cfg.data.image_size
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

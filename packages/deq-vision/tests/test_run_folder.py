@@ -2,7 +2,6 @@
 restart or empty resume, config.json written after the data are checked and kept on resume, a half-written metrics
 line or an interrupted save does not stop a resume."""
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -13,6 +12,7 @@ from safetensors.torch import load_file
 
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.metrics import read_metrics
+from deq_core.train.run_config import replace_config
 from deq_core.train.rundir import RunLock
 from deq_vision import evaluate, train
 from deq_vision.configs import get_config
@@ -102,13 +102,13 @@ def test_config_is_written_after_the_data_are_checked_and_kept_on_resume(cifar_d
     after = json.loads((out / "config.json").read_text())
     assert after["config"] == saved["config"] and after["data_dir"] == str(cifar_dir)
     assert after["resumed"] == [
-        {"step": 2, "changes": {"stop_after": [2, 0], "data_dir": [str(cifar_dir), str(moved)]}}
+        {"step": 2, "changes": {"run.stop_after": [2, 0], "data_dir": [str(cifar_dir), str(moved)]}}
     ]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_augmentation_depends_on_seed_epoch_and_index_only(cifar_dir: Path, num_workers: int) -> None:
-    train_set, _ = build_datasets(dataclasses.replace(get_config("tiny-mdeq"), augment=True), cifar_dir)
+    train_set, _ = build_datasets(replace_config(get_config("tiny-mdeq"), {"data.augment": True}), cifar_dir)
     items = SeededItems(train_set, seed=3)
     torch.manual_seed(0)
     first = items[5][0]

@@ -28,7 +28,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 SMALL = ("mdeq_mini", "mdeq_tiny_cifar10", "resnet_mini")  # cheap enough to run a forward pass in a test
 # The presets that run a model on the data it is registered for: all but the tiny-* test presets, which feed
 # mdeq_mini / resnet_mini a 16x16 CIFAR-format folder.
-DATA_PRESETS = sorted(name for name, cfg in PRESETS.items() if cfg.model in MODEL_NAMES and not name.startswith("tiny"))
+DATA_PRESETS = sorted(n for n, cfg in PRESETS.items() if cfg.model.name in MODEL_NAMES and not n.startswith("tiny"))
 
 
 def _eval_input(name: str, batch: int = 3, seed: int = 0) -> torch.Tensor:
@@ -80,17 +80,17 @@ def test_pretrained_cfg_matches_the_data_pipeline_of_the_presets(preset: str) ->
     """timm's eval transform from the pretrained_cfg equals deq_vision's for the preset's data (size, crop, mean,
     std, channels), and the head has the dataset's classes."""
     cfg = PRESETS[preset]
-    data = resolve_data_config(pretrained_cfg=timm.get_pretrained_cfg(cfg.model).to_dict())
-    assert data["input_size"] == (cfg.in_chans, cfg.image_size, cfg.image_size)
-    assert (data["mean"], data["std"]) == NORMALIZATION[cfg.dataset]
-    assert timm.get_pretrained_cfg(cfg.model).num_classes == cfg.head_classes
+    data = resolve_data_config(pretrained_cfg=timm.get_pretrained_cfg(cfg.model.name).to_dict())
+    assert data["input_size"] == (cfg.in_chans, cfg.data.image_size, cfg.data.image_size)
+    assert (data["mean"], data["std"]) == NORMALIZATION[cfg.data.dataset]
+    assert timm.get_pretrained_cfg(cfg.model.name).num_classes == cfg.head_classes
     rng = np.random.default_rng(0)
-    side = (cfg.image_size * 5) // 4 + 3  # not the input size: resize and crop do work
+    side = (cfg.data.image_size * 5) // 4 + 3  # not the input size: resize and crop do work
     pixels = rng.integers(0, 256, (side, side + 7, 3) if cfg.in_chans == 3 else (side, side + 7), dtype=np.uint8)
     image = Image.fromarray(pixels)
     theirs = create_transform(**data, is_training=False)(image)
     ours = build_transform(cfg, training=False)(image)
-    assert theirs.shape == ours.shape == (cfg.in_chans, cfg.image_size, cfg.image_size)
+    assert theirs.shape == ours.shape == (cfg.in_chans, cfg.data.image_size, cfg.data.image_size)
     torch.testing.assert_close(theirs, ours, rtol=0, atol=0)
 
 

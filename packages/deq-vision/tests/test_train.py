@@ -103,6 +103,26 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert err.value.code == 2
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("stepz=3", "unknown config key 'stepz' (did you mean optim.steps?); sections: data, model, deq, optim, run;"),
+        ("optim.stepz=3", "unknown config section 'optim' key 'stepz'; valid keys: batch_size, grad_accum, lr,"),
+        ("data=3", "'data' is a config section: set one of its keys, data.dataset=..."),
+        ("image_size=0", "data.image_size must be a number >= 1, got 0."),
+        ("model.dropout=1.5", "model.dropout must be in [0, 1) or None, got 1.5."),
+        ("optim.lr=abc", "'optim.lr=abc': Value 'abc' of type 'str' could not be converted to Float."),
+        ("run.log_every=0", "run.log_every must be a number >= 1, got 0."),
+    ],
+)
+def test_bad_settings_are_one_line_errors(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown key or a bad value in a section: one line naming the dotted key, exit status 2, before any data."""
+    with pytest.raises(SystemExit) as err:
+        train.main(["--config", "tiny-mdeq", override])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert err.value.code == 2 and len(lines) == 1 and message in lines[0], lines
+
+
 def test_no_progress_bar_redraws_in_a_log_file_and_tqdm_disable_is_honoured(cifar_dir: Path, tmp_path: Path) -> None:
     """stderr redirected to a file (not a terminal): no carriage-return redraws, the evaluation lines still printed."""
     env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}

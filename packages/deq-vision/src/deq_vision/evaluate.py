@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
-from deq_core.train.run_config import load_config
+from deq_core.train.run_config import load_config, replace_config
 
 from .claims_vision import paper_nfe
 from .configs import Config
@@ -121,9 +121,7 @@ def _evaluate(argv: Sequence[str] | None) -> int:
     try:
         cfg, model, run_dir = load_model(args.checkpoint)
         if args.limit is not None:
-            from dataclasses import replace
-
-            cfg = replace(cfg, eval_limit=args.limit)
+            cfg = replace_config(cfg, {"data.eval_limit": args.limit})
         _, eval_set = build_datasets(cfg, args.data_dir)
     except (FileNotFoundError, ValueError, DatasetError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")

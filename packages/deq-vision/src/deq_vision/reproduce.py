@@ -61,8 +61,8 @@ SEEDS = (0, 1, 2)
 FULL_DATA = dict(n_train=20_000, n_test=5_000)
 QUICK_DATA = dict(n_train=320, n_test=160)
 QUICK_OVERRIDES = (
-    "steps=6", "deq.pretrain_steps=2", "batch_size=16", "warmup_steps=1", "eval_every=3", "save_every=2",
-    "log_every=1",
+    "optim.steps=6", "deq.pretrain_steps=2", "optim.batch_size=16", "optim.warmup_steps=1", "run.eval_every=3",
+    "run.save_every=2", "run.log_every=1",
 )  # fmt: skip
 RESIDUAL_IMAGES = {False: 1000, True: 64}  # test images for the residual-over-training curve
 # Version of RUN/claims_eval.json: a cache written by another version is recomputed. 2: hard stops max_iter 1..7 (the
@@ -88,7 +88,7 @@ class Run:
         return {"mdeq": "glyphs-mdeq", "jr": "glyphs-mdeq-jr", "resnet": "glyphs-resnet"}[self.kind]
 
     def overrides(self, quick: bool) -> list[str]:
-        extra = [f"seed={self.seed}"] + ([f"deq.jac_weight={self.gamma:g}"] if self.kind == "jr" else [])
+        extra = [f"run.seed={self.seed}"] + ([f"deq.jac_weight={self.gamma:g}"] if self.kind == "jr" else [])
         return extra + (list(QUICK_OVERRIDES) if quick else [])
 
 
@@ -119,7 +119,7 @@ def is_finished(run_dir: Path, cfg: Config) -> bool:
     summary = run_dir / "summary.json"
     if not summary.is_file():
         return False
-    done = int(json.loads(summary.read_text()).get("step", -1)) == cfg.steps
+    done = int(json.loads(summary.read_text()).get("step", -1)) == cfg.optim.steps
     return done and (latest_complete_checkpoint(run_dir) is not None or _kept_eval(run_dir) is not None)
 
 
@@ -297,11 +297,11 @@ def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixe
     return (
         f"{scale} Data: procedurally drawn 16x16 glyphs (`deq_vision.data.glyphs`), {n_test} test images. Seeds "
         f"{list(seeds)}; numbers are mean ± sample std over seeds. Solver limits are our max_iter (calls of f, the "
-        f"one at z0 included; the paper's NFE is one less, see below). MDEQ (`{m.model}`): {m.deq.solver}, max_iter "
-        f"{m.deq.max_iter} / {m.deq.backward_max_iter} in training (forward / backward), inference to relative "
-        f"residual {m.deq.tol:g} (limit max_iter {m.deq.eval_max_iter}). MDEQ + JR: max_iter {j.deq.max_iter} / "
-        f"{j.deq.backward_max_iter} in "
-        f"training, hard stop max_iter {j_eval} at inference (paper NFE {paper_nfe(j_eval):g}), JR probability "
+        f"one at z0 included; the paper's NFE is one less, see below). MDEQ (`{m.model.name}`): {m.deq.solver}, "
+        f"max_iter {m.deq.max_iter} / {m.deq.backward_max_iter} in training (forward / backward), inference to "
+        f"relative residual {m.deq.tol:g} (limit max_iter {m.deq.eval_max_iter}). MDEQ + JR: max_iter "
+        f"{j.deq.max_iter} / {j.deq.backward_max_iter} in training, hard stop max_iter {j_eval} at inference (paper "
+        f"NFE {paper_nfe(j_eval):g}), JR probability "
         f"{j.deq.jac_prob:g}, gamma as named. The residual figure (`residual_over_training.png`) evaluates every "
         f"checkpoint at a fixed max_iter {fixed_t} (paper convention T = {paper_nfe(fixed_t):g}; Fig. 1a uses "
         "T = 14)."

@@ -30,29 +30,39 @@ from torch.utils.data import DataLoader
 
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
+from deq_core.train.sections import train_settings
 from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
 from deq_core.train.trainer import train as run_skeleton
 
-from .configs import PRESETS, Config, get_config
+from .configs import PRESETS, Config, VisionOptimConfig, get_config
 from .data import DatasetError, build_datasets, resolve_num_classes
 from .data.seeded import SeededItems
 from .models import create_model
 
 MAIN_JOB = "digits-mdeq"
-# Settings that may change when a run is resumed (they do not change what is computed).
+# Settings that may change when a run is resumed (they do not change what is computed), by dotted name.
 RESUMABLE_CHANGES = frozenset(
-    {"stop_after", "eval_every", "log_every", "save_every", "keep_checkpoints", "num_workers", "eval_limit"}
-)
+    {"run.stop_after", "run.eval_every", "run.log_every", "run.save_every", "run.keep_checkpoints",
+     "run.save_grads_at", "data.num_workers", "data.eval_limit"}
+)  # fmt: skip
 
 
 def build_model(cfg: Config) -> nn.Module:
-    """The config's model: an MDEQ with the config's DEQ layer (``cfg.deq.layer()``) and block dropout, or a
-    timm network."""
+    """The config's model (``model`` section): an MDEQ with the config's DEQ layer (``cfg.deq.layer()``) and block
+    dropout, or a timm network."""
+    model = cfg.model
     if not cfg.is_deq:
-        return create_model(cfg.model, cfg.head_classes, cfg.in_chans, drop_rate=cfg.drop_rate)
-    dropout: dict[str, Any] = {} if cfg.dropout is None else {"dropout": cfg.dropout}  # None: the architecture's
+        return create_model(model.name, cfg.head_classes, cfg.in_chans, drop_rate=model.drop_rate)
+    dropout: dict[str, Any] = {} if model.dropout is None else {"dropout": model.dropout}  # None: the architecture's
     return create_model(
-        cfg.model, cfg.head_classes, cfg.in_chans, deq=cfg.deq.layer(), drop_rate=cfg.drop_rate, **dropout
+        model.name, cfg.head_classes, cfg.in_chans, deq=cfg.deq.layer(), drop_rate=model.drop_rate, **dropout
+    )
+
+
+def build_optimizer(model: nn.Module, optim: VisionOptimConfig) -> torch.optim.Optimizer:
+    """timm's optimizer of the ``optim`` section (``optim.opt``, lr, weight decay, momentum) for ``model``."""
+    return create_optimizer_v2(
+        model, opt=optim.opt, lr=optim.lr, weight_decay=optim.weight_decay, momentum=optim.momentum
     )
 
 
@@ -110,7 +120,7 @@ def batches_from(loader: Any, accelerator: Accelerator, step: int) -> Iterator[t
     epoch by the seedable sampler), skipping the batches already taken in it."""
     per_epoch = len(loader)
     if per_epoch == 0:
-        raise DatasetError("the training set is smaller than one batch: lower batch_size or add images.")
+        raise DatasetError("the training set is smaller than one batch: lower optim.batch_size or add images.")
     epoch, offset = divmod(step, per_epoch)
     while True:
         loader.set_epoch(epoch)
@@ -126,42 +136,42 @@ class VisionTask(Task):
 
     def __init__(self, cfg: Config, data_dir: Path | None, download: bool) -> None:
         self.cfg, self.data_dir, self.download = cfg, data_dir, download
+        data = cfg.data
         self.ema: ModelEmaV3 | None = None
-        self.eval_splits = ("eval", "eval_ema") if cfg.ema_decay > 0 else ("eval",)
-        self.throughput = ("images", cfg.batch_size)
+        self.eval_splits = ("eval", "eval_ema") if cfg.optim.ema_decay > 0 else ("eval",)
+        self.throughput = ("images", cfg.optim.batch_size)
         self.mixup = None
-        if cfg.mixup > 0 or cfg.cutmix > 0:
+        if data.mixup > 0 or data.cutmix > 0:
             self.mixup = Mixup(
-                mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
+                mixup_alpha=data.mixup, cutmix_alpha=data.cutmix, label_smoothing=data.label_smoothing,
                 num_classes=cfg.head_classes,
             )  # fmt: skip
         self.criterion: nn.Module = (
-            SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+            SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(label_smoothing=data.label_smoothing)
         )
 
     def build(self, accelerator: Accelerator) -> Parts:
         cfg, world = self.cfg, accelerator.num_processes
+        optim, seed, workers = cfg.optim, cfg.run.seed, cfg.data.num_workers
         with accelerator.main_process_first():
             download = self.download and accelerator.is_main_process
             train_set, self.eval_set = build_datasets(cfg, self.data_dir, download=download)
-        self.train_set = SeededItems(
-            train_set, cfg.seed
-        )  # augmentation drawn per (seed, epoch, image): exact on resume
-        per_process = cfg.batch_size // world
+        self.train_set = SeededItems(train_set, seed)  # augmentation drawn per (seed, epoch, image): exact on resume
+        per_process = optim.batch_size // world
         # Its own generator: creating an iterator then draws no number from the global RNG, so a resumed run draws
         # the same dropout masks and Hutchinson probes as an uninterrupted one.
         train_loader = DataLoader(
-            self.train_set, batch_size=per_process, shuffle=True, drop_last=True, num_workers=cfg.num_workers,
-            generator=torch.Generator().manual_seed(cfg.seed),
+            self.train_set, batch_size=per_process, shuffle=True, drop_last=True, num_workers=workers,
+            generator=torch.Generator().manual_seed(seed),
         )  # fmt: skip
-        eval_loader = DataLoader(self.eval_set, batch_size=max(per_process, 64), num_workers=cfg.num_workers)
+        eval_loader = DataLoader(self.eval_set, batch_size=max(per_process, 64), num_workers=workers)
         model = build_model(cfg)
-        self.ema = ModelEmaV3(model, decay=cfg.ema_decay) if cfg.ema_decay > 0 else None
-        opt = create_optimizer_v2(model, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+        self.ema = ModelEmaV3(model, decay=optim.ema_decay) if optim.ema_decay > 0 else None
+        opt = build_optimizer(model, optim)
         # One scheduler "epoch" is one optimizer step: the LR is a function of the step count, exact on resume.
         scheduler, _ = create_scheduler_v2(
-            opt, sched=cfg.sched, num_epochs=cfg.steps, warmup_epochs=cfg.warmup_steps, warmup_lr=cfg.warmup_lr,
-            min_lr=cfg.min_lr, decay_epochs=max(cfg.steps // 3, 1),
+            opt, sched=optim.sched, num_epochs=optim.steps, warmup_epochs=optim.warmup_steps,
+            warmup_lr=optim.warmup_lr, min_lr=optim.min_lr, decay_epochs=max(optim.steps // 3, 1),
         )  # fmt: skip
         self.train_loader, self.eval_loader = accelerator.prepare(train_loader, eval_loader)
         if self.ema is not None:
@@ -199,8 +209,8 @@ class VisionTask(Task):
     def describe(self) -> str:
         cfg = self.cfg
         return (
-            f"{cfg.model}, {cfg.dataset} ({len(self.train_set)} train / {len(self.eval_set)} eval images at "
-            f"{cfg.image_size}px, {cfg.head_classes} classes), batches of {cfg.batch_size} images"
+            f"{cfg.model.name}, {cfg.data.dataset} ({len(self.train_set)} train / {len(self.eval_set)} eval images at "
+            f"{cfg.data.image_size}px, {cfg.head_classes} classes), batches of {cfg.optim.batch_size} images"
         )
 
     def baseline(self) -> str:
@@ -208,16 +218,10 @@ class VisionTask(Task):
 
 
 def vision_settings(cfg: Config, name: str, data_dir: Path | None) -> TrainSettings:
-    """The training skeleton's settings of a deq-vision config."""
-    return TrainSettings(
-        name=name, config=cfg, steps=cfg.steps, seed=cfg.seed, resumable=RESUMABLE_CHANGES, batch_size=cfg.batch_size,
-        config_extra={"data_dir": None if data_dir is None else str(data_dir)}, grad_accum=cfg.grad_accum,
-        grad_clip=cfg.grad_clip, mixed_precision=cfg.mixed_precision, log_every=cfg.log_every,
-        eval_every=cfg.eval_every, save_every=cfg.save_every, keep_checkpoints=cfg.keep_checkpoints,
-        stop_after=cfg.stop_after, is_deq=cfg.is_deq, max_iter=cfg.deq.max_iter,
-        max_iter_jitter=cfg.deq.max_iter_jitter, pretrain=cfg.deq.pretrain_schedule(),
-        jacobian=cfg.deq.jacobian_schedule(cfg.seed),
-    )  # fmt: skip
+    """The training skeleton's settings of a deq-vision config, from its ``run``, ``optim`` and ``deq`` sections
+    (``deq_core.train.sections.train_settings``; ``run.eval_every=0``: evaluate at the last step only)."""
+    extra = {"data_dir": None if data_dir is None else str(data_dir)}
+    return train_settings(cfg, name, cfg.optim.steps, cfg.is_deq, resumable=RESUMABLE_CHANGES, config_extra=extra)
 
 
 def train(
@@ -244,7 +248,8 @@ def train(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m deq_vision.train",
-        description="Train a deq-vision model. Settings: --config NAME, then key=value overrides of its fields.",
+        description="Train a deq-vision model. Settings: --config NAME, then key=value overrides of its sections' "
+        "fields (data, model, deq, optim, run).",
     )
     parser.add_argument(
         "--config", default=MAIN_JOB, help=f"preset name (default {MAIN_JOB}); one of: {', '.join(PRESETS)}"
@@ -257,7 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     parser.add_argument("--download", action="store_true", help="CIFAR-10: download into --data-dir (network)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process (default: torch's choice)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. steps=200 lr=3e-4 deq.jac_weight=1")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value",
+        help="dotted names, e.g. optim.steps=200 optim.lr=3e-4 deq.jac_weight=1 data.image_size=32; a name only one "
+        "section has may omit it (steps=200 lr=3e-4), model=NAME sets model.name",
+    )  # fmt: skip
     return parser
 
 

@@ -11,6 +11,10 @@ epochs converted to optimizer steps at the given global batch):
 CPU presets: ``digits-mdeq``, ``digits-mdeq-jr``, ``digits-resnet`` (one budget: the CPU-scale result of the README);
 ``glyphs-mdeq``, ``glyphs-mdeq-jr``, ``glyphs-resnet`` (one budget: the JR paper's claims, ``deq_vision.reproduce``);
 and ``tiny-mdeq``, ``tiny-mdeq-jr``, ``tiny-resnet`` (a few seconds each, on a tiny CIFAR-format folder; for tests).
+
+Each preset is a dict of settings applied to ``Config()`` by ``replace_config``: by short name (``steps``, ``lr``,
+``dataset``; each is in one section only, so it names ``optim.steps``, ``optim.lr``, ``data.dataset``, and ``model``
+names ``model.name``) or by dotted name (``deq_settings(max_iter=12)``: ``deq.max_iter``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@ training: class counts against the model's head, image files readable, limits as
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,8 @@ from typing import Any
 import numpy as np
 from timm.data import create_transform
 from torch.utils.data import Dataset, Subset
+
+from deq_core.train.run_config import replace_config
 
 from ..configs import Config
 from ..configs.config import IMAGE_FOLDERS, NUM_CLASSES
@@ -36,18 +37,19 @@ NORMALIZATION = {
 def build_transform(cfg: Config, training: bool) -> Callable[[Any], Any]:
     """timm's ``create_transform`` for the config: PIL image -> normalized tensor (in_chans, S, S), S = image_size.
 
-    Training with ``augment``: random resized crop (area fraction in [scale_min, 1]), flips, optional color jitter
-    and AutoAugment / RandAugment. Evaluation (and training without ``augment``): resize and center crop (crop_pct 1
-    for the small datasets, timm's default 0.875 for image folders).
+    Training with ``data.augment``: random resized crop (area fraction in [data.scale_min, 1]), flips, optional
+    color jitter and AutoAugment / RandAugment. Evaluation (and training without ``augment``): resize and center crop
+    (crop_pct 1 for the small datasets, timm's default 0.875 for image folders).
     """
-    mean, std = NORMALIZATION[cfg.dataset]
-    crop_pct = None if cfg.dataset in IMAGE_FOLDERS else 1.0
-    if training and cfg.augment:
+    data = cfg.data
+    mean, std = NORMALIZATION[data.dataset]
+    crop_pct = None if data.dataset in IMAGE_FOLDERS else 1.0
+    if training and data.augment:
         return create_transform(
-            cfg.image_size, is_training=True, scale=(cfg.scale_min, 1.0), hflip=cfg.hflip,
-            color_jitter=cfg.color_jitter, auto_augment=cfg.auto_augment, mean=mean, std=std,
+            data.image_size, is_training=True, scale=(data.scale_min, 1.0), hflip=data.hflip,
+            color_jitter=data.color_jitter, auto_augment=data.auto_augment, mean=mean, std=std,
         )  # fmt: skip
-    return create_transform(cfg.image_size, is_training=False, crop_pct=crop_pct, mean=mean, std=std)
+    return create_transform(data.image_size, is_training=False, crop_pct=crop_pct, mean=mean, std=std)
 
 
 def balanced_subset(labels: Sequence[int] | np.ndarray, limit: int, seed: int = SUBSET_SEED) -> np.ndarray:
@@ -78,31 +80,32 @@ def _limit(dataset: Any, limit: int) -> Dataset:
 
 
 def check_classes(cfg: Config, found: int, where: str) -> None:
-    """Raise DatasetError unless the data's ``found`` classes match the head of the model (``num_classes``).
+    """Raise DatasetError unless the data's ``found`` classes match the head of the model (``data.num_classes``).
 
     Nothing to check for ``dataset=folder`` before its ``num_classes`` is set (see :func:`resolve_num_classes`).
     """
-    expected = cfg.num_classes or NUM_CLASSES.get(cfg.dataset, 0)
+    data = cfg.data
+    expected = data.num_classes or NUM_CLASSES.get(data.dataset, 0)
     if expected and found != expected:
-        hint = f"set num_classes={found}" + (" or use dataset=folder" if cfg.dataset == "imagenet" else "")
+        hint = f"set data.num_classes={found}" + (" or use data.dataset=folder" if data.dataset == "imagenet" else "")
         raise DatasetError(
-            f"{where} has {found} classes but the model's head has {expected} outputs (dataset={cfg.dataset}, "
-            f"num_classes={cfg.num_classes or 'default'}): {hint}."
+            f"{where} has {found} classes but the model's head has {expected} outputs (data.dataset={data.dataset}, "
+            f"data.num_classes={data.num_classes or 'default'}): {hint}."
         )
 
 
 def resolve_num_classes(cfg: Config, data_dir: str | Path | None) -> Config:
-    """``cfg`` with ``num_classes`` set from the class folders of DATA_DIR/train for ``dataset=folder`` (when 0),
-    checked against them for every image-folder dataset; other datasets are returned unchanged.
+    """``cfg`` with ``data.num_classes`` set from the class folders of DATA_DIR/train for ``data.dataset=folder``
+    (when 0), checked against them for every image-folder dataset; other datasets are returned unchanged.
 
     Raises:
         DatasetError: missing train/ folder, or a class count that differs from the model's head.
     """
-    if cfg.dataset not in IMAGE_FOLDERS or data_dir is None:
+    if cfg.data.dataset not in IMAGE_FOLDERS or data_dir is None:
         return cfg
     found = len(class_folders(data_dir, "train"))
-    if cfg.dataset == "folder" and cfg.num_classes == 0:
-        return dataclasses.replace(cfg, num_classes=found)
+    if cfg.data.dataset == "folder" and cfg.data.num_classes == 0:
+        return replace_config(cfg, {"data.num_classes": found})
     check_classes(cfg, found, str(Path(data_dir) / "train"))
     return cfg
 
@@ -115,7 +118,7 @@ def _image_folders(
     train = image_folder(data_dir, "train", train_tf)
     held_out = image_folder(data_dir, "val", eval_tf, class_to_idx=train.class_to_idx)
     check_classes(cfg, len(train.classes), str(Path(data_dir) / "train"))
-    limited = _limit(train, cfg.train_limit), _limit(held_out, cfg.eval_limit)
+    limited = _limit(train, cfg.data.train_limit), _limit(held_out, cfg.data.eval_limit)
     for full, part in zip((train, held_out), limited):
         chosen = part.indices if isinstance(part, Subset) else range(len(full))
         check_image_files([full.samples[i][0] for i in chosen])
@@ -126,8 +129,8 @@ def build_datasets(cfg: Config, data_dir: str | Path | None, download: bool = Fa
     """(training set, evaluation set) with transforms; items (tensor (C, S, S), int label).
 
     Args:
-        cfg: the run's config (dataset, image_size, augmentation, train_limit / eval_limit: class-balanced random
-            subsets, the same in every run).
+        cfg: the run's config (its ``data`` section: dataset, image_size, augmentation, train_limit / eval_limit:
+            class-balanced random subsets, the same in every run).
         data_dir: CIFAR-10: the folder containing ``cifar-10-batches-py``; imagenet / folder: the folder with
             ``train/`` and ``val/``; glyphs: the folder with ``train.npz`` / ``test.npz``;
             digits: unused (scikit-learn ships the data).
@@ -138,7 +141,8 @@ def build_datasets(cfg: Config, data_dir: str | Path | None, download: bool = Fa
             training, a class count that differs from the model's head), with what to do in the message.
     """
     train_tf, eval_tf = build_transform(cfg, True), build_transform(cfg, False)
-    if cfg.dataset == "digits":
+    dataset = cfg.data.dataset
+    if dataset == "digits":
         train: Dataset = Digits(train=True, transform=train_tf)
         held_out: Dataset = Digits(train=False, transform=eval_tf)
     else:
@@ -146,18 +150,18 @@ def build_datasets(cfg: Config, data_dir: str | Path | None, download: bool = Fa
             where = {
                 "cifar10": "the folder containing cifar-10-batches-py",
                 "glyphs": "train.npz / test.npz from python -m deq_vision.data glyphs --output-dir DIR",
-            }.get(cfg.dataset, "train/ and val/")
-            raise DatasetError(f"dataset {cfg.dataset!r} needs --data-dir ({where}).")
-        if cfg.dataset == "glyphs":
+            }.get(dataset, "train/ and val/")
+            raise DatasetError(f"dataset {dataset!r} needs --data-dir ({where}).")
+        if dataset == "glyphs":
             train = Glyphs(data_dir, train=True, transform=train_tf)
             held_out = Glyphs(data_dir, train=False, transform=eval_tf)
-        elif cfg.dataset == "cifar10":
+        elif dataset == "cifar10":
             train = CIFAR10(data_dir, train=True, transform=train_tf, download=download)
             held_out = CIFAR10(data_dir, train=False, transform=eval_tf)
         else:
             if download:
-                raise DatasetError(f"dataset {cfg.dataset!r} cannot be downloaded; put train/ and val/ in --data-dir.")
+                raise DatasetError(f"dataset {dataset!r} cannot be downloaded; put train/ and val/ in --data-dir.")
             return _image_folders(cfg, data_dir, train_tf, eval_tf)
     if len(train) == 0 or len(held_out) == 0:  # type: ignore[arg-type]
-        raise DatasetError(f"dataset {cfg.dataset!r} under {data_dir} has an empty split.")
-    return _limit(train, cfg.train_limit), _limit(held_out, cfg.eval_limit)
+        raise DatasetError(f"dataset {dataset!r} under {data_dir} has an empty split.")
+    return _limit(train, cfg.data.train_limit), _limit(held_out, cfg.data.eval_limit)
