@@ -129,10 +129,9 @@ def test_resume_carries_the_memory_and_gives_the_same_losses(tmp_path, corpus_di
 
 
 def test_missing_corpus_is_a_clear_error(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(tmp_path / "nowhere"),
-              "--output-dir", str(tmp_path / "r")])  # fmt: skip
-    assert exit_info.value.code == 2
+    argv = ["--config", "tiny-lm-transformer-xl", "--data-dir", str(tmp_path / "nowhere")]
+    code = main([*argv, "--output-dir", str(tmp_path / "r")])
+    assert code == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "--data-dir" in err
 
@@ -172,11 +171,10 @@ def test_sentencepiece_flags_reach_the_config(tmp_path, corpus_dir):
 
 
 def test_sentencepiece_without_vocab_size_is_a_config_error(tmp_path, capsys, corpus_dir):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus_dir), "--tokenizer", "sentencepiece",
-              "--output-dir", str(tmp_path / "r")])  # fmt: skip
+    argv = ["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus_dir), "--tokenizer", "sentencepiece"]
+    code = main([*argv, "--output-dir", str(tmp_path / "r")])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "data.vocab_size must be >= 3 for the sentencepiece tokenizer" in err
+    assert code == 2 and "data.vocab_size must be >= 3 for the sentencepiece tokenizer" in err
 
 
 def test_pydoc_corpus_written_by_concurrent_processes(tmp_path):

@@ -111,9 +111,8 @@ def test_resume_refuses_a_different_model(tmp_path):
     ],
 )
 def test_config_errors_are_clear(tmp_path, capsys, args, message):
-    with pytest.raises(SystemExit) as exit_info:
-        main([*args, "--output-dir", str(tmp_path / "r")])
-    assert exit_info.value.code == 2
+    code = main([*args, "--output-dir", str(tmp_path / "r")])
+    assert code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
@@ -133,9 +132,8 @@ def test_evaluate_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
 def test_cli_resume_with_changed_settings_is_a_clear_error(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["--config", "tiny-gru", "--output-dir", str(out), "steps=2"]) == 0
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--config", "tiny-gru", "--output-dir", str(out), "steps=3", "--resume"])
-    assert exit_info.value.code == 2
+    code = main(["--config", "tiny-gru", "--output-dir", str(out), "steps=3", "--resume"])
+    assert code == 2
     err = capsys.readouterr().err
     assert "--resume with a different config than the run in" in err and "optim.steps: 2 -> 3" in err
     assert "another --output-dir" in err

@@ -128,7 +128,7 @@ def test_reproduce_synthetic_table(tmp_path):
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):
     assert train.main(argv + ["--output-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err and "Traceback" not in err, err
+    assert err.startswith("python -m deq_toy.train: error: ") and message in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
 
 

@@ -19,7 +19,7 @@ from accelerate import Accelerator
 from accelerate.utils import send_to_device
 from torch import Tensor, nn
 
-from deq_core.train.errors import UsageError
+from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import replace_config
 from deq_core.train.schedules import cosine_lr_factor
@@ -143,13 +143,10 @@ def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = Fa
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m deq_lm.train",
-        description="Train a deq-lm model. Settings: --config NAME, then key=value overrides of its settings.",
-    )
-    parser.add_argument(
-        "--config", default=MAIN_JOB, help=f"preset name (default {MAIN_JOB}); one of: {', '.join(PRESETS)}"
-    )
+    parser = training_parser(
+        "python -m deq_lm.train", "Train a deq-lm model: --config NAME, then key=value overrides of its settings.",
+        PRESETS, default=MAIN_JOB,
+    )  # fmt: skip
     parser.add_argument(
         "--data-dir", type=Path, default=None,
         help="language modeling: a directory with train.txt, valid.txt, test.txt (sets data.data_dir; default: the "
@@ -161,41 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--vocab-size", type=int, default=None, help="language modeling: sets data.vocab_size (SentencePiece pieces)"
     )
-    parser.add_argument("--output-dir", type=Path, default=None, help="run directory (default runs/CONFIG)")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="torch threads per process (default: torch's choice); 1 is often "
-        "fastest for the small copy-memory models on a busy machine",
-    )
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value",
-        help="e.g. optim.steps=200 optim.lr=3e-4 data.T=100 deq.max_iter=12 (a key only one section has may omit "
-        "the section: steps=200; model=gru sets model.name)",
-    )  # fmt: skip
     return parser
 
 
+def _configure(args: argparse.Namespace) -> Config:
+    """The preset with the overrides, then the data options (``--data-dir``, ``--tokenizer``, ``--vocab-size``)."""
+    cfg = apply_overrides(get_config(args.config), args.overrides)
+    data_dir = None if args.data_dir is None else str(args.data_dir)
+    flags = {"data.data_dir": data_dir, "data.tokenizer": args.tokenizer, "data.vocab_size": args.vocab_size}
+    return replace_config(cfg, {key: value for key, value in flags.items() if value is not None})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        cfg = apply_overrides(get_config(args.config), args.overrides)
-        data_dir = None if args.data_dir is None else str(args.data_dir)
-        flags = {"data.data_dir": data_dir, "data.tokenizer": args.tokenizer, "data.vocab_size": args.vocab_size}
-        cfg = replace_config(cfg, {key: value for key, value in flags.items() if value is not None})
-    except ValueError as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    output_dir = args.output_dir or Path("runs") / args.config
-    try:
-        train(cfg, output_dir, name=args.config, resume=args.resume)
-    except UsageError as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
-    return 0
+    """Command-line entry point; returns the exit status (2 for a user error, printed on one line)."""
+    return run_training_cli(
+        build_parser(), argv, _configure, lambda cfg, out, args: train(cfg, out, name=args.config, resume=args.resume)
+    )
 
 
 if __name__ == "__main__":

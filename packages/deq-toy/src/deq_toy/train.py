@@ -9,49 +9,36 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from deq_core.train.errors import UsageError
+from deq_core.train.cli import run_training_cli, training_parser
 
-from .configs import PRESETS, load_config
+from .configs import PRESETS, Config, load_config
 from .loop import run_training
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m deq_toy.train",
-        description="Train one deq-toy preset. Presets: " + ", ".join(sorted(PRESETS)) + ".",
-    )
-    parser.add_argument("--config", required=True, help="preset name (see the list above)")
+    parser = training_parser(
+        "python -m deq_toy.train", "Train one deq-toy preset: --config NAME, then key=value overrides of its settings "
+        "(threads: run.threads=N).", sorted(PRESETS), threads=False,
+    )  # fmt: skip
     parser.add_argument("--data-dir", default="data", help="arithmetic data files are read here, generated if missing")
-    parser.add_argument("--output-dir", default=None, help="run folder (default: runs/NAME)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     parser.add_argument("--stop-after", type=int, default=None, help="stop after this many steps in all (resumable)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. lr=1e-3 epochs=5")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (2 for a user error, printed without a traceback)."""
-    args = build_parser().parse_args(argv)
-    try:
-        config = load_config(args.config, args.overrides)
-        output_dir = args.output_dir or f"runs/{args.config}"
-        results = run_training(
-            config,
-            output_dir,
-            args.data_dir,
-            resume=args.resume,
-            stop_after=args.stop_after,
-            progress=not args.no_progress,
-            name=args.config,
-        )
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def _train(config: Config, output_dir: Path, args: argparse.Namespace) -> None:
+    """Train ``config`` in ``output_dir`` and print the final results as JSON."""
+    results = run_training(config, output_dir, args.data_dir, resume=args.resume, stop_after=args.stop_after,
+                           progress=not args.no_progress, name=args.config)  # fmt: skip
     if results:
         print(json.dumps(results, indent=2))
-    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (2 for a user error, printed on one line)."""
+    return run_training_cli(build_parser(), argv, lambda args: load_config(args.config, args.overrides), _train)
 
 
 if __name__ == "__main__":

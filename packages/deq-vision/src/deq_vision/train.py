@@ -28,7 +28,7 @@ from timm.utils import ModelEmaV3, accuracy
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from deq_core.train.errors import UsageError
+from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.sections import train_settings
 from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
@@ -246,45 +246,27 @@ def train(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m deq_vision.train",
-        description="Train a deq-vision model. Settings: --config NAME, then key=value overrides of its sections' "
-        "fields (data, model, deq, optim, run).",
-    )
-    parser.add_argument(
-        "--config", default=MAIN_JOB, help=f"preset name (default {MAIN_JOB}); one of: {', '.join(PRESETS)}"
-    )
+    parser = training_parser(
+        "python -m deq_vision.train", "Train a deq-vision model: --config NAME, then key=value overrides of its "
+        "sections' fields (data, model, deq, optim, run).", PRESETS, default=MAIN_JOB,
+    )  # fmt: skip
     parser.add_argument(
         "--data-dir", type=Path, default=None,
         help="CIFAR-10: the folder containing cifar-10-batches-py; imagenet / folder: the folder with train/ and val/",
     )  # fmt: skip
-    parser.add_argument("--output-dir", type=Path, default=None, help="run directory (default runs/CONFIG)")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     parser.add_argument("--download", action="store_true", help="CIFAR-10: download into --data-dir (network)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads per process (default: torch's choice)")
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value",
-        help="dotted names, e.g. optim.steps=200 optim.lr=3e-4 deq.jac_weight=1 data.image_size=32; a name only one "
-        "section has may omit it (steps=200 lr=3e-4), model=NAME sets model.name",
-    )  # fmt: skip
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        cfg = apply_overrides(get_config(args.config), args.overrides)
-    except ValueError as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    output_dir = args.output_dir or Path("runs") / args.config
-    try:
+    """Command-line entry point; returns the exit status (2 for a user error, printed on one line)."""
+
+    def run(cfg: Config, output_dir: Path, args: argparse.Namespace) -> None:
         train(cfg, output_dir, name=args.config, resume=args.resume, data_dir=args.data_dir, download=args.download)
-    except UsageError as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
-    return 0
+
+    return run_training_cli(
+        build_parser(), argv, lambda args: apply_overrides(get_config(args.config), args.overrides), run
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""The command line every task package's ``train`` module shares:
+
+    python -m deq_X.train --config NAME [--output-dir DIR] [--resume] [--threads N] [TASK OPTIONS] [key=value ...]
+
+:func:`training_parser` builds the parser (the task adds its own options, e.g. ``--data-dir``), and
+:func:`run_training_cli` runs it: the config from the preset and the overrides, the thread count, the output folder
+(default ``runs/CONFIG``), then the task's training; a bad setting or any :class:`~deq_core.train.errors.UsageError`
+is one line ``PROG: error: ...`` and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import UsageError
+
+OVERRIDES_HELP = (
+    "settings by dotted name, e.g. optim.steps=200 optim.lr=3e-4 deq.max_iter=12; a name only one section has may "
+    "omit it (steps=200 lr=3e-4), model=NAME sets model.name"
+)
+
+
+def training_parser(
+    prog: str, description: str, presets: Iterable[str], default: str | None = None, threads: bool = True
+) -> argparse.ArgumentParser:
+    """The shared options: ``--config`` (one of ``presets``; ``default`` when given, else required),
+    ``--output-dir``, ``--resume``, ``--threads`` (unless ``threads`` is False, for a task whose config sets its
+    threads) and the ``key=value`` overrides. Add the task's own options to the returned parser."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    names = ", ".join(presets)
+    if default is None:
+        parser.add_argument("--config", required=True, help=f"preset name, one of: {names}")
+    else:
+        parser.add_argument("--config", default=default, help=f"preset name (default {default}); one of: {names}")
+    parser.add_argument("--output-dir", type=Path, default=None, help="run folder (default runs/CONFIG)")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
+    if threads:
+        parser.add_argument(
+            "--threads", type=int, default=0, help="torch threads per process (default: torch's choice); 1 is "
+            "often fastest for small models on a busy machine",
+        )  # fmt: skip
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help=OVERRIDES_HELP)
+    return parser
+
+
+def run_training_cli(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    configure: Callable[[argparse.Namespace], Any],
+    train: Callable[[Any, Path, argparse.Namespace], Any],
+) -> int:
+    """Parse ``argv``, build the config with ``configure(args)`` (the preset with the overrides and the task's
+    options applied), set ``--threads``, and call ``train(config, output_dir, args)``. Returns the exit status: 0, or
+    2 after printing ``PROG: error: MESSAGE`` (one line, no traceback) for a ValueError from ``configure`` or a
+    UsageError from either (argparse itself exits with status 2 on an unknown option)."""
+    args = parser.parse_args(argv)
+    try:
+        config = configure(args)
+    except (ValueError, UsageError) as err:
+        return _usage_error(parser, err)
+    if getattr(args, "threads", 0) > 0:
+        torch.set_num_threads(args.threads)
+    try:
+        train(config, Path(args.output_dir or Path("runs") / args.config), args)
+    except UsageError as err:
+        return _usage_error(parser, err)
+    return 0
+
+
+def _usage_error(parser: argparse.ArgumentParser, err: Exception) -> int:
+    print(f"{parser.prog}: error: {err}", file=sys.stderr)
+    return 2
