@@ -131,6 +131,13 @@ def test_arithmetic_accuracy_verdicts_follow_their_thresholds():
     assert {r.claim.key: r.holds for r in arithmetic.accuracy_rows(res, "cmd")}["batch-schedule"] is True
 
 
+def test_repeated_gru_gap_note_says_who_is_ahead_and_the_one_seed_spread():
+    res = _results()  # GRU-DEQ 87.0; the GRU 80.0 at batch 512, 81.0 at batch 64
+    note = arithmetic.repeated_gap_note(_arith(85.5), res)
+    assert "the GRU-DEQ is ahead by 1.50 points" in note and "differs by 1.00 points" in note
+    assert "the repeated GRU is ahead by 1.20 points" in arithmetic.repeated_gap_note(_arith(88.2), res)
+
+
 def _train_log(path, residuals):
     path.mkdir(parents=True)
     lines = [
@@ -180,6 +187,8 @@ def test_plateau_gain_spans_a_quarter_of_the_epochs_and_at_least_two(tmp_path):
 def _claims_plan() -> dict[str, tuple[str, list[str]]]:
     """Run folder under results/claims -> (preset, overrides) of the claims command that trains it."""
     plan = {f"arithmetic/{name}": (preset, list(extra)) for name, (preset, extra) in arithmetic.FULL.runs.items()}
+    preset, extra = arithmetic.REPEATED_RUN[False]
+    plan["arithmetic/arith-repeated-gru"] = (preset, list(extra))
     full = synthetic.FULL
     for gamma in synthetic.GAMMAS:
         for seed in full.seeds:
@@ -196,20 +205,21 @@ def _claims_plan() -> dict[str, tuple[str, list[str]]]:
 
 def test_committed_runs_of_the_flat_layout_read_as_their_presets():
     """Every config.json committed under results/claims (written by deq-toy 0.4, flat keys, ``anderson_m``,
-    ``jacobian_weight``, ``clip``, ``checkpoint_every``) reads back as the config the claims command asks for in its
-    folder (its preset with the plan's overrides), so ``ensure_run`` reads those runs instead of training them."""
+    ``jacobian_weight``, ``clip``, ``checkpoint_every``; the repeated GRU's by 0.5.1, flat keys beside ``deq``) reads
+    back as the config the claims command asks for in its folder (its preset with the plan's overrides), so
+    ``ensure_run`` reads those runs instead of training them."""
     from deq_toy.configs import config_from_dict
 
     root = Path(__file__).parents[1] / "results" / "claims"
     stored, plan = sorted(root.rglob("config.json")), _claims_plan()
-    assert len(stored) == 35
+    assert len(stored) == 36
     for path in stored:
         values = json.loads(path.read_text())["config"]
         config = config_from_dict(values)
         assert config == load_config(*plan[str(path.parent.relative_to(root))]), path
         assert "anderson_m" not in values or config.deq.solver_options == (f"m={values['anderson_m']}",)
         assert config.deq.jac_weight == values.get("jacobian_weight", config.deq.jac_weight)
-        assert config.run.save_every == values["checkpoint_every"]  # deq-toy <= 0.5.0's name
+        assert config.run.save_every == values.get("checkpoint_every", values.get("save_every"))  # <= 0.5.0's name
         assert "clip" not in values or config.optim.grad_clip == values["clip"]
 
 
