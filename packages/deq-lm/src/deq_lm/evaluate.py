@@ -24,6 +24,8 @@ from .models import SequenceModel, build_model
 from .tasks import Task, build_task
 from .train import evaluate_split
 
+SWEEP_FILE = "sweep.json"  # RUN_DIR/sweep.json: the rows of the last sweep (split, and per limit: loss, metric, NFE)
+
 
 def load_model(checkpoint: Path, data_dir: Path | None = None) -> tuple[Config, Task, SequenceModel, Path]:
     """(config, task, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
@@ -58,6 +60,16 @@ def sweep(
     finally:
         deq.eval_max_iter, deq.eval_tol = saved
     return rows
+
+
+def read_sweep(run_dir: Path) -> dict[int, float]:
+    """Test perplexity by inference iteration limit from RUN_DIR/sweep.json (written by ``python -m deq_lm.evaluate
+    --checkpoint RUN_DIR --split test --max-iters ...``); empty when the run has no test-split sweep."""
+    path = Path(run_dir) / SWEEP_FILE
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {int(row["max_iter"]): float(row["ppl"]) for row in data.get("rows", []) if data.get("split") == "test"}
 
 
 def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path: Path) -> Path:
@@ -113,9 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in rows:
         line = f"{r['max_iter']:>8} {r['tol']:>8.0e} {r['loss']:>10.4g} {r[task.metric]:>8.4f}"
         print(line + f" {r['nfe_forward']:>6.1f} {r['residual']:>10.3g}")
-    (run_dir / "sweep.json").write_text(json.dumps({"split": args.split, "rows": rows}, indent=1) + "\n")
+    (run_dir / SWEEP_FILE).write_text(json.dumps({"split": args.split, "rows": rows}, indent=1) + "\n")
     plot_sweep(rows, task.metric, len(args.max_iters), run_dir / "sweep.png")
-    print(f"wrote {run_dir / 'sweep.json'} and {run_dir / 'sweep.png'}")
+    print(f"wrote {run_dir / SWEEP_FILE} and {run_dir / 'sweep.png'}")
     return 0
 
 

@@ -49,7 +49,7 @@ from . import lm_claims as lc
 from .configs import Config, get_config
 from .configs.pythondocs import JR_SETTINGS, PREFIX
 from .data.pythondocs_corpus import write_pythondocs_corpus
-from .evaluate import load_model
+from .evaluate import SWEEP_FILE, load_model, read_sweep
 from .models import SequenceModel, build_model, count_parameters
 from .step_timing import TimedEntry, expected_seconds, time_training_steps
 from .tasks import Task, build_task
@@ -60,7 +60,7 @@ JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
 PRESETS = (DEQ, TXL, TIED, *JR)
 TIMING_REPEATS = {False: 7, True: 1}
 STEP_RECORD = "step_time.json"  # RUN/step_time.json: the run's training step vs a fresh Transformer-XL twin's
-KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", "sweep.json", "sweep.png")
+KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", SWEEP_FILE, "sweep.png")
 
 # --quick: every preset at test size (the DEQ's FFN still widened to match the 4-layer twin's parameters).
 _QUICK = dict(
@@ -297,16 +297,6 @@ def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[st
             "with it. Train it first (python -m deq_lm.reproduce commands prints how)."
         )
     return [p for p in PRESETS if done(p)]
-
-
-def read_sweep(run: Path) -> dict[int, float]:
-    """Test perplexity by inference iteration limit from RUN/sweep.json (written by ``python -m deq_lm.evaluate RUN
-    --split test --max-iters ...``); empty when the run has no sweep."""
-    path = run / "sweep.json"
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {int(row["max_iter"]): float(row["ppl"]) for row in data.get("rows", []) if data.get("split") == "test"}
 
 
 def not_measured(claims: Sequence[Claim], missing: Sequence[str], command: str) -> list[ClaimResult]:

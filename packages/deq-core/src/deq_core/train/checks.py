@@ -1,10 +1,13 @@
 """Validation of a training config dataclass with messages that name the key and the valid values:
-:func:`check_choice`, :func:`check_at_least`, :func:`check_fraction` (used by the config sections,
-:mod:`deq_core.train.sections` and :mod:`deq_core.train.deq_config`, and by the task packages' own sections)."""
+:func:`check_choice`, :func:`check_at_least`, :func:`check_fraction`, and :func:`in_section`, which names the config
+section in front of the key (used by the config sections, :mod:`deq_core.train.sections` and
+:mod:`deq_core.train.deq_config`, and by the task packages' own sections)."""
 
 from __future__ import annotations
 
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -34,3 +37,14 @@ def check_fraction(config: Any, *keys: str, closed: bool = True) -> None:
         value = getattr(config, key)
         if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0):
             raise ValueError(f"{key} must be in [0, 1{']' if closed else ')'}, got {value}.")
+
+
+@contextmanager
+def in_section(name: str) -> Iterator[None]:
+    """Checks of the config section ``name``: a ValueError raised inside comes back with the section's name before
+    the key (``optim.lr must be > 0, ...``), so that a message names the setting as it is written on the command
+    line."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"{name}.{error}") from None

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .checks import check_at_least, check_choice, check_fraction
+from .checks import check_at_least, check_choice, check_fraction, in_section
 from .schedules import JacobianSchedule, PretrainSchedule
 
 if TYPE_CHECKING:
@@ -76,10 +76,8 @@ class DEQConfig:
     jac_stop: int = 0
 
     def __post_init__(self) -> None:
-        try:
+        with in_section("deq"):
             check_deq_config(self)
-        except ValueError as error:
-            raise ValueError(f"deq.{error}") from None
 
     def layer_settings(self) -> dict[str, Any]:
         """Keyword arguments of :class:`deq_core.DEQ`: the forward solver object, limits, and the backward strategy

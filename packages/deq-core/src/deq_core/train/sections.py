@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from .checks import check_at_least, check_choice
+from .checks import check_at_least, check_choice, in_section
 from .task import TrainSettings
 
 S = TypeVar("S")
@@ -44,7 +44,8 @@ class RunConfig:
     save_grads_at: int = 0
 
     def __post_init__(self) -> None:
-        _prefixed("run", _check_run, self)
+        with in_section("run"):
+            _check_run(self)
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,8 @@ class OptimConfig:
     grad_clip: float = 0.0
 
     def __post_init__(self) -> None:
-        _prefixed("optim", _check_optim, self)
-
-
-def _prefixed(name: str, check: Any, config: Any) -> None:
-    """Run ``check(config)``; its ValueError comes back with the section's name before the key (``optim.lr ...``)."""
-    try:
-        check(config)
-    except ValueError as error:
-        raise ValueError(f"{name}.{error}") from None
+        with in_section("optim"):
+            _check_optim(self)
 
 
 def _check_run(config: RunConfig) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, check_fraction
+from deq_core.train.checks import check_at_least, check_choice, check_fraction, in_section
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.sections import OptimConfig, RunConfig, section
 
@@ -28,14 +27,6 @@ DEQ_MODELS = ("deq_transformer", "deq_trellisnet")
 TRANSFORMERS = ("deq_transformer", "transformer_xl", "transformer_tied")
 TaskName = Literal["copy_memory", "lm"]
 HeadName = Literal["linear", "adaptive"]
-
-
-def _checked(name: str, check: Callable[[Any], None], section_value: Any) -> None:
-    """Run ``check``; its ValueError comes back with the section's name before the key (``data.T must be ...``)."""
-    try:
-        check(section_value)
-    except ValueError as error:
-        raise ValueError(f"{name}.{error}") from None
 
 
 @dataclass(frozen=True)
@@ -70,7 +61,8 @@ class DataConfig:
     eval_batch_size: int = 10
 
     def __post_init__(self) -> None:
-        _checked("data", _check_data, self)
+        with in_section("data"):
+            _check_data(self)
 
 
 @dataclass(frozen=True)
@@ -105,7 +97,8 @@ class ModelConfig:
     div_val: int = 1
 
     def __post_init__(self) -> None:
-        _checked("model", _check_model, self)
+        with in_section("model"):
+            _check_model(self)
 
 
 @dataclass(frozen=True)
@@ -120,7 +113,8 @@ class LMOptimConfig(OptimConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _checked("optim", _check_schedule, self)
+        with in_section("optim"):
+            _check_schedule(self)
 
 
 @dataclass(frozen=True)

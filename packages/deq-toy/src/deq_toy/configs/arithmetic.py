@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice
+from deq_core.train.checks import check_at_least, check_choice, in_section
 from deq_core.train.deq_config import DEQConfig, deq_section, deq_settings
 from deq_core.train.run_config import replace_config
 from deq_core.train.sections import section
 
-from .checks import in_section
 from .sections import ToyOptimConfig, ToyRunConfig
 
 MODELS = ("fc", "gru", "stacked_gru", "repeated_gru", "deq")

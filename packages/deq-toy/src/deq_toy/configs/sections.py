@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deq_core.train.checks import check_at_least
+from deq_core.train.checks import check_at_least, in_section
 from deq_core.train.sections import OptimConfig, RunConfig
-
-from .checks import in_section
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ line with ``key=value`` (``deq_core.train.overrides.apply_overrides``); each sec
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, check_fraction
+from deq_core.train.checks import check_at_least, check_choice, check_fraction, in_section
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.sections import OptimConfig, RunConfig, section
 
@@ -24,14 +23,6 @@ DatasetName = Literal["cifar10", "imagenet", "folder", "digits", "glyphs"]
 NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10, "glyphs": 10}
 IN_CHANS = {"cifar10": 3, "imagenet": 3, "folder": 3, "digits": 1, "glyphs": 1}
 IMAGE_FOLDERS = ("imagenet", "folder")  # datasets read from DATA_DIR/train/<class>/ and DATA_DIR/val/<class>/
-
-
-def _checked(name: str, check: Callable[[Any], None], section_config: Any) -> None:
-    """Run ``check(section_config)``; its ValueError comes back with the section's name before the key."""
-    try:
-        check(section_config)
-    except ValueError as error:
-        raise ValueError(f"{name}.{error}") from None
 
 
 @dataclass(frozen=True)
@@ -68,7 +59,8 @@ class DataConfig:
     label_smoothing: float = 0.0
 
     def __post_init__(self) -> None:
-        _checked("data", _check_data, self)
+        with in_section("data"):
+            _check_data(self)
 
 
 def _check_data(data: DataConfig) -> None:
@@ -93,7 +85,8 @@ class ModelConfig:
     drop_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        _checked("model", _check_model, self)
+        with in_section("model"):
+            _check_model(self)
 
 
 def _check_model(model: ModelConfig) -> None:
@@ -126,7 +119,8 @@ class VisionOptimConfig(OptimConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _checked("optim", _check_optim, self)
+        with in_section("optim"):
+            _check_optim(self)
 
 
 def _check_optim(optim: VisionOptimConfig) -> None:
