@@ -177,9 +177,15 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     assert deq["nfe"][0] > 0 and deq["ppl"][0] > 1 and dump["measured"][reproduce.TXL]["nfe"] == [0.0]
     assert all(t["cpu"] > 0 for t in dump["step_times"].values())
     assert all(t["reference_cpu"] > 0 for t in dump["step_times"].values())
+    spread = dump["seed_spread"]
+    assert spread["seeds"] == list(lc.SPREAD_SEEDS) and len(spread["test_ppl"]) == len(lc.SPREAD_SEEDS)
+    assert spread["test_ppl"][0] == dump["measured"][reproduce.TXL]["ppl"][0]  # seed 0 is the claims' own run
+    assert rows[0].count("Seed spread: the Transformer-XL twin's test ppl over seeds 0, 1, 2") == 1
+    assert "Seed spread" in rows[2] and "Seed spread" not in rows[1]  # the two perplexity rows
     capsys.readouterr()
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
-    assert capsys.readouterr().out.count("finished run found") == len(reproduce.PRESETS)
+    found = len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS)  # the spread's seed 0 is read twice
+    assert capsys.readouterr().out.count("finished run found") == found
     # the run logs without checkpoints, restored elsewhere, give the same table without training anything
     logs = tmp_path / "run_logs"
     for folder in sorted((out / "runs").iterdir()):
@@ -189,12 +195,13 @@ def test_quick_claims_pipeline(tmp_path, capsys):
                 (logs / folder.name / name).write_bytes((folder / name).read_bytes())
     elsewhere = tmp_path / "elsewhere"
     assert reproduce.main(["restore", "--from", str(logs), "--output-dir", str(elsewhere)]) == 0
-    assert capsys.readouterr().out.count("restored ") == len(reproduce.PRESETS)
+    assert capsys.readouterr().out.count("restored ") == len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS) - 1
     assert reproduce.main(["claims", "--quick", "--finished-only", "--output-dir", str(elsewhere), "--data-dir",
                            str(corpus)]) == 0  # fmt: skip
     assert not any((elsewhere / "runs").glob("*/checkpoints"))
     again = json.loads((elsewhere / "claims.json").read_text())
     assert again["measured"] == dump["measured"] and again["step_times"] == dump["step_times"]
+    assert again["seed_spread"] == dump["seed_spread"]
     assert again["verdicts"] == dump["verdicts"]
     # without its step record, a run whose checkpoint is gone leaves the speed claim unmeasured, saying why
     (elsewhere / "runs" / f"{reproduce.DEQ}-seed0" / reproduce.STEP_RECORD).unlink()
@@ -245,3 +252,15 @@ def test_plan_lists_every_run_with_its_step_time(tmp_path, capsys):
     assert [row[0].strip("| ") for row in rows] == list(reproduce.PRESETS)
     for row in rows:
         assert int(row[2]) == 24 * 4 * 16 and float(row[3]) > 0 and float(row[4]) > 0
+
+
+def test_spread_note_weighs_the_distance_from_the_threshold_against_the_seed_spread():
+    spread = [20.0, 20.4, 19.6]  # relative std 2 %: the ratio of two single runs varies by 2.83 %
+    deq, twin = measured("deq", 21.0, 15), measured("txl", 20.0, 0)  # 1.050x: on the threshold
+    note = lc.spread_note(spread, deq, twin)
+    assert "a relative std of 2.00% per run" in note and "varies by about 2.83%" in note
+    assert "0.0% from its threshold (1.050x vs 1.05x), within twice that: these seeds do not decide" in note
+    far = lc.spread_note(spread, measured("deq", 24.0, 15), twin)  # 1.2x: 14.3 % beyond
+    assert "14.3% from its threshold" in far and "more than twice that: these seeds decide the verdict" in far
+    three = dataclasses.replace(deq, ppl=(21.0, 21.0, 21.0))  # the DEQ over 3 seeds: sqrt(1/3 + 1) x 2 %
+    assert "varies by about 2.31%" in lc.spread_note(spread, three, twin)

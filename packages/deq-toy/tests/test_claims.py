@@ -27,6 +27,8 @@ def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_
     assert all(any(f"**{v}**" in r for v in ("HOLDS", "DOES NOT HOLD")) for r in rows)  # every claim measured
     assert "jacobian-regularization-icml2021.txt" in rows[0] and "Figure 10" in rows[1]
     assert "reproduce claims --quick" in rows[0]
+    assert "GRU-DEQ" in rows[1] and rows[1].count("(n=2)") == 4  # the ordering: means over the quick plan's 2 seeds
+    assert (out / "arithmetic" / "arith-repeated-gru-seed1" / "results.json").is_file()
     assert (out / "synthetic_ablation.md").read_text().count("\n| ") == 7  # header + 6 settings
     first = out / "synthetic" / "gamma2_seed1" / "results.json"
     stamp = first.stat().st_mtime_ns
@@ -107,14 +109,15 @@ def _arith(acc: float, residual: float = 5e-4, converged: float = 1.0, two: floa
 
 
 def _results() -> dict:
+    """Per run, the results of each seed (the seeded runs: three seeds whose mean is the first value)."""
     return {
-        "arith-fc": _arith(64.0),
-        "arith-gru": _arith(80.0),
-        "arith-stacked-gru": _arith(85.0),
-        "arith-deq": _arith(87.0),
-        "arith-gru-batch64": _arith(81.0),
-        "arith-gru-two": _arith(0.0, two=96.0),
-        "arith-deq-two": _arith(0.0, two=96.3),
+        "arith-fc": [_arith(64.0), _arith(63.0), _arith(65.0)],
+        "arith-gru": [_arith(80.0), _arith(79.5), _arith(80.5)],
+        "arith-stacked-gru": [_arith(85.0)] * 3,
+        "arith-deq": [_arith(87.0), _arith(86.0), _arith(88.0)],
+        "arith-gru-batch64": [_arith(81.0)],
+        "arith-gru-two": [_arith(0.0, two=96.0)],
+        "arith-deq-two": [_arith(0.0, two=96.3)],
     }
 
 
@@ -122,20 +125,32 @@ def test_arithmetic_accuracy_verdicts_follow_their_thresholds():
     res = _results()
     rows = {r.claim.key: r.holds for r in arithmetic.accuracy_rows(res, "cmd")}
     assert rows == {"ordering": True, "deq-accuracy": True, "batch-schedule": True, "two-ops": True}
-    res["arith-deq"] = _arith(84.0)
-    res["arith-gru-batch64"] = _arith(82.0)
-    res["arith-deq-two"] = _arith(0.0, two=95.9)  # below the GRU's 96.0
+    res["arith-deq"] = [_arith(84.0), _arith(85.5), _arith(84.0)]  # one seed above 85 %, the mean below
+    res["arith-gru-batch64"] = [_arith(82.0)]
+    res["arith-deq-two"] = [_arith(0.0, two=95.9)]  # below the GRU's 96.0
     rows = {r.claim.key: r.holds for r in arithmetic.accuracy_rows(res, "cmd")}
     assert rows == {"ordering": False, "deq-accuracy": False, "batch-schedule": False, "two-ops": False}
-    res["arith-gru-batch64"] = _arith(80.5)  # within 1.5 points of arith-gru again
+    res["arith-gru-batch64"] = [_arith(80.5)]  # within 1.5 points of arith-gru's mean again
     assert {r.claim.key: r.holds for r in arithmetic.accuracy_rows(res, "cmd")}["batch-schedule"] is True
 
 
-def test_repeated_gru_gap_note_says_who_is_ahead_and_the_one_seed_spread():
-    res = _results()  # GRU-DEQ 87.0; the GRU 80.0 at batch 512, 81.0 at batch 64
-    note = arithmetic.repeated_gap_note(_arith(85.5), res)
-    assert "the GRU-DEQ is ahead by 1.50 points" in note and "differs by 1.00 points" in note
-    assert "the repeated GRU is ahead by 1.20 points" in arithmetic.repeated_gap_note(_arith(88.2), res)
+def test_ordering_compares_means_over_seeds_and_prints_their_spread():
+    res = _results()
+    res["arith-stacked-gru"] = [_arith(87.5), _arith(84.0), _arith(84.0)]  # seed 0 above the GRU-DEQ's seed 0
+    row = arithmetic.accuracy_rows(res, "cmd")[0]
+    assert row.holds and "stacked GRU 85.17 ± 2.021 (n=3)" in row.ours and "GRU-DEQ 87 ± 1 (n=3)" in row.ours
+    res["arith-stacked-gru"] = [_arith(87.5), _arith(86.0), _arith(87.9)]  # mean 87.13 > 87.0
+    assert not arithmetic.accuracy_rows(res, "cmd")[0].holds
+
+
+def test_repeated_gru_gap_note_says_who_is_ahead_and_the_seeds_spread():
+    res = _results()  # GRU-DEQ 87.0 ± 1.0 over three seeds
+    note = arithmetic.repeated_gap_note([_arith(85.0), _arith(86.0)], res)
+    assert "the GRU-DEQ is ahead by 1.50 points (means over 3 and 2 seeds" in note
+    assert "1.00 points for the GRU-DEQ and 0.71 points for the repeated GRU" in note
+    one = arithmetic.repeated_gap_note([_arith(88.2)], res)
+    assert "the repeated GRU is ahead by 1.20 points (means over 3 and 1 seeds" in one
+    assert "deviation is 1.00 points for the GRU-DEQ." in one
 
 
 def _train_log(path, residuals):
@@ -155,11 +170,11 @@ def test_arithmetic_solver_verdicts_follow_their_thresholds(tmp_path):
     profiles = {"arith-deq": profile, "arith-deq-plain": {**profile, "run_minutes": 300.0}}
     rows = {r.claim.key: r.holds for r in arithmetic.solver_rows(res, profiles, tmp_path, "cmd")}
     assert rows == {"deq-converges": True, "speed": True}
-    res["arith-deq"] = _arith(87.0, residual=5e-4, converged=0.98)  # 2 % of the samples unconverged
+    res["arith-deq"] = [_arith(87.0), _arith(87.0, residual=5e-4, converged=0.98)]  # one seed: 2 % unconverged
     profiles["arith-deq"] = {**profile, "run_minutes": 46.0}
     rows = {r.claim.key: r.holds for r in arithmetic.solver_rows(res, profiles, tmp_path, "cmd")}
     assert rows == {"deq-converges": False, "speed": False}
-    res["arith-deq"] = _arith(87.0, residual=1.1e-3)
+    res["arith-deq"] = [_arith(87.0), _arith(87.0, residual=1.1e-3)]  # one seed above the tolerance
     assert not arithmetic.solver_rows(res, profiles, tmp_path, "cmd")[0].holds
 
 
@@ -186,9 +201,14 @@ def test_plateau_gain_spans_a_quarter_of_the_epochs_and_at_least_two(tmp_path):
 
 def _claims_plan() -> dict[str, tuple[str, list[str]]]:
     """Run folder under results/claims -> (preset, overrides) of the claims command that trains it."""
-    plan = {f"arithmetic/{name}": (preset, list(extra)) for name, (preset, extra) in arithmetic.FULL.runs.items()}
+    plan = {}
+    for name, (preset, extra) in arithmetic.FULL.runs.items():
+        for seed in arithmetic.FULL.seeds if name in arithmetic.SEEDED else (0,):
+            plan[f"arithmetic/{arithmetic.seed_folder(name, seed)}"] = (preset, list(arithmetic.seeded(extra, seed)))
     preset, extra = arithmetic.REPEATED_RUN[False]
-    plan["arithmetic/arith-repeated-gru"] = (preset, list(extra))
+    for seed in arithmetic.REPEATED_SEEDS[False]:
+        folder = arithmetic.seed_folder("arith-repeated-gru", seed)
+        plan[f"arithmetic/{folder}"] = (preset, list(arithmetic.seeded(extra, seed)))
     full = synthetic.FULL
     for gamma in synthetic.GAMMAS:
         for seed in full.seeds:

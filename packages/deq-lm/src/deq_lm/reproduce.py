@@ -7,16 +7,18 @@
 
 ``claims`` trains every run the claims need (``pdocs-*`` presets, ``configs/pythondocs.py``) in
 ``DIR/runs/PRESET-seedS`` with ``deq_lm.train`` (a finished run is read, an interrupted one resumed from its latest
-checkpoint), then measures test perplexity and inference NFE (the runs' final test evaluation), non-embedding
-parameters and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``;
-both on a model of the run's config: they do not depend on its weights), and each DEQ run's training step relative to
-a fresh Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
+checkpoint), then measures test perplexity and inference NFE (the runs' final test evaluation), non-embedding parameters
+and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``; both on a model of
+the run's config: they do not depend on its weights), and each DEQ run's training step relative to a fresh
+Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
 ``RUN/step_time.json``), and writes ``DIR/claims.md`` (``deq_core.train.claims``), ``DIR/claims.json`` and
-``DIR/ppl_vs_nfe.png``. ``commands`` prints one ``deq_lm.train`` command per run, to start them in parallel; ``claims``
-then reads them. ``plan`` times one training step of every run on a fresh model (the DEQs forced to their iteration
-limits) and prints the training time each implies. ``restore`` copies committed run logs (config, metrics, step
-record; no checkpoints) into DIR/runs, so that runs trained in different sessions or on different machines make one
-table: ``claims`` reads them as finished runs.
+``DIR/ppl_vs_nfe.png``. It also trains the Transformer-XL twin with the seeds ``lm_claims.SPREAD_SEEDS`` (its runs are
+the cheapest): their test perplexities measure one seed's spread, against which the perplexity rows weigh their distance
+from the threshold (``claims.json``: seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start
+them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on a fresh model (the DEQs
+forced to their iteration limits) and prints the training time each implies. ``restore`` copies committed run logs
+(config, metrics, step record; no checkpoints) into DIR/runs, so that runs trained in different sessions or on different
+machines make one table: ``claims`` reads them as finished runs.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``data/pythondocs_corpus.py``). ``--quick``: tiny
@@ -299,6 +301,28 @@ def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[st
     return [p for p in PRESETS if done(p)]
 
 
+def spread_runs(out: Path, data_dir: Path, quick: bool) -> list[tuple[Config, Path, str]]:
+    """(config, folder, name) of the Transformer-XL twin's runs over ``lc.SPREAD_SEEDS``, which measure one seed's
+    spread of the test perplexity."""
+    return [(run_config(TXL, s, data_dir, quick), run_dir(out, TXL, s), f"{TXL}-seed{s}") for s in lc.SPREAD_SEEDS]
+
+
+def seed_spread(args: argparse.Namespace, data_dir: Path) -> list[float] | None:
+    """The test perplexities of the spread runs (:func:`spread_runs`), trained or resumed where missing; with
+    ``--finished-only`` nothing is trained and the result is None unless every spread run has finished."""
+    runs = spread_runs(Path(args.output_dir), data_dir, args.quick)
+    if args.finished_only and not all(finished(folder, cfg) for cfg, folder, _ in runs):
+        return None
+    for cfg, folder, name in runs:
+        ensure_run(cfg, folder, name)
+    return [float(test_record(folder)["ppl"]) for _, folder, _ in runs]
+
+
+def with_note(row: ClaimResult, note: str) -> ClaimResult:
+    """``row`` with ``note`` added after its own note."""
+    return dataclasses.replace(row, note=f"{row.note} {note}".strip())
+
+
 def not_measured(claims: Sequence[Claim], missing: Sequence[str], command: str) -> list[ClaimResult]:
     """Rows for claims whose runs have not finished (``--finished-only``), naming the missing runs."""
     names = ", ".join(p.removeprefix(f"{PREFIX}-") for p in missing)
@@ -323,10 +347,14 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     command = "python -m deq_lm.reproduce " + " ".join(shlex.quote(a) for a in args.argv)
     tokens = configs[DEQ][0].optim.batch_size * configs[DEQ][0].data.tgt_len
     deq, settings = measured[DEQ], [measured[p] for p in JR if p in available]
+    spread = seed_spread(args, data_dir)
     results = []
     for twin, claim_pair in ((TXL, (lc.PPL_VS_TXL, lc.MEMORY_VS_TXL)), (TIED, (lc.PPL_VS_TIED, lc.MEMORY_VS_TIED))):
         if twin in available:
-            results += lc.twin_results(deq, measured[twin], *claim_pair, command, tied=measured.get(TIED))
+            ppl_row, mem_row = lc.twin_results(deq, measured[twin], *claim_pair, command, tied=measured.get(TIED))
+            if spread is not None:
+                ppl_row = with_note(ppl_row, lc.spread_note(spread, deq, measured[twin]))
+            results += [ppl_row, mem_row]
         else:
             results += not_measured(claim_pair, [twin], command)
     if len(settings) == len(JR):
@@ -339,6 +367,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
                  preamble=preamble(args, data_dir, runs_table(measured, folders, tokens)))  # fmt: skip
     dump = {"measured": {k: dataclasses.asdict(v) for k, v in measured.items()},
             "step_times": {k: dataclasses.asdict(v) for k, v in times.items()},
+            "seed_spread": {"preset": TXL, "seeds": list(lc.SPREAD_SEEDS), "test_ppl": spread},
             "verdicts": {r.claim.key: r.verdict for r in results}}  # fmt: skip
     (out / "claims.json").write_text(json.dumps(dump, indent=1) + "\n")
     return results
@@ -352,6 +381,10 @@ def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
         "",
     ]
     lines += [f"- `{train_command(args.output_dir, p, s, data_dir, args.quick)}`" for p in PRESETS for s in args.seeds]
+    extra = [s for s in lc.SPREAD_SEEDS if s not in args.seeds]
+    lines += ["", f"One seed's spread: the {TXL.removeprefix(f'{PREFIX}-')} twin also with seeds "
+              f"{', '.join(map(str, extra))} (its runs are the cheapest; `claims.json`, seed_spread):", ""]  # fmt: skip
+    lines += [f"- `{train_command(args.output_dir, TXL, s, data_dir, args.quick)}`" for s in extra]
     lines += [
         "",
         table,
@@ -426,6 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for preset in PRESETS:
                 for seed in args.seeds:
                     print(train_command(args.output_dir, preset, seed, data_dir, args.quick))
+            for seed in (s for s in lc.SPREAD_SEEDS if s not in args.seeds):  # one seed's spread
+                print(train_command(args.output_dir, TXL, seed, data_dir, args.quick))
             return 0
         results = claims(args, data_dir)
     except (UsageError, ValueError) as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from deq_core.train.claims import Claim, ClaimResult
+from deq_core.train.claims import Claim, ClaimResult, mean_spread
 from deq_core.train.metrics import read_metrics
 
 from ..runs import ensure_run
@@ -29,21 +30,22 @@ ORDERING = Claim(
     "which beats the FC network.",
     paper="test acc FC 64.58 %, GRU 80.73 %, stacked GRU 85.0 %, DEQ 87.62 %",
     source=f"{REPORT}, Figure 10 table (Models Metrics on Test Data), rows FC NN, One-layer GRU, Stacked GRU, DEQ",
-    threshold="test acc GRU-DEQ >= stacked GRU > GRU > FC (one seed each)",
+    threshold="mean test acc over seeds: GRU-DEQ >= stacked GRU > GRU > FC",
 )
 DEQ_ACC = Claim(
     key="deq-accuracy",
     statement="The GRU-DEQ reaches at least 85 % test accuracy on the 4-operation set.",
     paper="87.62 %",
     source=f"{REPORT}, Figure 10 table, row DEQ",
-    threshold=f"GRU-DEQ test acc >= {MIN_DEQ_ACC:g} %",
+    threshold=f"GRU-DEQ mean test acc over seeds >= {MIN_DEQ_ACC:g} %",
 )
 CONVERGED = Claim(
     key="deq-converges",
     statement="At the end of training the GRU-DEQ's forward solve reaches its tolerance (the report's never did).",
     paper="the report's ||z - f(z)|| never reached a fixed point (Figure 12, no number printed)",
     source=f"{REPORT}, section 5, Figure 12",
-    threshold="test set: mean relative residual < the solver tolerance (1e-3) and >= 99 % of samples converged",
+    threshold="test set, every seed: mean relative residual < the solver tolerance (1e-3) and >= 99 % of samples "
+    "converged",
 )
 BATCH = Claim(
     key="batch-schedule",
@@ -51,15 +53,15 @@ BATCH = Claim(
     "GRU, at equal epochs).",
     paper="batch 64, 40 epochs; 'accuracies began to plateau around epoch 40'",
     source=f"{REPORT}, section 5, first paragraph",
-    threshold=f"abs(GRU test acc, batch 512 - batch 64) <= {BATCH_GAP:g} points",
+    threshold=f"abs(GRU mean test acc at batch 512 over seeds - batch 64, seed 0) <= {BATCH_GAP:g} points",
 )
 PLATEAU = Claim(
     key="plateau",
     statement="Every model was trained to a plateau, as the report's were.",
     paper="'the models' accuracies began to plateau around epoch 40'",
     source=f"{REPORT}, section 5, first paragraph",
-    threshold=f"each run's valid acc gains <= {PLATEAU_GAIN:g} point over its last quarter of epochs (at least "
-    "its last 2 epochs)",
+    threshold=f"each run's (every seed's) valid acc gains <= {PLATEAU_GAIN:g} point over its last quarter of epochs "
+    "(at least its last 2 epochs)",
 )
 BIASED = Claim(
     key="biased",
@@ -67,7 +69,8 @@ BIASED = Claim(
     "DEQ >= repeated GRU >= stacked GRU > GRU > FC.",
     paper="FC 62.13 %, GRU 75.00 %, stacked GRU 82.50 %, DEQ 85.9 %, repeated GRU 84.9 %",
     source=f"{REPORT}, Figure 11 table (test and biased data) and the paragraph after it",
-    threshold="biased test acc DEQ >= repeated GRU >= stacked GRU > GRU > FC (the models of the rows above)",
+    threshold="mean biased test acc over seeds: DEQ >= repeated GRU >= stacked GRU > GRU > FC (the runs of the rows "
+    "above)",
 )
 TWO_OPS = Claim(
     key="two-ops",
@@ -82,7 +85,7 @@ REPEATED = Claim(
     statement="The 50x repeated GRU comes close to the GRU-DEQ (87.41 vs 87.62 %).",
     paper="87.41 % vs 87.62 %",
     source=f"{REPORT}, Figure 10 table, rows Repeated GRU and DEQ",
-    threshold="abs(repeated GRU - GRU-DEQ) <= 1 point, both trained with the same schedule",
+    threshold="abs(mean test acc over seeds, repeated GRU - GRU-DEQ) <= 1 point, both trained with the same schedule",
 )
 
 
@@ -106,10 +109,28 @@ JR_NOTE = (
 @dataclass(frozen=True)
 class ArithmeticPlan:
     """The runs of the claim: run name -> (preset, overrides); ``deq`` and ``plain`` name the GRU-DEQ runs with and
-    without Jacobian regularization (the latter only for its NFE and step time)."""
+    without Jacobian regularization (the latter only for its NFE and step time). The runs named in :data:`SEEDED`
+    are trained once per seed of ``seeds`` (folders :func:`seed_folder`), the others with seed 0 only."""
 
     runs: dict[str, tuple[str, tuple[str, ...]]]
+    seeds: tuple[int, ...] = (0,)
     profile_steps: int = 10
+
+
+# The runs the ordering claims compare: one seed's spread (about 1 point) is as large as the gaps claimed.
+SEEDED = ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-deq")
+Results = dict[str, list[dict[str, Any]]]  # run name -> results.json of each of its seeds, in seed order
+
+
+def seed_folder(name: str, seed: int) -> str:
+    """The folder of run ``name`` trained with ``seed``: NAME for seed 0 (the folders of the first, one-seed runs),
+    NAME-seedS otherwise."""
+    return name if seed == 0 else f"{name}-seed{seed}"
+
+
+def seeded(overrides: Sequence[str], seed: int) -> tuple[str, ...]:
+    """The overrides of one seed's run: ``overrides`` plus ``run.seed`` (nothing added for seed 0, the default)."""
+    return (*overrides, f"seed={seed}") if seed else tuple(overrides)
 
 
 _LARGE = ("hidden=50", "batch_size=512", "lr=2.8e-3")
@@ -123,7 +144,8 @@ FULL = ArithmeticPlan(
         "arith-gru-two": ("arith-gru", (*_LARGE, "epochs=40", "variant=two")),
         "arith-deq-two": ("arith-deq-jac", (*_LARGE, "epochs=40", "variant=two")),
         "arith-deq-plain": ("arith-deq", (*_LARGE, "epochs=3")),
-    }
+    },
+    seeds=(0, 1, 2),
 )
 _TINY = ("n_train=256", "n_valid=64", "n_test=64", "hidden=8", "batch_size=64", "epochs=4", "log_every=2")
 QUICK = ArithmeticPlan(
@@ -137,6 +159,7 @@ QUICK = ArithmeticPlan(
         "arith-deq-two": ("arith-deq-jac-tiny", (*_TINY, "variant=two")),
         "arith-deq-plain": ("arith-deq-tiny", (*_TINY,)),
     },
+    seeds=(0, 1),
     profile_steps=2,
 )
 PLATEAU_RUNS = ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-deq", "arith-gru-batch64", "arith-gru-two",
@@ -152,8 +175,18 @@ def _plateau_gain(run_dir: Path) -> float:
     return valid[-1]["acc"] - valid[max(len(valid) - 1 - back, 0)]["acc"]
 
 
-def _acc(res: dict[str, Any], test: str = "test_four") -> float:
-    return float(res[test]["acc"])
+def _accs(runs: list[dict[str, Any]], test: str = "test_four") -> list[float]:
+    """Test accuracy (%) of each seed's run on the test set ``test``."""
+    return [float(r[test]["acc"]) for r in runs]
+
+
+def _mean(runs: list[dict[str, Any]], test: str = "test_four") -> float:
+    return statistics.fmean(_accs(runs, test))
+
+
+def _spread(runs: list[dict[str, Any]], test: str = "test_four") -> str:
+    """``mean ± std (n=K)`` of the seeds' accuracies, 4 significant digits."""
+    return mean_spread(_accs(runs, test), digits=4)
 
 
 def step_profile(run_dir: Path, data_dir: Path, steps: int) -> dict[str, Any]:
@@ -188,19 +221,23 @@ def residual_note(run_dir: Path) -> str:
     )
 
 
-def accuracy_rows(res: dict[str, dict[str, Any]], command: str) -> list[ClaimResult]:
-    """The ordering, the GRU-DEQ's accuracy, the batch-size check and the two-operation comparison."""
-    fc, gru, stacked, deq = (_acc(res[k]) for k in ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-deq"))
-    accs = f"FC {fc:.2f}, GRU {gru:.2f}, stacked GRU {stacked:.2f}, GRU-DEQ {deq:.2f} %"
-    gru64 = _acc(res["arith-gru-batch64"])
-    two = {k: (_acc(res[f"arith-{k}-two"], "test_two"), _acc(res[f"arith-{k}-two"], "test_two_biased"))
+def accuracy_rows(res: Results, command: str) -> list[ClaimResult]:
+    """The ordering, the GRU-DEQ's accuracy, the batch-size check and the two-operation comparison (means over the
+    seeds of the runs in ``res``; the batch-64 and two-operation runs are seed 0 only)."""
+    fc, gru, stacked, deq = (_mean(res[k]) for k in ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-deq"))
+    accs = (f"FC {_spread(res['arith-fc'])}, GRU {_spread(res['arith-gru'])}, stacked GRU "
+            f"{_spread(res['arith-stacked-gru'])}, GRU-DEQ {_spread(res['arith-deq'])} %")  # fmt: skip
+    gru64 = _mean(res["arith-gru-batch64"])
+    two = {k: (_mean(res[f"arith-{k}-two"], "test_two"), _mean(res[f"arith-{k}-two"], "test_two_biased"))
            for k in ("gru", "deq")}  # fmt: skip
     return [
         ClaimResult(ORDERING, ours=accs, holds=deq >= stacked > gru > fc, command=command, note=JR_NOTE),
-        ClaimResult(DEQ_ACC, ours=f"{deq:.2f} %", holds=deq >= MIN_DEQ_ACC, command=command, note=JR_NOTE),
+        ClaimResult(
+            DEQ_ACC, ours=f"{_spread(res['arith-deq'])} %", holds=deq >= MIN_DEQ_ACC, command=command, note=JR_NOTE
+        ),
         ClaimResult(
             BATCH,
-            ours=f"GRU, 40 epochs: batch 512 {gru:.2f} %, batch 64 {gru64:.2f} %",
+            ours=f"GRU, 40 epochs: batch 512 {_spread(res['arith-gru'])} %, batch 64 {gru64:.2f} %",
             holds=abs(gru - gru64) <= BATCH_GAP,
             command=command,
         ),
@@ -215,21 +252,21 @@ def accuracy_rows(res: dict[str, dict[str, Any]], command: str) -> list[ClaimRes
     ]
 
 
-def solver_rows(
-    res: dict[str, dict[str, Any]], profiles: dict[str, dict[str, Any]], out: Path, command: str
-) -> list[ClaimResult]:
-    """The GRU-DEQ's convergence at the end of training and its run time on one thread (with the unregularized
-    GRU-DEQ's for comparison)."""
-    deq_test = res["arith-deq"]["test_four"]
-    residual, converged = float(deq_test["residual"]), float(deq_test["converged"])
+def solver_rows(res: Results, profiles: dict[str, dict[str, Any]], out: Path, command: str) -> list[ClaimResult]:
+    """The GRU-DEQ's convergence at the end of training (every seed) and its run time on one thread (seed 0, with
+    the unregularized GRU-DEQ's for comparison)."""
+    tests = [r["test_four"] for r in res["arith-deq"]]
+    residuals = [float(t["residual"]) for t in tests]
+    converged = [float(t["converged"]) for t in tests]
+    nfe = [float(t["nfe_forward"]) for t in tests]
     deq, plain = profiles["arith-deq"], profiles["arith-deq-plain"]
     arith = out / "arithmetic"
     return [
         ClaimResult(
             CONVERGED,
-            ours=f"mean rel. residual {residual:.2e}, {100 * converged:.1f} % converged, "
-            f"{deq_test['nfe_forward']:.1f} NFE",
-            holds=residual < 1e-3 and converged >= 0.99,
+            ours=f"mean rel. residual {mean_spread(residuals)}, at least {100 * min(converged):.1f} % converged, "
+            f"{mean_spread(nfe)} NFE",
+            holds=all(r < 1e-3 for r in residuals) and min(converged) >= 0.99,
             command=command,
             note=f"{JR_NOTE} {residual_note(arith / 'arith-deq')}; {residual_note(arith / 'arith-deq-plain')}.",
         ),
@@ -244,26 +281,46 @@ def solver_rows(
     ]
 
 
+def train_runs(out: Path, plan: ArithmeticPlan, progress: bool) -> Results:
+    """Train (or read) every run of ``plan`` under OUT/arithmetic (data in OUT/data): the :data:`SEEDED` runs once
+    per seed of the plan, the others with seed 0."""
+    res: Results = {}
+    for name, (preset, overrides) in plan.runs.items():
+        seeds = plan.seeds if name in SEEDED else (0,)
+        res[name] = [
+            ensure_run(out / "arithmetic" / seed_folder(name, s), preset, seeded(overrides, s), out / "data", progress)
+            for s in seeds
+        ]
+    return res
+
+
+def plateau_row(out: Path, plan: ArithmeticPlan, command: str) -> ClaimResult:
+    """The plateau check on every run of :data:`PLATEAU_RUNS` (every seed); ``ours`` gives each run's largest gain
+    over its seeds."""
+    gains = {
+        name: max(_plateau_gain(out / "arithmetic" / seed_folder(name, s)) for s in
+                  (plan.seeds if name in SEEDED else (0,)))
+        for name in PLATEAU_RUNS
+    }  # fmt: skip
+    gain_text = ", ".join(f"{k} {v:+.2f}" for k, v in gains.items())
+    return ClaimResult(
+        PLATEAU,
+        ours=f"valid acc gain (points; the largest over the seeds): {gain_text}",
+        holds=all(g <= PLATEAU_GAIN for g in gains.values()),
+        command=command,
+    )
+
+
 def arithmetic_claims(out: Path, quick: bool, progress: bool, command: str, repeated: bool) -> list[ClaimResult]:
     """Train (or read) the plan's runs under OUT/arithmetic (data in OUT/data), profile the GRU-DEQs' steps and,
     with ``repeated``, train the repeated GRU; return the claim rows."""
     plan = QUICK if quick else FULL
-    res = {}
-    for name, (preset, overrides) in plan.runs.items():
-        res[name] = ensure_run(out / "arithmetic" / name, preset, overrides, out / "data", progress)
-    gains = {name: _plateau_gain(out / "arithmetic" / name) for name in PLATEAU_RUNS}
+    res = train_runs(out, plan, progress)
     profiles = {
         name: step_profile(out / "arithmetic" / name, out / "data", plan.profile_steps)
         for name in ("arith-deq", "arith-deq-plain")
     }
-    gain_text = ", ".join(f"{k} {v:+.2f}" for k, v in gains.items())
-    plateau = ClaimResult(
-        PLATEAU,
-        ours=f"valid acc gain (points): {gain_text}",
-        holds=all(g <= PLATEAU_GAIN for g in gains.values()),
-        command=command,
-    )
-    rows = [*accuracy_rows(res, command), *solver_rows(res, profiles, out, command), plateau]
+    rows = [*accuracy_rows(res, command), *solver_rows(res, profiles, out, command), plateau_row(out, plan, command)]
     if repeated:
         return [*rows, *repeated_rows(out, quick, progress, command, res)]
     return [*rows, *not_measured_rows((BIASED, REPEATED), REPEATED_COMMAND, "not run within this session's CPU budget")]
@@ -279,38 +336,50 @@ REPEATED_RUN = {
     False: ("arith-repeated-gru", (*_LARGE, "epochs=40")),
     True: ("arith-repeated-gru-tiny", _TINY),
 }  # quick -> (preset, overrides); the GRU-DEQ's schedule
+# quick -> the repeated GRU's seeds. Full: seed 0 only: one seed's 40 epochs take 2 to 3 hours on one thread (its
+# step is bound by matrix products: 50 x 31 GRU steps forward and backward, about 2 s at batch 512 on an idle core).
+REPEATED_SEEDS = {False: (0,), True: (0, 1)}
 
 
-def repeated_gap_note(rep: dict[str, Any], res: dict[str, dict[str, Any]]) -> str:
-    """Measured, for a failed repeated-GRU row: which model is ahead and by how much, against the run-to-run spread
-    that one seed shows (the GRU trained at batch 512 and at batch 64, the same model and epochs)."""
-    gap = _acc(res["arith-deq"]) - _acc(rep)
-    spread = abs(_acc(res["arith-gru"]) - _acc(res["arith-gru-batch64"]))
+def repeated_gap_note(rep: list[dict[str, Any]], res: Results) -> str:
+    """Measured, for a failed repeated-GRU row: which model is ahead and by how much, against the standard deviation
+    of each model's seeds (of the models with more than one seed)."""
+    deq = res["arith-deq"]
+    gap = _mean(deq) - _mean(rep)
     ahead = "the GRU-DEQ is ahead" if gap > 0 else "the repeated GRU is ahead"
-    return (f"Measured: {ahead} by {abs(gap):.2f} points (one seed each; the report: 0.21); the same GRU trained "
-            f"twice (batch 512 and 64) differs by {spread:.2f} points, so the 1-point threshold is within what one "
-            "seed shows: several seeds of both models would be needed to tell them apart.")  # fmt: skip
+    stds = [f"{statistics.stdev(_accs(runs)):.2f} points for the {label}"
+            for label, runs in (("GRU-DEQ", deq), ("repeated GRU", rep)) if len(runs) > 1]  # fmt: skip
+    spread = f"; the seeds' standard deviation is {' and '.join(stds)}" if stds else ""
+    return (f"Measured: {ahead} by {abs(gap):.2f} points (means over {len(deq)} and {len(rep)} seeds; the report, "
+            f"one run each: 0.21){spread}.")  # fmt: skip
 
 
-def repeated_rows(
-    out: Path, quick: bool, progress: bool, command: str, res: dict[str, dict[str, Any]]
-) -> list[ClaimResult]:
-    """Train (or read) the repeated GRU with the GRU-DEQ's schedule; compare their test accuracies, and every
-    model's accuracy on the biased test set."""
+def repeated_rows(out: Path, quick: bool, progress: bool, command: str, res: Results) -> list[ClaimResult]:
+    """Train (or read) the repeated GRU with the GRU-DEQ's schedule (seeds :data:`REPEATED_SEEDS`); compare their
+    mean test accuracies, and every model's mean accuracy on the biased test set."""
     preset, overrides = REPEATED_RUN[quick]
-    rep = ensure_run(out / "arithmetic" / "arith-repeated-gru", preset, overrides, out / "data", progress)
-    deq = _acc(res["arith-deq"])
-    ours = f"repeated GRU {_acc(rep):.2f} % vs GRU-DEQ {deq:.2f} %"
-    holds = abs(_acc(rep) - deq) <= 1.0
+    rep = [
+        ensure_run(
+            out / "arithmetic" / seed_folder("arith-repeated-gru", s),
+            preset,
+            seeded(overrides, s),
+            out / "data",
+            progress,
+        )
+        for s in REPEATED_SEEDS[quick]
+    ]
+    deq = _mean(res["arith-deq"])
+    ours = f"repeated GRU {_spread(rep)} % vs GRU-DEQ {_spread(res['arith-deq'])} %"
+    holds = abs(_mean(rep) - deq) <= 1.0
     note = JR_NOTE if holds else f"{JR_NOTE} {repeated_gap_note(rep, res)}"
     row = ClaimResult(REPEATED, ours=ours, holds=holds, command=command, note=note)
-    names = ("arith-deq", "arith-stacked-gru", "arith-gru", "arith-fc")
-    deq_b, stacked_b, gru_b, fc_b = (_acc(res[n], "test_four_biased") for n in names)
-    rep_b = _acc(rep, "test_four_biased")
+    names = ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-deq")
+    fc_b, gru_b, stacked_b, deq_b = (_mean(res[n], "test_four_biased") for n in names)
+    rep_b = _mean(rep, "test_four_biased")
+    spreads = [_spread(runs, "test_four_biased") for runs in (*(res[n] for n in names), rep)]
     biased = ClaimResult(
         BIASED,
-        ours=f"FC {fc_b:.2f}, GRU {gru_b:.2f}, stacked GRU {stacked_b:.2f}, GRU-DEQ {deq_b:.2f}, repeated GRU "
-        f"{rep_b:.2f} %",
+        ours="FC {}, GRU {}, stacked GRU {}, GRU-DEQ {}, repeated GRU {} %".format(*spreads),
         holds=deq_b >= rep_b >= stacked_b > gru_b > fc_b,
         command=command,
         note=JR_NOTE,
