@@ -27,7 +27,7 @@ def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_
     assert all(any(f"**{v}**" in r for v in ("HOLDS", "DOES NOT HOLD")) for r in rows)  # every claim measured
     assert "jacobian-regularization-icml2021.txt" in rows[0] and "Figure 10" in rows[1]
     assert "reproduce claims --quick" in rows[0]
-    assert "GRU-DEQ" in rows[1] and rows[1].count("(n=2)") == 4  # the ordering: means over the quick plan's 2 seeds
+    assert "GRU-DEQ" in rows[1] and rows[1].count("(n=2: ") == 4  # the ordering: means over the quick plan's 2 seeds
     assert (out / "arithmetic" / "arith-repeated-gru-seed1" / "results.json").is_file()
     assert (out / "synthetic_ablation.md").read_text().count("\n| ") == 7  # header + 6 settings
     first = out / "synthetic" / "gamma2_seed1" / "results.json"
@@ -138,7 +138,8 @@ def test_ordering_compares_means_over_seeds_and_prints_their_spread():
     res = _results()
     res["arith-stacked-gru"] = [_arith(87.5), _arith(84.0), _arith(84.0)]  # seed 0 above the GRU-DEQ's seed 0
     row = arithmetic.accuracy_rows(res, "cmd")[0]
-    assert row.holds and "stacked GRU 85.17 ± 2.021 (n=3)" in row.ours and "GRU-DEQ 87 ± 1 (n=3)" in row.ours
+    assert row.holds and "stacked GRU 85.17 ± 2.02 (n=3: 87.50, 84.00, 84.00)" in row.ours
+    assert "GRU-DEQ 87.00 ± 1.00 (n=3: 87.00, 86.00, 88.00)" in row.ours
     res["arith-stacked-gru"] = [_arith(87.5), _arith(86.0), _arith(87.9)]  # mean 87.13 > 87.0
     assert not arithmetic.accuracy_rows(res, "cmd")[0].holds
 
@@ -225,21 +226,23 @@ def _claims_plan() -> dict[str, tuple[str, list[str]]]:
 
 def test_committed_runs_of_the_flat_layout_read_as_their_presets():
     """Every config.json committed under results/claims (written by deq-toy 0.4, flat keys, ``anderson_m``,
-    ``jacobian_weight``, ``clip``, ``checkpoint_every``; the repeated GRU's by 0.5.1, flat keys beside ``deq``) reads
-    back as the config the claims command asks for in its folder (its preset with the plan's overrides), so
-    ``ensure_run`` reads those runs instead of training them."""
+    ``jacobian_weight``, ``clip``, ``checkpoint_every``; the repeated GRU's by 0.5.1, flat keys beside ``deq``; seeds 1
+    and 2 of the arithmetic runs by 0.6.1, in sections) reads back as the config the claims command asks for in its
+    folder (its preset with the plan's overrides), so ``ensure_run`` reads those runs instead of training them; every
+    run of the plan is committed."""
     from deq_toy.configs import config_from_dict
 
     root = Path(__file__).parents[1] / "results" / "claims"
     stored, plan = sorted(root.rglob("config.json")), _claims_plan()
-    assert len(stored) == 36
+    assert {str(path.parent.relative_to(root)) for path in stored} == set(plan)  # every run of the plan, once
     for path in stored:
         values = json.loads(path.read_text())["config"]
         config = config_from_dict(values)
         assert config == load_config(*plan[str(path.parent.relative_to(root))]), path
         assert "anderson_m" not in values or config.deq.solver_options == (f"m={values['anderson_m']}",)
         assert config.deq.jac_weight == values.get("jacobian_weight", config.deq.jac_weight)
-        assert config.run.save_every == values.get("checkpoint_every", values.get("save_every"))  # <= 0.5.0's name
+        flat_save_every = values.get("checkpoint_every", values.get("save_every"))  # <= 0.5.0's name, 0.5.1's
+        assert flat_save_every is None or config.run.save_every == flat_save_every  # None: the sections' layout
         assert "clip" not in values or config.optim.grad_clip == values["clip"]
 
 
