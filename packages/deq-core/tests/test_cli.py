@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import ExampleConfig
-from deq_core.train.cli import run_training_cli, training_parser
+from deq_core.train.cli import run_training_cli, training_parser, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
 
@@ -58,3 +58,11 @@ def test_usage_error_while_training_is_one_line_with_status_2(capsys):
 
     code = run_training_cli(_parser(), [], _configure, train)
     assert code == 2 and capsys.readouterr().err == "prog: error: no data in d: put train.txt there\n"
+
+
+def test_usage_error_prints_one_line_and_returns_2(capsys):
+    assert usage_error("python -m deq_x.evaluate", FileNotFoundError("runs/x has no checkpoint")) == 2
+    assert usage_error("prog", "--threads must be >= 1.") == 2
+    assert capsys.readouterr().err == (
+        "python -m deq_x.evaluate: error: runs/x has no checkpoint\nprog: error: --threads must be >= 1.\n"
+    )

@@ -213,19 +213,18 @@ def test_quick_claims_pipeline(tmp_path, capsys):
 
 
 def test_restore_needs_run_logs(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        reproduce.main(["restore", "--from", str(tmp_path), "--output-dir", str(tmp_path / "out")])
-    assert exit_info.value.code == 2 and "no run folders" in capsys.readouterr().err
+    assert reproduce.main(["restore", "--from", str(tmp_path), "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m deq_lm.reproduce: error: ") and "no run folders" in err, err
 
 
 def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus")
     out = tmp_path / "out"
     argv = ["claims", "--quick", "--finished-only", "--output-dir", str(out), "--data-dir", str(corpus)]
-    with pytest.raises(SystemExit) as exit_info:  # no DEQ run yet: one line, exit 2, nothing trained
-        reproduce.main(argv)
-    assert exit_info.value.code == 2
-    assert "has not finished" in capsys.readouterr().err and not (out / "runs").exists()
+    assert reproduce.main(argv) == 2  # no DEQ run yet: one line, exit status 2, nothing trained
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has not finished" in err and not (out / "runs").exists(), err
     for preset in (reproduce.DEQ, reproduce.TXL, reproduce.JR[0]):
         folder = reproduce.run_dir(out, preset, 0)
         reproduce.ensure_run(reproduce.run_config(preset, 0, corpus, True), folder, preset)

@@ -18,13 +18,6 @@ from deq_lm.train import main
 ARGS = ["--config", "tiny-lm-deq-transformer", "steps=6", "eval_every=3", "dropout=0.1"]
 
 
-def _exit(argv: list[str], function=main) -> int:
-    try:
-        return function(argv)
-    except SystemExit as exit_info:
-        return int(exit_info.code or 0)
-
-
 def _one_line_error(capsys, *expected: str) -> None:
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -44,27 +37,27 @@ def corpus(tmp_path: Path) -> list[str]:
 def test_a_locked_folder_gives_a_one_line_error(tmp_path: Path, corpus: list[str], capsys) -> None:
     out = tmp_path / "run"
     with RunLock(out):  # another run trains there
-        assert _exit([*ARGS, *corpus, "--output-dir", str(out)]) == 2
+        assert main([*ARGS, *corpus, "--output-dir", str(out)]) == 2
     _one_line_error(capsys, "is in use by another training run", "another --output-dir")
     assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
 
 
 def test_no_silent_restart_and_no_empty_resume(tmp_path: Path, corpus: list[str], capsys) -> None:
     out = tmp_path / "run"
-    assert _exit([*ARGS, *corpus, "--output-dir", str(tmp_path / "missing"), "--resume"]) == 2
+    assert main([*ARGS, *corpus, "--output-dir", str(tmp_path / "missing"), "--resume"]) == 2
     _one_line_error(capsys, "--resume: no complete checkpoint in")
     assert not (tmp_path / "missing").exists()
     assert main([*ARGS, *corpus, "--output-dir", str(out)]) == 0
     before = (out / "metrics.jsonl").read_text()
     capsys.readouterr()
-    assert _exit([*ARGS, *corpus, "--output-dir", str(out)]) == 2
+    assert main([*ARGS, *corpus, "--output-dir", str(out)]) == 2
     _one_line_error(capsys, "already holds a run", "pass --resume")
     assert (out / "metrics.jsonl").read_text() == before
 
 
 def test_config_is_written_after_the_data_are_checked(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
-    assert _exit([*ARGS, "--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(out)]) == 2
+    assert main([*ARGS, "--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (out / "config.json").exists()
 
@@ -93,7 +86,7 @@ def test_a_half_written_metrics_line_and_an_interrupted_save_do_not_stop_a_resum
     shutil.copytree(checkpoint_path(cut, 3), checkpoint_path(cut, 5))  # killed while saving step 5 (in place)
     (checkpoint_path(cut, 5) / "checkpoint.json").unlink()
     shutil.copytree(checkpoint_path(cut, 3), cut / "checkpoints" / "step_0000005.partial")
-    assert _exit(["--checkpoint", str(cut), "--no-sweep"], evaluate_main) == 0  # the newest complete one
+    assert evaluate_main(["--checkpoint", str(cut), "--no-sweep"]) == 0  # the newest complete one
     capsys.readouterr()
     assert main([*ARGS, *corpus, "--output-dir", str(cut), "--resume"]) == 0
     out = capsys.readouterr().out

@@ -124,9 +124,9 @@ def test_cli_config_error_exits_2_with_the_message(tmp_path):
 
 
 def test_evaluate_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        evaluate_main(["--checkpoint", str(tmp_path / "missing")])
-    assert exit_info.value.code == 2 and "neither a run directory" in capsys.readouterr().err
+    assert evaluate_main(["--checkpoint", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m deq_lm.evaluate: error: ") and "neither a run directory" in err, err
 
 
 def test_cli_resume_with_changed_settings_is_a_clear_error(tmp_path, capsys):

@@ -108,5 +108,5 @@ def test_reproduce_arithmetic_option_errors(tmp_path, capsys):
     for argv, message in cases:
         assert reproduce.main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert err.startswith("error: ") and message in err, err
+        assert err.startswith("python -m deq_toy.reproduce: error: ") and message in err, err
     assert not any(tmp_path.rglob("*.pt"))  # nothing was trained

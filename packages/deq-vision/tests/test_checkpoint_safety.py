@@ -31,13 +31,6 @@ def _files(run: Path) -> list[Path]:
     return [run / "config.json", *sorted(folder.iterdir())]
 
 
-def _exit_code(function, argv: list[str]) -> int:
-    try:
-        return function(argv)
-    except SystemExit as exit_info:
-        return int(exit_info.code or 0)
-
-
 def test_the_checkpoint_holds_the_files_this_test_plants_into(finished_run: Path) -> None:
     names = {p.name for p in _files(finished_run)}
     assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "ema.pt", "train_state.json", "rng_rank0.pt"} <= names
@@ -53,11 +46,11 @@ def test_a_planted_pickle_in_any_file_never_runs(finished_run: Path, tmp_path: P
         marker = tmp_path / f"ran-{planted.name}"
         plant_pickle(planted, marker)
         capsys.readouterr()
-        assert _exit_code(train.main, [*ARGS, "--output-dir", str(run), "--resume"]) == 2, planted.name
+        assert train.main([*ARGS, "--output-dir", str(run), "--resume"]) == 2, planted.name
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert planted.name in err or "no complete checkpoint" in err, err
-        code = _exit_code(evaluate.main, ["--checkpoint", str(run), "--data-dir", data_dir, "--no-sweep"])
+        code = evaluate.main(["--checkpoint", str(run), "--data-dir", data_dir, "--no-sweep"])
         assert code == (2 if planted.name in ("model.safetensors", "config.json", "checkpoint.json") else 0)
         assert not marker.exists(), planted.name
 

@@ -72,8 +72,11 @@ def _check_restore(tmp_path: Path, out: Path, capsys: pytest.CaptureFixture) -> 
         return [re.sub(r"`python -m deq_vision.reproduce [^`]*`", "", line) for line in lines if line.startswith("| ")]
 
     assert rows(again) == rows(out)
-    with pytest.raises(SystemExit):
-        reproduce.main(["restore", "--output-dir", str(again)])  # no --from
+    capsys.readouterr()
+    assert reproduce.main(["restore", "--output-dir", str(again)]) == 2  # no --from
+    assert capsys.readouterr().err == (
+        "python -m deq_vision.reproduce: error: restore needs --from DIR with a results.json (a claims folder).\n"
+    )
 
 
 COMMITTED = Path(__file__).resolve().parents[1] / "results" / "claims"

@@ -22,13 +22,6 @@ from deq_vision.data.seeded import SeededItems
 ARGS = ["--config", "tiny-mdeq", "steps=6", "eval_every=3", "save_every=3", "augment=true", "mixup=0.2"]
 
 
-def _exit(argv: list[str], function=train.main) -> int:
-    try:
-        return function(argv)
-    except SystemExit as exit_info:
-        return int(exit_info.code or 0)
-
-
 def _one_line_error(capsys, *expected: str) -> None:
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -56,7 +49,7 @@ def test_resume_with_augmentation_is_bit_identical(cifar_dir: Path, tmp_path: Pa
     shutil.copytree(checkpoint_path(cut, 4), checkpoint_path(cut, 5))  # killed while saving step 5 (in place)
     (checkpoint_path(cut, 5) / "checkpoint.json").unlink()
     shutil.copytree(checkpoint_path(cut, 4), cut / "checkpoints" / "step_0000006.partial")
-    assert _exit(["--checkpoint", str(cut), *data, "--no-sweep"], evaluate.main) == 0  # the newest complete one
+    assert evaluate.main(["--checkpoint", str(cut), *data, "--no-sweep"]) == 0  # the newest complete one
     capsys.readouterr()
     assert train.main([*ARGS, *data, "--output-dir", str(cut), "--resume"]) == 0
     out = capsys.readouterr().out
@@ -70,27 +63,27 @@ def test_resume_with_augmentation_is_bit_identical(cifar_dir: Path, tmp_path: Pa
 def test_a_locked_folder_gives_a_one_line_error(cifar_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     with RunLock(out):  # another run trains there
-        assert _exit([*ARGS, "--data-dir", str(cifar_dir), "--output-dir", str(out)]) == 2
+        assert train.main([*ARGS, "--data-dir", str(cifar_dir), "--output-dir", str(out)]) == 2
     _one_line_error(capsys, "is in use by another training run", "another --output-dir")
     assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
 
 
 def test_no_silent_restart_and_no_empty_resume(cifar_dir: Path, tmp_path: Path, capsys) -> None:
     data, out = ["--data-dir", str(cifar_dir)], tmp_path / "run"
-    assert _exit([*ARGS, *data, "--output-dir", str(tmp_path / "missing"), "--resume"]) == 2
+    assert train.main([*ARGS, *data, "--output-dir", str(tmp_path / "missing"), "--resume"]) == 2
     _one_line_error(capsys, "--resume: no complete checkpoint in")
     assert not (tmp_path / "missing").exists()
     assert train.main([*ARGS, "steps=2", *data, "--output-dir", str(out)]) == 0
     before = (out / "metrics.jsonl").read_text()
     capsys.readouterr()
-    assert _exit([*ARGS, "steps=2", *data, "--output-dir", str(out)]) == 2
+    assert train.main([*ARGS, "steps=2", *data, "--output-dir", str(out)]) == 2
     _one_line_error(capsys, "already holds a run", "pass --resume")
     assert (out / "metrics.jsonl").read_text() == before
 
 
 def test_config_is_written_after_the_data_are_checked_and_kept_on_resume(cifar_dir, tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    assert _exit([*ARGS, "--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(out)]) == 2
+    assert train.main([*ARGS, "--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(out)]) == 2
     assert "cifar-10-batches-py" in capsys.readouterr().err
     assert not (out / "config.json").exists()
     assert train.main([*ARGS, "stop_after=2", "--data-dir", str(cifar_dir), "--output-dir", str(out)]) == 0

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_model as load_safetensors
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
+from deq_core.train.cli import usage_error
 from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir)
     except (FileNotFoundError, ValueError) as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
+        return usage_error(parser.prog, err)
     for warning in task.data_warnings():
         print(f"WARNING: {warning}", file=sys.stderr)
     result = evaluate_split(model, task, args.split, torch.device("cpu"))

@@ -41,6 +41,7 @@ import torch
 from deq_core.profiling import saved_tensor_bytes
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.claims import Claim, ClaimResult, mean_spread, write_claims
+from deq_core.train.cli import usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
@@ -464,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         results = claims(args, data_dir)
     except (UsageError, ValueError) as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
+        return usage_error(parser.prog, err)
     for r in results:
         print(f"{r.claim.key}: {r.verdict} ({r.ours})")
     print(f"wrote {args.output_dir / 'claims.md'}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from deq_core.train.cli import usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
 from deq_core.train.reports import markdown_table
@@ -105,8 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.output:
             Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return usage_error(parser.prog, err)
     return 0
 
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from deq_core.train.cli import usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
 
@@ -234,8 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 output_dir, data_dir, args.overrides, not args.no_progress, args.runs, args.variants, name
             )
     except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return usage_error(parser.prog, err)
     (output_dir / f"{name}.md").write_text(f"Command: `{command}`\n\n{table}")
     print(table)
     return 0

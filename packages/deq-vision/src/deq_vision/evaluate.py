@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
+from deq_core.train.cli import usage_error
 from deq_core.train.run_config import load_config, replace_config
 
 from .claims_vision import paper_nfe
@@ -93,12 +94,11 @@ def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The CLI; a DatasetError (also one raised while evaluating, e.g. an image that fails to decode) exits with 2."""
+    """The CLI; a DatasetError (also one raised while evaluating, e.g. an image that fails to decode) returns 2."""
     try:
         return _evaluate(argv)
     except DatasetError as err:
-        print(f"python -m deq_vision.evaluate: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        return usage_error("python -m deq_vision.evaluate", err)
 
 
 def _evaluate(argv: Sequence[str] | None) -> int:
@@ -124,7 +124,7 @@ def _evaluate(argv: Sequence[str] | None) -> int:
             cfg = replace_config(cfg, {"data.eval_limit": args.limit})
         _, eval_set = build_datasets(cfg, args.data_dir)
     except (FileNotFoundError, ValueError, DatasetError) as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
+        return usage_error(parser.prog, err)
     loader = DataLoader(eval_set, batch_size=args.batch_size)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)

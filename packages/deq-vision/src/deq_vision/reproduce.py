@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Subset
 
 from deq_core.train.checkpoints import checkpoint_weights, latest_complete_checkpoint, list_checkpoints
 from deq_core.train.claims import write_claims
+from deq_core.train.cli import usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
@@ -333,12 +334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else list(SEEDS))
     if args.threads < 1 or len(set(seeds)) != len(seeds):
-        parser.exit(2, f"{parser.prog}: error: --threads must be >= 1 and --seeds distinct.\n")
+        return usage_error(parser.prog, "--threads must be >= 1 and --seeds distinct.")
     data_dir = args.data_dir or args.output_dir / "data"
     given = args.data_dir is not None
     if args.what == "restore":
         if args.source is None or not (args.source / "results.json").is_file():
-            parser.exit(2, f"{parser.prog}: error: restore needs --from DIR with a results.json (a claims folder).\n")
+            return usage_error(parser.prog, "restore needs --from DIR with a results.json (a claims folder).")
         names = restore_runs(args.source, args.output_dir)
         print(f"restored {len(names)} runs into {args.output_dir / 'runs'}: {', '.join(names) or '-'}")
         return 0
@@ -349,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         text = claims(args.output_dir, data_dir, seeds, args.quick, args.threads, given, args.gammas)
     except (UsageError, FileNotFoundError) as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
+        return usage_error(parser.prog, err)
     print(text)
     return 0
 

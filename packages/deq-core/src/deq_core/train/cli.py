@@ -5,7 +5,8 @@
 :func:`training_parser` builds the parser (the task adds its own options, e.g. ``--data-dir``), and
 :func:`run_training_cli` runs it: the config from the preset and the overrides, the thread count, the output folder
 (default ``runs/CONFIG``), then the task's training; a bad setting or any :class:`~deq_core.train.errors.UsageError`
-is one line ``PROG: error: ...`` and exit status 2, never a traceback.
+is one line ``PROG: error: ...`` and exit status 2, never a traceback. :func:`usage_error` prints that line and gives
+that status, also for the task packages' ``evaluate`` and ``reproduce`` command lines.
 """
 
 from __future__ import annotations
@@ -63,16 +64,18 @@ def run_training_cli(
     try:
         config = configure(args)
     except (ValueError, UsageError) as err:
-        return _usage_error(parser, err)
+        return usage_error(parser.prog, err)
     if getattr(args, "threads", 0) > 0:
         torch.set_num_threads(args.threads)
     try:
         train(config, Path(args.output_dir or Path("runs") / args.config), args)
     except UsageError as err:
-        return _usage_error(parser, err)
+        return usage_error(parser.prog, err)
     return 0
 
 
-def _usage_error(parser: argparse.ArgumentParser, err: Exception) -> int:
-    print(f"{parser.prog}: error: {err}", file=sys.stderr)
+def usage_error(prog: str, err: Exception | str) -> int:
+    """Print ``PROG: error: MESSAGE`` (one line, as argparse words its own errors) to stderr and return the exit
+    status 2, for a command line's ``main()`` to return: ``return usage_error(parser.prog, err)``."""
+    print(f"{prog}: error: {err}", file=sys.stderr)
     return 2
