@@ -54,6 +54,13 @@ def test_cli_writes_the_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["glyphs.json", "test.npz", "train.npz"]
 
 
+def test_cli_bad_size_is_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--output-dir", str(tmp_path / "g"), "--size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m deq_vision.data glyphs: error: need n >= 1 images of size >= 4 pixels")
+    assert err.count("\n") == 1
+
+
 def test_missing_or_malformed_set_raises_dataset_error(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="python -m deq_vision.data glyphs"):
         read_split(tmp_path, train=True)

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from deq_core.train.cli import usage_error
+
 from .errors import CorpusNotFoundError
 from .pydoc_corpus import TEST_SLOT, VALID_SLOT, tokenize_line, write_splits
 from .sources import SPLITS
@@ -140,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         write_pythondocs_corpus(args.out_dir, args.source)
     except CorpusNotFoundError as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
+        return usage_error(parser.prog, err)
     for split in SPLITS:
         text = (args.out_dir / f"{split}.txt").read_text(encoding="utf-8")
         print(f"{split}: {len(text.splitlines())} lines, {len(text.split())} tokens")

@@ -29,6 +29,8 @@ import numpy as np
 import PIL
 from PIL import Image, ImageDraw, ImageFilter
 
+from deq_core.train.cli import usage_error
+
 from .arrays import ArrayImages
 from .errors import DatasetError
 
@@ -205,6 +207,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         out = write_glyphs(args.output_dir, args.train, args.test, args.size, args.seed)
     except ValueError as err:
-        parser.exit(2, f"{parser.prog}: error: {err}\n")
+        return usage_error(parser.prog, err)
     print(f"wrote {args.train} training and {args.test} test images ({args.size}x{args.size}) to {out}")
     return 0
