@@ -75,7 +75,9 @@ def test_committed_run_folders_load_into_sections(path: Path):
     for key, value in flat.items():  # every saved value (flat or under deq.) is in its section now
         dotted = resolve_key(cfg, key, value)
         assert dotted in loaded and loaded[dotted] == value, (key, dotted, value, loaded.get(dotted))
-    assert cfg.model.name == saved["model"] and cfg.optim.steps == saved["steps"] and cfg.run.seed == saved["seed"]
+    name, steps, seed = (flat.get(dotted, flat.get(short)) for dotted, short in
+                         (("model.name", "model"), ("optim.steps", "steps"), ("run.seed", "seed")))  # fmt: skip
+    assert (cfg.model.name, cfg.optim.steps, cfg.run.seed) == (name, steps, seed)  # sections' layout or flat
 
 
 def test_committed_run_folders_span_the_old_layouts():
@@ -108,13 +110,15 @@ def test_a_run_folder_of_deq_lm_0_5_0_loads_and_resumes(tmp_path: Path):
 
 def test_committed_claims_runs_are_the_runs_reproduce_would_train(tmp_path: Path):
     """``reproduce restore`` + ``claims`` read the committed run logs as finished runs of today's presets: their
-    configs (flat layouts) differ from ``run_config`` only in the corpus folder, a setting a resume may change."""
+    configs (flat layouts; the sections' layout for the Transformer-XL's seed-spread runs) differ from ``run_config``
+    of their preset and seed (the folder's name) only in the corpus folder, a setting a resume may change."""
     from deq_lm import reproduce
 
     folders = sorted((RESULTS / "claims" / "run_logs").iterdir())
     assert len(folders) >= 6
     for folder in folders:
         name, _ = load_config(folder, Config)
-        current = reproduce.run_config(name, 0, tmp_path / "corpus", quick=False)
+        seed = int(folder.name.rsplit("-seed", 1)[1])
+        current = reproduce.run_config(name, seed, tmp_path / "corpus", quick=False)
         changes = check_resume_config(folder, current, RESUMABLE_CHANGES)
         assert set(changes) == {"data.data_dir"}, (folder.name, changes)
