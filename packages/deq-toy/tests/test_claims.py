@@ -204,7 +204,7 @@ def _claims_plan() -> dict[str, tuple[str, list[str]]]:
     """Run folder under results/claims -> (preset, overrides) of the claims command that trains it."""
     plan = {}
     for name, (preset, extra) in arithmetic.FULL.runs.items():
-        for seed in arithmetic.FULL.seeds if name in arithmetic.SEEDED else (0,):
+        for seed in arithmetic.FULL.seeds_of(name):
             plan[f"arithmetic/{arithmetic.seed_folder(name, seed)}"] = (preset, list(arithmetic.seeded(extra, seed)))
     preset, extra = arithmetic.REPEATED_RUN[False]
     for seed in arithmetic.REPEATED_SEEDS[False]:

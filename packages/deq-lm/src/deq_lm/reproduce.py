@@ -308,6 +308,11 @@ def spread_runs(out: Path, data_dir: Path, quick: bool) -> list[tuple[Config, Pa
     return [(run_config(TXL, s, data_dir, quick), run_dir(out, TXL, s), f"{TXL}-seed{s}") for s in lc.SPREAD_SEEDS]
 
 
+def extra_spread_seeds(seeds: Sequence[int]) -> list[int]:
+    """The seeds of ``lc.SPREAD_SEEDS`` that ``seeds`` (the claims' own runs) do not train already."""
+    return [s for s in lc.SPREAD_SEEDS if s not in seeds]
+
+
 def seed_spread(args: argparse.Namespace, data_dir: Path) -> list[float] | None:
     """The test perplexities of the spread runs (:func:`spread_runs`), trained or resumed where missing; with
     ``--finished-only`` nothing is trained and the result is None unless every spread run has finished."""
@@ -382,7 +387,7 @@ def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
         "",
     ]
     lines += [f"- `{train_command(args.output_dir, p, s, data_dir, args.quick)}`" for p in PRESETS for s in args.seeds]
-    extra = [s for s in lc.SPREAD_SEEDS if s not in args.seeds]
+    extra = extra_spread_seeds(args.seeds)
     lines += ["", f"One seed's spread: the {TXL.removeprefix(f'{PREFIX}-')} twin also with seeds "
               f"{', '.join(map(str, extra))} (its runs are the cheapest; `claims.json`, seed_spread):", ""]  # fmt: skip
     lines += [f"- `{train_command(args.output_dir, TXL, s, data_dir, args.quick)}`" for s in extra]
@@ -460,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for preset in PRESETS:
                 for seed in args.seeds:
                     print(train_command(args.output_dir, preset, seed, data_dir, args.quick))
-            for seed in (s for s in lc.SPREAD_SEEDS if s not in args.seeds):  # one seed's spread
+            for seed in extra_spread_seeds(args.seeds):  # one seed's spread
                 print(train_command(args.output_dir, TXL, seed, data_dir, args.quick))
             return 0
         results = claims(args, data_dir)

@@ -116,6 +116,10 @@ class ArithmeticPlan:
     seeds: tuple[int, ...] = (0,)
     profile_steps: int = 10
 
+    def seeds_of(self, name: str) -> tuple[int, ...]:
+        """The seeds run ``name`` is trained with: the plan's for the :data:`SEEDED` runs, else seed 0."""
+        return self.seeds if name in SEEDED else (0,)
+
 
 # The runs the ordering claims compare: one seed's spread (about 1 point) is as large as the gaps claimed.
 SEEDED = ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-deq")
@@ -285,27 +289,32 @@ def solver_rows(res: Results, profiles: dict[str, dict[str, Any]], out: Path, co
     ]
 
 
+def train_seeds(
+    out: Path, name: str, preset: str, overrides: Sequence[str], seeds: Sequence[int], progress: bool
+) -> list[dict[str, Any]]:
+    """Train (or read) run ``name`` once per seed, in OUT/arithmetic/:func:`seed_folder` (data in OUT/data); the
+    results of each seed, in order."""
+    return [
+        ensure_run(out / "arithmetic" / seed_folder(name, s), preset, seeded(overrides, s), out / "data", progress)
+        for s in seeds
+    ]
+
+
 def train_runs(out: Path, plan: ArithmeticPlan, progress: bool) -> Results:
-    """Train (or read) every run of ``plan`` under OUT/arithmetic (data in OUT/data): the :data:`SEEDED` runs once
-    per seed of the plan, the others with seed 0."""
-    res: Results = {}
-    for name, (preset, overrides) in plan.runs.items():
-        seeds = plan.seeds if name in SEEDED else (0,)
-        res[name] = [
-            ensure_run(out / "arithmetic" / seed_folder(name, s), preset, seeded(overrides, s), out / "data", progress)
-            for s in seeds
-        ]
-    return res
+    """Train (or read) every run of ``plan``, each with its seeds (:meth:`ArithmeticPlan.seeds_of`)."""
+    return {
+        name: train_seeds(out, name, preset, overrides, plan.seeds_of(name), progress)
+        for name, (preset, overrides) in plan.runs.items()
+    }
 
 
 def plateau_row(out: Path, plan: ArithmeticPlan, command: str) -> ClaimResult:
     """The plateau check on every run of :data:`PLATEAU_RUNS` (every seed); ``ours`` gives each run's largest gain
     over its seeds."""
     gains = {
-        name: max(_plateau_gain(out / "arithmetic" / seed_folder(name, s)) for s in
-                  (plan.seeds if name in SEEDED else (0,)))
+        name: max(_plateau_gain(out / "arithmetic" / seed_folder(name, s)) for s in plan.seeds_of(name))
         for name in PLATEAU_RUNS
-    }  # fmt: skip
+    }
     gain_text = ", ".join(f"{k} {v:+.2f}" for k, v in gains.items())
     return ClaimResult(
         PLATEAU,
@@ -362,16 +371,7 @@ def repeated_rows(out: Path, quick: bool, progress: bool, command: str, res: Res
     """Train (or read) the repeated GRU with the GRU-DEQ's schedule (seeds :data:`REPEATED_SEEDS`); compare their
     mean test accuracies, and every model's mean accuracy on the biased test set."""
     preset, overrides = REPEATED_RUN[quick]
-    rep = [
-        ensure_run(
-            out / "arithmetic" / seed_folder("arith-repeated-gru", s),
-            preset,
-            seeded(overrides, s),
-            out / "data",
-            progress,
-        )
-        for s in REPEATED_SEEDS[quick]
-    ]
+    rep = train_seeds(out, "arith-repeated-gru", preset, overrides, REPEATED_SEEDS[quick], progress)
     deq = _mean(res["arith-deq"])
     ours = f"repeated GRU {_spread(rep)} % vs GRU-DEQ {_spread(res['arith-deq'])} %"
     holds = abs(_mean(rep) - deq) <= 1.0
