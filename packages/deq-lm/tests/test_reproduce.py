@@ -43,18 +43,34 @@ def body_parameters(preset: str, quick: bool = False) -> int:
         return sum(p.numel() for p in build_model(cfg, 10_000).body.parameters())
 
 
+CLAIMS_BUDGET = (reproduce.DEQ, reproduce.TXL, reproduce.TIED, *reproduce.JR)
+PLATEAU = (reproduce.PLATEAU_DEQ, reproduce.PLATEAU_TXL, reproduce.PLATEAU_TIED)
+
+
+def tokens_of(preset: str, quick: bool) -> tuple[int, int, int]:
+    cfg = reproduce.run_config(preset, 0, Path("unused"), quick)
+    return cfg.optim.steps, cfg.optim.batch_size, cfg.data.tgt_len
+
+
 @pytest.mark.parametrize("quick", [False, True])
-def test_presets_have_equal_non_embedding_parameters_and_tokens(quick):
-    deq, txl, tied = (body_parameters(p, quick) for p in (reproduce.DEQ, reproduce.TXL, reproduce.TIED))
+@pytest.mark.parametrize("group", [CLAIMS_BUDGET, PLATEAU])
+def test_presets_have_equal_non_embedding_parameters_and_tokens(quick, group):
+    deq, txl, tied = (body_parameters(p, quick) for p in group[:3])
     assert abs(deq - txl) <= lc.PARAM_TOLERANCE * txl
     assert tied == deq
-    tokens = {p: (c.optim.steps, c.optim.batch_size, c.data.tgt_len) for p in reproduce.PRESETS
-              for c in [reproduce.run_config(p, 0, Path("unused"), quick)]}  # fmt: skip
-    assert len(set(tokens.values())) == 1
-    full = get_config(reproduce.DEQ)
+    assert len({tokens_of(p, quick) for p in group}) == 1
+    full = get_config(group[0])
     tokens = full.optim.steps * full.optim.batch_size * full.data.tgt_len
     assert tokens >= 2 * 1_000_000  # >= 2 passes over a >= 1M-token corpus
     assert len(reproduce.JR) >= 4
+    assert set(CLAIMS_BUDGET + PLATEAU) == set(reproduce.PRESETS)
+
+
+def test_plateau_runs_train_longer_than_the_claims_budget_on_the_same_batches():
+    steps, batch, length = tokens_of(reproduce.PLATEAU_DEQ, False)
+    base_steps, base_batch, base_length = tokens_of(reproduce.DEQ, False)
+    assert (batch, length) == (base_batch, base_length) and steps >= 3 * base_steps
+    assert steps > lc.PLATEAU_WINDOW and get_config(reproduce.PLATEAU_DEQ).run.eval_every * 2 <= lc.PLATEAU_WINDOW
 
 
 def measured(label: str, ppl: float, nfe: float, params: int = 100, saved: int = 100) -> lc.Measured:
@@ -166,9 +182,13 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     runs = [line for line in lines[:start] if line.startswith("| ") and "---" not in line][1:]
     assert [row.split(" | ")[0].strip("| ") for row in runs] == [p.removeprefix("pdocs-") for p in reproduce.PRESETS]
     assert len(rows) == len(lc.CLAIMS)
+    plateau_claims = (lc.PPL_VS_TXL_PLATEAU, lc.PPL_VS_TIED_PLATEAU)
     for claim, row in zip(lc.CLAIMS, rows):
         assert claim.statement in row and claim.source.split(",")[0] in row
-        assert f"**{HOLDS}**" in row or f"**{DOES_NOT_HOLD}**" in row
+        if claim in plateau_claims:  # 24 steps: the 2,000-step window starts at the first evaluation
+            assert "at a plateau (valid ppl fall over the last 2,000 steps: plateau-deq-transformer " in row
+        else:
+            assert f"**{HOLDS}**" in row or f"**{DOES_NOT_HOLD}**" in row
         assert "python -m deq_lm.reproduce claims --quick" in row
     assert (out / "ppl_vs_nfe.png").stat().st_size > 0
     dump = json.loads((out / "claims.json").read_text())
@@ -237,9 +257,11 @@ def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, c
     assert verdicts["deq-vs-tied-ppl"] == verdicts["deq-vs-tied-memory"] == NOT_MEASURED
     assert verdicts["jr-nfe-ppl"] == verdicts["jr-speed"] == NOT_MEASURED
     assert verdicts["deq-vs-txl-ppl"] != NOT_MEASURED and verdicts["deq-vs-txl-memory"] != NOT_MEASURED
+    assert verdicts["deq-vs-txl-ppl-plateau"] == verdicts["deq-vs-tied-ppl-plateau"] == NOT_MEASURED
     text = (out / "claims.md").read_text()
     missing_jr = ", ".join(p.removeprefix("pdocs-") for p in reproduce.JR[1:])
     assert "not finished: transformer-tied " in text and f"not finished: {missing_jr} " in text
+    assert "not finished: plateau-deq-transformer, plateau-transformer-xl " in text
     assert (out / "ppl_vs_nfe.png").stat().st_size > 0  # the finished JR setting is plotted
     assert read_metrics(reproduce.run_dir(out, reproduce.TIED, 0) / "metrics.jsonl")[-1]["step"] <= 12
 
@@ -263,3 +285,20 @@ def test_spread_note_weighs_the_distance_from_the_threshold_against_the_seed_spr
     assert "14.3% from its threshold" in far and "more than twice that: these seeds decide the verdict" in far
     three = dataclasses.replace(deq, ppl=(21.0, 21.0, 21.0))  # the DEQ over 3 seeds: sqrt(1/3 + 1) x 2 %
     assert "varies by about 2.31%" in lc.spread_note(spread, three, twin)
+
+
+def test_plateau_rows_count_only_runs_whose_validation_perplexity_stopped_falling():
+    steps = (3000, 6000, 8000, 9000)
+    deq = lc.Measured("deq", (21.0,), (15.0,), 100, 25, valid_ppl=(40.0, 21.6, 21.5, 21.3), valid_steps=steps)
+    twin = lc.Measured("txl", (20.5,), (0.0,), 100, 100, layers=4, valid_ppl=(38.0, 20.6, 20.4, 20.3),
+                       valid_steps=steps)  # fmt: skip
+    assert lc.plateau_fall(deq) == pytest.approx(1 - 21.3 / 21.6)  # from step 6000, the last <= 9000 - 2000
+    row = lc.plateau_ppl_row(deq, twin, lc.PPL_VS_TXL_PLATEAU, "c")
+    assert row.verdict == HOLDS and row.note.startswith("Both at a plateau (valid ppl fall over the last 2,000 steps:")
+    worse = lc.plateau_ppl_row(dataclasses.replace(deq, ppl=(22.0,)), twin, lc.PPL_VS_TXL_PLATEAU, "c")
+    assert worse.verdict == DOES_NOT_HOLD and "valid ppl ratio DEQ / twin" in worse.note
+    falling = dataclasses.replace(twin, valid_ppl=(38.0, 21.0, 20.0, 19.0))  # 9.5 % over the window
+    row = lc.plateau_ppl_row(deq, falling, lc.PPL_VS_TXL_PLATEAU, "c")
+    assert row.verdict == NOT_MEASURED and "Not both at a plateau" in row.note and "txl 9.5%" in row.note
+    with pytest.raises(ValueError, match="two validation evaluations"):
+        lc.plateau_fall(dataclasses.replace(deq, valid_steps=()))

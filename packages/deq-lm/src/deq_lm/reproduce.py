@@ -50,7 +50,7 @@ from deq_core.train.run_config import check_resume_config, flat_dict, replace_co
 
 from . import lm_claims as lc
 from .configs import Config, get_config
-from .configs.pythondocs import JR_SETTINGS, PREFIX
+from .configs.pythondocs import JR_SETTINGS, PLATEAU_PREFIX, PREFIX
 from .data.pythondocs_corpus import write_pythondocs_corpus
 from .evaluate import SWEEP_FILE, load_model, read_sweep
 from .models import SequenceModel, build_model, count_parameters
@@ -60,8 +60,12 @@ from .train import RESUMABLE_CHANGES, train
 
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
-PRESETS = (DEQ, TXL, TIED, *JR)
+# Claim 4 again on narrower models trained to a plateau.
+PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU_PREFIX}-{m}" for m in ("deq-transformer", "transformer-xl",
+                                                                           "transformer-tied"))  # fmt: skip
+PRESETS = (DEQ, TXL, TIED, *JR, PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED)
 TIMING_REPEATS = {False: 7, True: 1}
+SPREAD_OF_CLAIMS_TWIN = "the claims-budget Transformer-XL twin's (128 wide, 3,000 steps)"  # for the plateau rows
 STEP_RECORD = "step_time.json"  # RUN/step_time.json: the run's training step vs a fresh Transformer-XL twin's
 KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", SWEEP_FILE, "sweep.png")
 
@@ -71,7 +75,8 @@ _QUICK = dict(
     eval_batch_size=2, vocab_size=0, steps=24, warmup_steps=2, eval_every=12, log_every=4, save_every=12,
     **deq_settings(pretrain_steps=4, eval_max_iter=12),
 )  # fmt: skip
-_QUICK_FFN = {TXL: 32, TIED: 240}  # the DEQ cells (DEQ, tied, JR): 240 wide, 10,512 vs 10,592 body parameters
+# The twins' FFN; the DEQ cells (DEQ, tied, JR, plateau): 240 wide, 10,512 vs 10,592 body parameters.
+_QUICK_FFN = {TXL: 32, PLATEAU_TXL: 32, TIED: 240}
 
 
 def run_config(preset: str, seed: int, data_dir: Path, quick: bool) -> Config:
@@ -162,6 +167,7 @@ def measure(preset: str, cfgs: Sequence[Config], folders: Sequence[Path], task: 
     a model of the first seed's config."""
     tests = [test_record(f) for f in folders]
     model = fresh_model(cfgs[0], task)
+    valid = [r for r in read_metrics(folders[0] / "metrics.jsonl") if r["split"] == "valid"]
     return lc.Measured(
         label=preset.removeprefix(f"{PREFIX}-"),
         ppl=tuple(float(t["ppl"]) for t in tests),
@@ -169,7 +175,8 @@ def measure(preset: str, cfgs: Sequence[Config], folders: Sequence[Path], task: 
         params=count_parameters(model.body),
         saved_bytes=saved_activation_bytes(model, task, cfgs[0]),
         layers=1 if cfgs[0].is_deq else cfgs[0].model.n_layers,  # tracked layer applications per step
-        valid_ppl=tuple(float(r["ppl"]) for r in read_metrics(folders[0] / "metrics.jsonl") if r["split"] == "valid"),
+        valid_ppl=tuple(float(r["ppl"]) for r in valid),
+        valid_steps=tuple(int(r["step"]) for r in valid),
     )
 
 
@@ -363,6 +370,16 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
             results += [ppl_row, mem_row]
         else:
             results += not_measured(claim_pair, [twin], command)
+    for twin, claim in ((PLATEAU_TXL, lc.PPL_VS_TXL_PLATEAU), (PLATEAU_TIED, lc.PPL_VS_TIED_PLATEAU)):
+        missing = [p for p in (PLATEAU_DEQ, twin) if p not in available]
+        if missing:
+            results += not_measured((claim,), missing, command)
+            continue
+        deq_p, twin_p = measured[PLATEAU_DEQ], measured[twin]
+        row = lc.plateau_ppl_row(deq_p, twin_p, claim, command, measured.get(PLATEAU_TIED))
+        if spread is not None:
+            row = with_note(row, lc.spread_note(spread, deq_p, twin_p, of=SPREAD_OF_CLAIMS_TWIN))
+        results.append(row)
     if len(settings) == len(JR):
         results += lc.jr_results(deq, settings, times, command, early_stop=read_sweep(folders[DEQ][0]))
     else:

@@ -11,6 +11,13 @@ authors' post-LN script, our ``wt103-deq-transformer-postln-jr``: forward limit 
 limit 13, the term applied with probability 0.35) with the weight swept (0.1, 0.4, 1.6; the paper's 1.9 is for a
 98M model and cost 48 % perplexity on the pydoc corpus) and one setting with lower limits (8 / 8) and the term on
 every step. The unregularized reference is the claim-4 DEQ (limits 20 / 20).
+
+Claim 4 at a plateau (``pdocs-plateau-*``): the budget above stops the Transformer-XL twin well before its plateau
+(its valid perplexity falls another 22 % between 3,000 and 9,000 steps), and the 128-wide DEQ would need about
+200 minutes for 9,000 steps, past the issue's 90 minutes per run. So the same three models at half the width (64;
+the DEQ's FFN 1,450 wide against the twin's 256, 222,484 vs 222,592 body parameters), trained three times as long
+(9,000 steps, the same corpus and batches), evaluated every 500 steps; ``lm_claims.PLATEAU`` says what counts as a
+plateau.
 """
 
 from __future__ import annotations
@@ -51,4 +58,14 @@ MODELS: dict[str, dict[str, object]] = {
     "transformer-xl": dict(model="transformer_xl", n_layers=4),
     "transformer-tied": {**DEQ, "model": "transformer_tied", "n_layers": 8, **deq_settings(pretrain_steps=0)},
     **{f"deq-transformer-{name}": settings for name, settings in JR_SETTINGS.items()},
+}
+
+PLATEAU_PREFIX = "pdocs-plateau"
+PLATEAU_BUDGET: dict[str, object] = {
+    **BUDGET, "d_embed": 64, "d_model": 64, "n_heads": 2, "d_head": 32, "d_ff": 256, "steps": 9_000, "eval_every": 500,
+}  # fmt: skip
+PLATEAU_MODELS: dict[str, dict[str, object]] = {
+    "deq-transformer": {**DEQ, "d_ff": 1_450},
+    "transformer-xl": MODELS["transformer-xl"],
+    "transformer-tied": {**MODELS["transformer-tied"], "d_ff": 1_450},
 }
