@@ -4,6 +4,7 @@ thresholds on made-up measurements, the printed training commands, resuming an i
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import random
@@ -169,6 +170,22 @@ def test_interrupted_run_is_resumed_and_a_finished_one_read(tmp_path):
     assert (folder / "metrics.jsonl").read_text() == before
     with pytest.raises(ResumeConfigError, match="model.n_layers"):  # a finished run of another config is not read
         reproduce.ensure_run(replace_config(cfg, {"model.n_layers": 3}), folder, "other")
+
+
+def test_commands_resume_an_interrupted_run_and_the_table_prints_fresh_commands(tmp_path, capsys):
+    corpus, out = write_corpus(tmp_path / "corpus"), tmp_path / "out"
+    cfg = reproduce.run_config(reproduce.TXL, 0, corpus, quick=True)
+    train(replace_config(cfg, {"run.stop_after": 12}), reproduce.run_dir(out, reproduce.TXL, 0), name="interrupted")
+    capsys.readouterr()
+    assert reproduce.main(["commands", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    resumed = [line for line in lines if "--resume" in line]
+    assert len(lines) == len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS) - 1
+    assert len(resumed) == 1 and f"{reproduce.TXL}-seed0 " in resumed[0]
+    # the claims table documents the runs for any machine: no --resume, whatever this one holds
+    args = argparse.Namespace(seeds=[0], output_dir=out, quick=True)
+    listed = [line for line in reproduce.preamble(args, corpus, "").splitlines() if line.startswith("- `")]
+    assert len(listed) == len(lines) and not any("--resume" in line for line in listed)
 
 
 def test_quick_claims_pipeline(tmp_path, capsys):

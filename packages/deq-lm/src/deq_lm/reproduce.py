@@ -94,15 +94,18 @@ def run_dir(output_dir: Path, preset: str, seed: int) -> Path:
     return output_dir / "runs" / f"{preset}-seed{seed}"
 
 
-def train_command(output_dir: Path, preset: str, seed: int, data_dir: Path, quick: bool) -> str:
-    """The shell command that trains (or resumes) one run exactly as ``claims`` would."""
+def train_command(
+    output_dir: Path, preset: str, seed: int, data_dir: Path, quick: bool, *, resume: bool = False
+) -> str:
+    """The shell command that trains one run exactly as ``claims`` would; ``resume``: with ``--resume`` (continue
+    the run's latest checkpoint, which must exist)."""
     cfg, base = run_config(preset, seed, data_dir, quick), get_config(preset)
     base_settings = flat_dict(base)
     changed = {k: v for k, v in flat_dict(cfg).items() if k != "data.data_dir" and v != base_settings[k]}
     words = ["python", "-m", "deq_lm.train", "--config", preset, "--data-dir", str(data_dir), "--output-dir",
              str(run_dir(output_dir, preset, seed)), "--threads", "1"]  # fmt: skip
-    if latest_complete_checkpoint(run_dir(output_dir, preset, seed)) is not None:
-        words.append("--resume")  # an interrupted run continues
+    if resume:
+        words.append("--resume")
     words += [f"{k}={_value(v)}" for k, v in changed.items()]
     return "OMP_NUM_THREADS=1 " + shlex.join(words)
 
@@ -400,7 +403,7 @@ def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
     """What was run: the runs' commands, seeds, corpus, the runs table, and the scale caveat of --quick."""
     lines = [
         f"Corpus: `{data_dir}`. Seeds: {', '.join(map(str, args.seeds))}. Runs (`python -m deq_lm.reproduce commands` "
-        "prints these; each can run alone, in parallel):",
+        "prints these, with `--resume` for a run interrupted in OUTPUT_DIR; each can run alone, in parallel):",
         "",
     ]
     lines += [f"- `{train_command(args.output_dir, p, s, data_dir, args.quick)}`" for p in PRESETS for s in args.seeds]
@@ -479,11 +482,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(plan(args, data_dir))
             return 0
         if args.what == "commands":
-            for preset in PRESETS:
-                for seed in args.seeds:
-                    print(train_command(args.output_dir, preset, seed, data_dir, args.quick))
-            for seed in extra_spread_seeds(args.seeds):  # one seed's spread
-                print(train_command(args.output_dir, TXL, seed, data_dir, args.quick))
+            runs = [(p, s) for p in PRESETS for s in args.seeds] + [(TXL, s) for s in extra_spread_seeds(args.seeds)]
+            for preset, seed in runs:  # an interrupted run continues from its checkpoint
+                resume = latest_complete_checkpoint(run_dir(args.output_dir, preset, seed)) is not None
+                print(train_command(args.output_dir, preset, seed, data_dir, args.quick, resume=resume))
             return 0
         results = claims(args, data_dir)
     except (UsageError, ValueError) as err:
