@@ -1,5 +1,5 @@
-"""deq_core.train.docs on a tiny package written under tmp_path: which ``__all__`` names count as public and which a
-README leaves out."""
+"""deq_core.train.docs on a tiny package written under tmp_path: which ``__all__`` names count as public, which a
+README leaves out, and which public modules define no ``__all__``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deq_core.train.docs import public_names, undocumented_names
+from deq_core.train.docs import modules_without_all, public_names, undocumented_names
 
 PACKAGE = "fake_docs_pkg"
 
@@ -61,6 +61,10 @@ def test_a_name_counts_only_as_a_whole_word(fake_package: str) -> None:
         "fake_docs_pkg.tools.make_thing",
     ]
     assert undocumented_names(fake_package, "(VERSION_NAME) Thing. [make_thing] `deep_helper`") == []
+
+
+def test_modules_without_all_lists_public_modules_only(fake_package: str) -> None:
+    assert modules_without_all(fake_package) == ["fake_docs_pkg.nothing", "fake_docs_pkg.sub"]
 
 
 def test_a_public_module_that_fails_to_import_is_an_error(fake_package: str, tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from .solve import SolverResult, check_limits, solve
 if TYPE_CHECKING:
     from .info import DEQInfo
 
+__all__ = ["JFB", "Implicit", "Phantom"]
+
 _ADJOINT_SOLVER = Broyden()  # Implicit's default: every update of the solve kept
 
 

@@ -11,6 +11,8 @@ from ._solvers import FixedPoint
 from ._state import State, as_tensors, flatten, solver_dtype, state_spec
 from .solve import SolverResult
 
+__all__ = ["DEQInfo"]
+
 
 @dataclass(repr=False)
 class DEQInfo:

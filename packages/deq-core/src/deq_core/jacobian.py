@@ -27,7 +27,9 @@ from ._state import (
     unflatten,
 )
 
-REDUCTIONS = ("mean", "none")
+__all__ = ["frobenius_from_graph", "jacobian_frobenius", "spectral_radius"]
+
+_REDUCTIONS = ("mean", "none")
 
 
 def vector_jacobian(
@@ -90,8 +92,8 @@ def jacobian_frobenius(f: Callable[[State], State], z: State, n_samples: int = 1
 
     Calls f once. Needs autograd: do not call it under torch.no_grad().
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(REDUCTIONS)}.")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}; choose one of {list(_REDUCTIONS)}.")
     spec = state_spec(z, "z")
     if not torch.is_grad_enabled():
         raise RuntimeError("jacobian_frobenius needs autograd; call it outside torch.no_grad().")

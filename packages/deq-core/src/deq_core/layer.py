@@ -18,7 +18,9 @@ from .info import DEQInfo
 from .jacobian import frobenius_from_graph
 from .solve import SolverResult, check_limits, solve
 
-WARN_UNCONVERGED = ("once", "always", "never")
+__all__ = ["DEQ"]
+
+_WARN_UNCONVERGED = ("once", "always", "never")
 
 
 class DEQ(nn.Module):
@@ -74,8 +76,8 @@ class DEQ(nn.Module):
         check_int("DEQ", "jacobian_samples", jacobian_samples, 1)
         if on_nonfinite not in ("raise", "warn", "ignore"):
             raise ValueError(f"on_nonfinite must be 'raise', 'warn' or 'ignore', got {on_nonfinite!r}.")
-        if warn_unconverged not in WARN_UNCONVERGED:
-            raise ValueError(f"warn_unconverged must be one of {list(WARN_UNCONVERGED)}, got {warn_unconverged!r}.")
+        if warn_unconverged not in _WARN_UNCONVERGED:
+            raise ValueError(f"warn_unconverged must be one of {list(_WARN_UNCONVERGED)}, got {warn_unconverged!r}.")
         self.max_iter, self.tol, self.stop_mode = max_iter, tol, stop_mode
         self.eval_max_iter, self.eval_tol = eval_max_iter, eval_tol
         self.jacobian_samples = jacobian_samples

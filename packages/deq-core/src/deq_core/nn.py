@@ -17,6 +17,8 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm as _torch_weight_norm
 
+__all__ = ["VariationalDropout", "cached_weights", "weight_norm"]
+
 
 def weight_norm(module: nn.Module, name: str = "weight", dim: int = 0) -> nn.Module:
     """Reparametrize ``module.<name>`` as g * v / ||v|| (norms over every dim but ``dim``); returns the module."""

@@ -27,6 +27,8 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+__all__ = ["peak_live_bytes", "saved_tensor_bytes"]
+
 T = TypeVar("T")
 
 

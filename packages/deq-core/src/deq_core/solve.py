@@ -15,7 +15,9 @@ from ._solvers._run import SolveRun, iterate, residual_norms
 from ._solvers.resolve import SolverLike
 from ._state import State, StateSpec, flat_map, flatten, solver_dtype, state_spec, unflatten
 
-STOP_MODES = ("rel", "abs")
+__all__ = ["SolverResult", "solve"]
+
+_STOP_MODES = ("rel", "abs")
 
 
 @dataclass
@@ -78,8 +80,8 @@ def check_limits(max_iter: int, tol: float, stop_mode: str) -> None:
         raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):
         raise ValueError(f"tol must be a finite number > 0, got {tol!r}.")
-    if stop_mode not in STOP_MODES:
-        raise ValueError(f"unknown stop_mode {stop_mode!r}; choose one of {list(STOP_MODES)}.")
+    if stop_mode not in _STOP_MODES:
+        raise ValueError(f"unknown stop_mode {stop_mode!r}; choose one of {list(_STOP_MODES)}.")
 
 
 def solve(

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
+__all__: list[str] = []
+
 # The distributions of the extra ``deq-core[train]`` (packages/deq-core/pyproject.toml), by import name.
 _EXTRA = ("accelerate", "safetensors", "tqdm", "matplotlib")
 

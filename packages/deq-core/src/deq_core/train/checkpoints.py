@@ -32,13 +32,33 @@ from typing import Any
 
 from .errors import UsageError
 
+__all__ = [
+    "CONFIG_FILE",
+    "CheckpointError",
+    "CheckpointWriter",
+    "atomic_checkpoint_dir",
+    "checkpoint_path",
+    "checkpoint_weights",
+    "clean_partial_checkpoints",
+    "is_complete",
+    "latest_complete_checkpoint",
+    "list_checkpoints",
+    "load_checked",
+    "load_states",
+    "prune_checkpoints",
+    "read_json",
+    "resolve_checkpoint",
+    "safe_load",
+    "save_states",
+]
+
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-MANIFEST_FILE = "checkpoint.json"
+_MANIFEST_FILE = "checkpoint.json"
 PARTIAL_SUFFIX = ".partial"
-OLD_SUFFIX = ".old"
-CHECKPOINT_FORMAT = "deq-checkpoint-2"
+_OLD_SUFFIX = ".old"
+_CHECKPOINT_FORMAT = "deq-checkpoint-2"
 
 
 class CheckpointError(UsageError, ValueError):
@@ -139,10 +159,11 @@ def atomic_checkpoint_dir(
     sync()
     if main:
         files = sorted(p.name for p in partial.iterdir())
-        CheckpointWriter(partial).save_json(MANIFEST_FILE, {"format": CHECKPOINT_FORMAT, "step": step, "files": files})
+        manifest = {"format": _CHECKPOINT_FORMAT, "step": step, "files": files}
+        CheckpointWriter(partial).save_json(_MANIFEST_FILE, manifest)
         _fsync(partial)
         _fault_point("before rename")
-        old = final.with_name(final.name + OLD_SUFFIX)
+        old = final.with_name(final.name + _OLD_SUFFIX)
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             final.rename(old)
@@ -161,7 +182,7 @@ def checkpoint_path(output_dir: str | Path, step: int) -> Path:
 def is_complete(folder: Path) -> bool:
     """Whether ``folder`` is a complete checkpoint: its manifest is valid JSON and every file it lists exists."""
     try:
-        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest = json.loads((folder / _MANIFEST_FILE).read_text(encoding="utf-8"))
         return all((folder / name).is_file() for name in manifest["files"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
@@ -190,7 +211,7 @@ def clean_partial_checkpoints(output_dir: str | Path) -> list[Path]:
     folder = Path(output_dir) / CHECKPOINT_DIR
     if not folder.is_dir():
         return []
-    stale = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.endswith((PARTIAL_SUFFIX, OLD_SUFFIX)))
+    stale = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.endswith((PARTIAL_SUFFIX, _OLD_SUFFIX)))
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
@@ -230,7 +251,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
         )
     if not is_complete(path):
         raise CheckpointError(
-            f"{path} is not a complete checkpoint (no valid {MANIFEST_FILE}: the save was interrupted); pass the run "
+            f"{path} is not a complete checkpoint (no valid {_MANIFEST_FILE}: the save was interrupted); pass the run "
             f"directory {run_dir} to use its newest complete checkpoint."
         )
     return run_dir, path

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+__all__ = ["check_at_least", "check_choice", "check_fraction", "in_section"]
+
 
 def check_choice(config: Any, *keys: str) -> None:
     """Raise ValueError unless each field in ``keys`` holds one of the values of its ``Literal[...]`` annotation

@@ -20,6 +20,17 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+__all__ = [
+    "DOES_NOT_HOLD",
+    "HOLDS",
+    "NOT_MEASURED",
+    "Claim",
+    "ClaimResult",
+    "claims_table",
+    "mean_spread",
+    "write_claims",
+]
+
 HOLDS = "HOLDS"
 DOES_NOT_HOLD = "DOES NOT HOLD"
 NOT_MEASURED = "NOT MEASURED"

@@ -21,7 +21,9 @@ import torch
 
 from .errors import UsageError
 
-OVERRIDES_HELP = (
+__all__ = ["run_training_cli", "training_parser", "usage_error"]
+
+_OVERRIDES_HELP = (
     "settings by dotted name, e.g. optim.steps=200 optim.lr=3e-4 deq.max_iter=12; a name only one section has may "
     "omit it (steps=200 lr=3e-4), model=NAME sets model.name"
 )
@@ -46,7 +48,7 @@ def training_parser(
             "--threads", type=int, default=0, help="torch threads per process (default: torch's choice); 1 is "
             "often fastest for small models on a busy machine",
         )  # fmt: skip
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help=OVERRIDES_HELP)
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help=_OVERRIDES_HELP)
     return parser
 
 

@@ -19,7 +19,9 @@ from .schedules import JacobianSchedule, PretrainSchedule
 if TYPE_CHECKING:
     from .. import DEQ
 
-OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its solver)
+__all__ = ["DEQConfig", "deq_section", "deq_settings", "parse_options"]
+
+_OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its solver)
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class DEQConfig:
 
     def __post_init__(self) -> None:
         with in_section("deq"):
-            check_deq_config(self)
+            _check_deq_config(self)
 
     def layer_settings(self) -> dict[str, Any]:
         """Keyword arguments of :class:`deq_core.DEQ`: the forward solver object, limits, and the backward strategy
@@ -115,7 +117,7 @@ class DEQConfig:
                                 stop=self.jac_stop or None)  # fmt: skip
 
 
-def check_deq_config(config: DEQConfig) -> None:
+def _check_deq_config(config: DEQConfig) -> None:
     """Raise ValueError naming the first bad setting (its key without the ``deq.`` prefix) and the valid values."""
     check_choice(config, "stop_mode", "backward_stop_mode", "backward", "on_nonfinite")
     check_at_least(config, 1, "max_iter", "backward_max_iter", "pretrain_depth", "phantom_steps", "jacobian_samples")
@@ -133,7 +135,7 @@ def check_deq_config(config: DEQConfig) -> None:
         raise ValueError(f"max_iter_jitter must be < max_iter ({config.max_iter}), got {config.max_iter_jitter}.")
     if not 0.0 < config.phantom_damping <= 1.0:
         raise ValueError(f"phantom_damping must be in (0, 1], got {config.phantom_damping}.")
-    for options_field, solver_field in OPTION_FIELDS:
+    for options_field, solver_field in _OPTION_FIELDS:
         _check_solver(config, solver_field, options_field)
 
 

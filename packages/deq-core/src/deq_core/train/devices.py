@@ -6,6 +6,8 @@ import argparse
 
 import torch
 
+__all__ = ["add_device_argument", "resolve_device"]
+
 
 def resolve_device(name: str) -> torch.device:
     """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"`` -> a :class:`torch.device` that exists on this machine.

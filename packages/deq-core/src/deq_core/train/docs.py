@@ -1,5 +1,5 @@
 """Which public names a package's README leaves out: :func:`undocumented_names`, behind each package's
-``tests/test_readme_api.py``.
+``tests/test_readme_api.py``; which public modules define no ``__all__``: :func:`modules_without_all`.
 
 A package's public names are the entries of ``__all__`` of the package and of every submodule whose dotted path has
 no part starting with ``_`` (``deq_core._solvers`` is private, so its ``__all__`` is not public API). A name counts as
@@ -14,7 +14,7 @@ import pkgutil
 import re
 from types import ModuleType
 
-__all__ = ["public_names", "undocumented_names"]
+__all__ = ["modules_without_all", "public_names", "undocumented_names"]
 
 
 def _public_modules(package: ModuleType) -> list[ModuleType]:
@@ -56,3 +56,10 @@ def undocumented_names(package_name: str, readme_text: str) -> list[str]:
             if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", readme_text) is None:
                 missing.append(f"{module_name}.{name}")
     return sorted(missing)
+
+
+def modules_without_all(package_name: str) -> list[str]:
+    """The names of the modules among the package ``package_name`` and its public submodules that define no
+    ``__all__``, sorted: their names escape :func:`undocumented_names`. Imports every public submodule."""
+    package = importlib.import_module(package_name)
+    return [module.__name__ for module in _public_modules(package) if not hasattr(module, "__all__")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["UsageError"]
+
 
 class UsageError(Exception):
     """Something the user can fix: an unknown config name, a bad override, a missing or malformed data file, a run

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from . import checkpoints
 
+__all__ = ["Kill", "plant_pickle", "random_kills", "train_with_faults"]
+
 
 def _install_kill(kill_at: int) -> None:
     count = 0

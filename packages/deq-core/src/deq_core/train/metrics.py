@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+__all__ = ["MetricsLog", "read_metrics", "select"]
+
 
 class MetricsLog:
     """Append-only JSON-lines metrics file; each :meth:`write` is one line, flushed at once (safe to read while the

@@ -15,6 +15,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .run_config import resolve_key
 
+__all__ = ["apply_overrides"]
+
 C = TypeVar("C")
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from .metrics import read_metrics, select
 
+__all__ = ["draw_solver_curves", "end_of_pretraining", "plot_training"]
+
 
 def draw_solver_curves(nfe_ax: Any, residual_ax: Any, records: Iterable[dict[str, Any]], split: str = "train") -> None:
     """Draw the DEQ panels of a training plot from metrics records: forward / backward NFE per step on ``nfe_ax`` and

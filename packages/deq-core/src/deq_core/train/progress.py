@@ -6,6 +6,8 @@ import os
 import sys
 import typing
 
+__all__ = ["progress_enabled"]
+
 
 def progress_enabled(is_main: bool, stream: typing.TextIO | None = None) -> bool:
     """Whether a training script should draw its progress bar (pass ``disable=not progress_enabled(...)`` to tqdm).

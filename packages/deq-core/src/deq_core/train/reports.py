@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+__all__ = ["MarkdownReport", "markdown_table"]
+
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A GitHub-flavoured Markdown table: one header row, then one line per row (cells as ``str(cell)``), ending in a

@@ -7,6 +7,8 @@ import contextlib
 import random
 from typing import Any
 
+__all__ = ["rng_state", "set_rng_state"]
+
 
 def rng_state() -> dict[str, Any]:
     """The states of Python's, NumPy's (when installed) and torch's generators (CPU, and CUDA when available) as

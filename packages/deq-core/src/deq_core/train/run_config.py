@@ -21,6 +21,19 @@ from typing import Any, TypeVar
 from .checkpoints import CONFIG_FILE, PARTIAL_SUFFIX, read_json
 from .errors import UsageError
 
+__all__ = [
+    "ResumeConfigError",
+    "check_resume_config",
+    "config_changes",
+    "config_from_dict",
+    "flat_dict",
+    "load_config",
+    "record_resume",
+    "replace_config",
+    "resolve_key",
+    "save_config",
+]
+
 C = TypeVar("C")
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 from .checkpoints import CHECKPOINT_DIR, latest_complete_checkpoint
 from .errors import UsageError
 
-LOCK_FILE = ".lock"
+__all__ = ["RunDirError", "RunLock", "check_run_dir"]
+
+_LOCK_FILE = ".lock"
 
 
 class RunDirError(UsageError, ValueError):
@@ -27,7 +29,7 @@ class RunLock:
     """
 
     def __init__(self, output_dir: str | Path) -> None:
-        self.path = Path(output_dir) / LOCK_FILE
+        self.path = Path(output_dir) / _LOCK_FILE
         self._fd: int | None = None
         self._created = False
 
@@ -56,7 +58,7 @@ class RunLock:
     def __exit__(self, *exc: object) -> None:
         if self._fd is None:
             return
-        if self._created and [p.name for p in self.path.parent.iterdir()] == [LOCK_FILE]:
+        if self._created and [p.name for p in self.path.parent.iterdir()] == [_LOCK_FILE]:
             self.path.unlink()  # a run that failed before writing anything leaves no folder behind
             self.path.parent.rmdir()
         os.close(self._fd)  # closing the descriptor releases the lock

@@ -14,6 +14,8 @@ import dataclasses
 import math
 import random
 
+__all__ = ["JacobianSchedule", "PretrainSchedule", "cosine_lr_factor", "jittered_max_iter"]
+
 
 @dataclasses.dataclass(frozen=True)
 class JacobianSchedule:

@@ -18,6 +18,8 @@ from typing import Any, Literal, TypeVar
 from .checks import check_at_least, check_choice, in_section
 from .task import TrainSettings
 
+__all__ = ["OptimConfig", "RunConfig", "section", "train_settings"]
+
 S = TypeVar("S")
 
 

@@ -20,6 +20,8 @@ from .checkpoints import (
 )
 from .rng import rng_state, set_rng_state
 
+__all__ = ["STATE_FILE", "TrainState", "load_training_checkpoint", "save_training_checkpoint"]
+
 STATE_FILE = "train_state.json"
 
 

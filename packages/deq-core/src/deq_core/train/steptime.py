@@ -35,6 +35,17 @@ from torch import Tensor
 
 from deq_core.nn import cached_weights as _cached_weights
 
+__all__ = [
+    "F_PARTS",
+    "Profile",
+    "StepTimer",
+    "interleaved_ratio",
+    "profile_steps",
+    "split_rows",
+    "split_summary",
+    "training_step",
+]
+
 T = TypeVar("T")
 
 

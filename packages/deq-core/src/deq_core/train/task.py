@@ -17,6 +17,8 @@ from torch import Tensor, nn
 
 from .schedules import JacobianSchedule, PretrainSchedule
 
+__all__ = ["Forward", "Parts", "StepPlan", "Task", "TrainSettings"]
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:

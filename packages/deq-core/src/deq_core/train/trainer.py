@@ -40,6 +40,24 @@ from .schedules import jittered_max_iter
 from .state import TrainState, load_training_checkpoint, save_training_checkpoint
 from .task import Forward, StepPlan, Task, TrainSettings
 
+__all__ = [
+    "Run",
+    "StepStats",
+    "build_accelerator",
+    "evaluate",
+    "final_line",
+    "micro_batches",
+    "plan_step",
+    "progress_postfix",
+    "save_checkpoint",
+    "save_gradients",
+    "setup_run",
+    "step_scheduler",
+    "train",
+    "train_record",
+    "train_step",
+]
+
 
 def build_accelerator(mixed_precision: str = "no", find_unused_parameters: bool = False) -> Accelerator:
     """An Accelerator that joins the processes of ``accelerate launch`` / ``torchrun``, also on CPU (where a plain
