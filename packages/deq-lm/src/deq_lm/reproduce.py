@@ -380,7 +380,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
             continue
         deq_p, twin_p = measured[PLATEAU_DEQ], measured[twin]
         row = lc.plateau_ppl_row(deq_p, twin_p, claim, command, measured.get(PLATEAU_TIED))
-        if spread is not None:
+        if spread is not None and row.holds is not None:  # a row without a verdict has nothing for seeds to decide
             row = with_note(row, lc.spread_note(spread, deq_p, twin_p, of=SPREAD_OF_CLAIMS_TWIN))
         results.append(row)
     if len(settings) == len(JR):
