@@ -16,7 +16,9 @@ Measured per solver, all in one process:
 - the kernels between two calls of f, each timed alone (eager and compiled, in units of t_f): Anderson's history
   update and mixing (``_record_and_mix``, with the full history) and the loop's per-iteration statistics
   (``iteration_statistics``, norms and flags; left eager by ``compile_step`` because compiled it is not faster),
-  and, as the floor of Anderson's step, the time of reading its two histories (m - 1 state-sized rows each) once.
+  and, as the floor of Anderson's step, the time of reading its two histories (m - 1 state-sized rows each) once;
+  the two kernels also with 8 values per sample, where their time is the per-operation cost alone (what compiling
+  can remove; the rest is memory traffic).
 """
 
 from __future__ import annotations
@@ -106,34 +108,39 @@ def kernel_time(fn: Callable[[], object], repeats: int = 50) -> float:
     return P.median(times)
 
 
+TINY_DIM = 8  # a state this small makes a kernel's time its per-operation cost: dispatch, no memory traffic
+
+
 @torch.no_grad()
 def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
-    """Eager and compiled time of the two per-iteration kernels, in units of t_f, on the problem's shapes."""
-    flat = problem.z0.reshape(problem.z0.shape[0], -1)
-    batch, dim = flat.shape
-    width = Anderson().m - 1
-    x, fx, g_old = torch.randn_like(flat), torch.randn_like(flat), torch.randn_like(flat)
-    dg, steps = torch.randn(batch, width + 1, dim).to(flat), torch.randn(batch, width, dim).to(flat)
-    gram = torch.bmm(dg[:, :width], dg[:, :width].transpose(1, 2)).double()
-    slot = torch.tensor([2], device=flat.device)
-    finite = torch.ones(batch, dtype=torch.bool, device=flat.device)
-    best = torch.ones(batch).to(flat)
-    kernels = {
-        "Anderson _record_and_mix (m = 8)": (_record_and_mix, (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)),
-        "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, TOL, "rel")),
-    }
+    """Eager and compiled time of the two per-iteration kernels, in units of t_f, on the problem's shapes and again
+    with TINY_DIM values per sample (the per-operation cost, which compiling can remove; the difference is memory
+    traffic), and the time of reading Anderson's two histories once."""
+    batch, dim = problem.z0.reshape(problem.z0.shape[0], -1).shape
     rows: list[list[object]] = []
-
-    def read_histories() -> Tensor:  # the memory traffic Anderson's step cannot avoid: both histories read once
-        return torch.add(dg[:, :width].sum(dim=1), steps.sum(dim=1))
-
-    floor = kernel_time(read_histories)
-    rows.append(["reading Anderson's two histories once (sum over rows)", P.fmt(floor / t_f), "", ""])
-    for label, (fn, args) in kernels.items():
-        compiled = torch.compile(fn, dynamic=False, fullgraph=True)
-        eager_t = kernel_time(lambda fn=fn, args=args: fn(*args))
-        compiled_t = kernel_time(lambda compiled=compiled, args=args: compiled(*args))
-        rows.append([label, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f), P.fmt(compiled_t / eager_t)])
+    for size in (dim, TINY_DIM):
+        like = problem.z0.new_empty(batch, size)
+        width = Anderson().m - 1
+        x, fx, g_old = (torch.randn_like(like) for _ in range(3))
+        dg, steps = torch.randn(batch, width + 1, size).to(like), torch.randn(batch, width, size).to(like)
+        gram = torch.bmm(dg[:, :width], dg[:, :width].transpose(1, 2)).double()
+        slot = torch.tensor([2], device=like.device)
+        finite = torch.ones(batch, dtype=torch.bool, device=like.device)
+        best = torch.ones(batch).to(like)
+        kernels = {
+            "Anderson _record_and_mix (m = 8)": (_record_and_mix, (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)),
+            "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, TOL, "rel")),
+        }
+        if size == dim:  # the memory traffic Anderson's step cannot avoid: both histories read once
+            history = dg[:, :width]
+            floor = kernel_time(lambda: torch.add(history.sum(dim=1), steps.sum(dim=1)))  # noqa: B023 (called here)
+            rows.append(["reading Anderson's two histories once (sum over rows)", P.fmt(floor / t_f), "", ""])
+        suffix = "" if size == dim else f", {size} values per sample: per-operation cost"
+        for label, (fn, args) in kernels.items():
+            compiled = torch.compile(fn, dynamic=False, fullgraph=True)
+            eager_t = kernel_time(lambda fn=fn, args=args: fn(*args))
+            compiled_t = kernel_time(lambda compiled=compiled, args=args: compiled(*args))
+            rows.append([label + suffix, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f), P.fmt(compiled_t / eager_t)])
     return rows
 
 
