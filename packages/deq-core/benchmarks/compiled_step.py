@@ -117,10 +117,10 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
     with TINY_DIM values per sample (the per-operation cost, which compiling can remove; the difference is memory
     traffic), and the time of reading Anderson's two histories once."""
     batch, dim = problem.z0.reshape(problem.z0.shape[0], -1).shape
+    width = Anderson().m - 1
     rows: list[list[object]] = []
     for size in (dim, TINY_DIM):
         like = problem.z0.new_empty(batch, size)
-        width = Anderson().m - 1
         x, fx, g_old = (torch.randn_like(like) for _ in range(3))
         dg, steps = torch.randn(batch, width + 1, size).to(like), torch.randn(batch, width, size).to(like)
         gram = torch.bmm(dg[:, :width], dg[:, :width].transpose(1, 2)).double()

@@ -78,21 +78,25 @@ MEMORY_VS_TIED = Claim(
 )
 _PLATEAU = (f"both runs at a plateau (valid ppl falls < {PLATEAU_GAIN:.0%} over the last {PLATEAU_WINDOW:,} steps), "
              f"params within {PARAM_TOLERANCE:.0%} and ppl(DEQ) <= {PPL_MARGIN} x ppl")  # fmt: skip
-PPL_VS_TXL_PLATEAU = Claim(
-    "deq-vs-txl-ppl-plateau",
+
+
+def _at_plateau(claim: Claim, statement: str, twin: str) -> Claim:
+    """``claim`` (a perplexity row of claim 4) checked on runs trained to a plateau: key KEY-plateau, same source."""
+    return Claim(f"{claim.key}-plateau", statement, paper=claim.paper, source=claim.source,
+                 threshold=f"{_PLATEAU}({twin})")  # fmt: skip
+
+
+PPL_VS_TXL_PLATEAU = _at_plateau(
+    PPL_VS_TXL,
     "Trained to a plateau, a DEQ-Transformer reaches the test perplexity of a Transformer-XL with the same "
     "non-embedding parameters.",
-    paper=PPL_VS_TXL.paper,
-    source=PPL_VS_TXL.source,
-    threshold=f"{_PLATEAU}(Transformer-XL)",
+    "Transformer-XL",
 )
-PPL_VS_TIED_PLATEAU = Claim(
-    "deq-vs-tied-ppl-plateau",
+PPL_VS_TIED_PLATEAU = _at_plateau(
+    PPL_VS_TIED,
     "Trained to a plateau, a DEQ-Transformer reaches the test perplexity of the same cell unrolled a fixed number of "
     "times (weight-tied).",
-    paper=PPL_VS_TIED.paper,
-    source=PPL_VS_TIED.source,
-    threshold=f"{_PLATEAU}(weight-tied twin)",
+    "weight-tied twin",
 )
 JR_NFE = Claim(
     "jr-nfe-ppl",

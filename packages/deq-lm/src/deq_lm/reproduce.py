@@ -50,7 +50,7 @@ from deq_core.train.run_config import check_resume_config, flat_dict, replace_co
 
 from . import lm_claims as lc
 from .configs import Config, get_config
-from .configs.pythondocs import JR_SETTINGS, PLATEAU_PREFIX, PREFIX
+from .configs.pythondocs import JR_SETTINGS, PLATEAU_MODELS, PLATEAU_PREFIX, PREFIX
 from .data.pythondocs_corpus import write_pythondocs_corpus
 from .evaluate import SWEEP_FILE, load_model, read_sweep
 from .models import SequenceModel, build_model, count_parameters
@@ -61,11 +61,9 @@ from .train import RESUMABLE_CHANGES, train
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
 # Claim 4 again on narrower models trained to a plateau.
-PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU_PREFIX}-{m}" for m in ("deq-transformer", "transformer-xl",
-                                                                           "transformer-tied"))  # fmt: skip
+PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU_PREFIX}-{name}" for name in PLATEAU_MODELS)
 PRESETS = (DEQ, TXL, TIED, *JR, PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED)
 TIMING_REPEATS = {False: 7, True: 1}
-SPREAD_OF_CLAIMS_TWIN = "the claims-budget Transformer-XL twin's (128 wide, 3,000 steps)"  # for the plateau rows
 STEP_RECORD = "step_time.json"  # RUN/step_time.json: the run's training step vs a fresh Transformer-XL twin's
 KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", SWEEP_FILE, "sweep.png")
 
@@ -373,6 +371,9 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
             results += [ppl_row, mem_row]
         else:
             results += not_measured(claim_pair, [twin], command)
+    reference = configs[TXL][0]  # the spread's runs: the claims-budget twin, not the plateau one
+    spread_of = (f"the claims-budget Transformer-XL twin's ({reference.model.d_model} wide, "
+                 f"{reference.optim.steps:,} steps)")  # fmt: skip
     for twin, claim in ((PLATEAU_TXL, lc.PPL_VS_TXL_PLATEAU), (PLATEAU_TIED, lc.PPL_VS_TIED_PLATEAU)):
         missing = [p for p in (PLATEAU_DEQ, twin) if p not in available]
         if missing:
@@ -381,7 +382,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
         deq_p, twin_p = measured[PLATEAU_DEQ], measured[twin]
         row = lc.plateau_ppl_row(deq_p, twin_p, claim, command, measured.get(PLATEAU_TIED))
         if spread is not None and row.holds is not None:  # a row without a verdict has nothing for seeds to decide
-            row = with_note(row, lc.spread_note(spread, deq_p, twin_p, of=SPREAD_OF_CLAIMS_TWIN))
+            row = with_note(row, lc.spread_note(spread, deq_p, twin_p, of=spread_of))
         results.append(row)
     if len(settings) == len(JR):
         results += lc.jr_results(deq, settings, times, command, early_stop=read_sweep(folders[DEQ][0]))

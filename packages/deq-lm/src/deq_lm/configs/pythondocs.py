@@ -16,8 +16,8 @@ Claim 4 at a plateau (``pdocs-plateau-*``): the budget above stops the Transform
 (its valid perplexity falls another 22 % between 3,000 and 9,000 steps), and the 128-wide DEQ would need about
 200 minutes for 9,000 steps, past the issue's 90 minutes per run. So the same three models at half the width (64;
 the DEQ's FFN 1,450 wide against the twin's 256, 222,484 vs 222,592 body parameters), trained three times as long
-(9,000 steps, the same corpus and batches), evaluated every 500 steps; ``lm_claims.PLATEAU`` says what counts as a
-plateau.
+(9,000 steps, the same corpus and batches), evaluated every 500 steps; ``lm_claims.PLATEAU_GAIN`` and
+``PLATEAU_WINDOW`` say what counts as a plateau.
 """
 
 from __future__ import annotations
