@@ -12,9 +12,12 @@ Measured per solver, all in one process:
   run pays), minus the median eager solve time;
 - overhead = median wall time / (NFE x t_f), eager and compiled, from one interleaved run (eager solve, compiled solve
   and 10 chained calls of f per repeat; t_f the median over all repeats and solvers);
-- pays off after: compile time / (eager - compiled time per solve), in solves of this problem;
+- pays off after: compile time / (eager - compiled time per call of f, times the eager NFE), in solves of this
+  problem (per call of f: float32 rounding can move a compiled solve's NFE by a few calls);
 - the kernels between two calls of f, each timed alone (eager and compiled, in units of t_f): Anderson's history
-  update and mixing (``_record_and_mix``, with the full history) and the loop's per-iteration statistics
+  update and mixing (``_record_and_mix``, with the full history), Broyden's update (``_update_kernel``, with 24
+  stored directions, its mean over a 48-iteration solve; compiled with dynamic shapes as in the solver; with the
+  eager pass that adds the history to the next direction) and the loop's per-iteration statistics
   (``iteration_statistics``, norms and flags; left eager by ``compile_step`` because compiled it is not faster),
   and, as the floor of Anderson's step, the time of reading its two histories (m - 1 state-sized rows each) once;
   the two kernels also with 8 values per sample, where their time is the per-operation cost alone (what compiling
@@ -36,10 +39,12 @@ import problems as P
 from deq_core import Anderson, Broyden, FixedPoint
 from deq_core._solvers._run import iteration_statistics
 from deq_core._solvers.anderson import _record_and_mix
+from deq_core._solvers.broyden import _update_kernel
 
 TOL, MAX_ITER, TARGET = 1e-4, 100, 1.3
 SOLVERS = [("anderson", Anderson()), ("broyden", Broyden()), ("fixed_point", FixedPoint())]
-HAS_KERNEL = {"anderson"}  # the solvers that route a kernel through Loop.compiled (the others run eagerly)
+HAS_KERNEL = {"anderson", "broyden"}  # the solvers that route a kernel through Loop.compiled (the others: eager)
+BROYDEN_ROWS = 24  # Broyden's stored directions for the kernel timed alone: the mean over a 48-iteration solve
 
 
 class TimedSteps(deq_core.Solver):
@@ -127,8 +132,24 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
         slot = torch.tensor([2], device=like.device)
         finite = torch.ones(batch, dtype=torch.bool, device=like.device)
         best = torch.ones(batch).to(like)
+        n = BROYDEN_ROWS
+        directions = torch.randn(batch, n + 2, size).to(like)  # d_0..d_n, then w
+        w = directions[:, -1]
+        bidiag = torch.rand(batch, n + 1, n, dtype=torch.float64, device=like.device)
+        tri = torch.diag_embed(torch.full((batch, n), 1e3, dtype=torch.float64, device=like.device))
+
+        def broyden_update(
+            kernel: Callable[..., object], rows: Tensor = directions, w: Tensor = w, bidiag: Tensor = bidiag,
+            tri: Tensor = tri, active: Tensor = finite,
+        ) -> object:  # fmt: skip
+            # the kernel, then the in-place second pass of InverseJacobian.update on a copy of w
+            _, _, _, _, scale, coef = kernel(rows, bidiag, tri, None, active, 1e6)
+            out = w.mul(scale[:, None])
+            return out.unsqueeze(1).baddbmm_(coef.unsqueeze(1), rows[:, :-1])
+
         kernels = {
             "Anderson _record_and_mix (m = 8)": (_record_and_mix, (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)),
+            f"Broyden _update_kernel ({n} directions)": (broyden_update, None),
             "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, TOL, "rel")),
         }
         if size == dim:  # the memory traffic Anderson's step cannot avoid: both histories read once
@@ -137,15 +158,22 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
             rows.append(["reading Anderson's two histories once (sum over rows)", P.fmt(floor / t_f), "", ""])
         suffix = "" if size == dim else f", {size} values per sample: per-operation cost"
         for label, (fn, args) in kernels.items():
-            compiled = torch.compile(fn, dynamic=False, fullgraph=True)
-            eager_t = kernel_time(lambda fn=fn, args=args: fn(*args))
-            compiled_t = kernel_time(lambda compiled=compiled, args=args: compiled(*args))
+            if args is None:  # Broyden: as in the solver, compiled with dynamic shapes
+                compiled = torch.compile(_update_kernel, dynamic=True, fullgraph=True)
+                eager_t = kernel_time(lambda: broyden_update(_update_kernel))  # noqa: B023 (called here)
+                compiled_t = kernel_time(lambda compiled=compiled: broyden_update(compiled))  # noqa: B023
+            else:
+                compiled = torch.compile(fn, dynamic=False, fullgraph=True)
+                eager_t = kernel_time(lambda fn=fn, args=args: fn(*args))
+                compiled_t = kernel_time(lambda compiled=compiled, args=args: compiled(*args))
             rows.append([label + suffix, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f), P.fmt(compiled_t / eager_t)])
     return rows
 
 
-def payoff(compile_s: float, eager_s: float, compiled_s: float) -> str:
-    saving = eager_s - compiled_s
+def payoff(compile_s: float, eager_s: float, compiled_s: float, nfe_eager: int, nfe_compiled: int) -> str:
+    """Solves after which ``compile_s`` is paid back, comparing the time per call of f (rounding can change a compiled
+    solve's NFE by a few calls, which says nothing about the speed of its step) over the eager solve's NFE."""
+    saving = (eager_s / nfe_eager - compiled_s / nfe_compiled) * nfe_eager
     if saving <= 0:
         return "never (no saving per solve)"
     return f"{math.ceil(compile_s / saving)} solves"
@@ -184,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         overheads[name] = (t_e / (eager.nfe * t_f), t_c / (compiled.nfe * t_f))
         diff = float((eager.z - compiled.z).abs().max())  # type: ignore[operator]
         steps = [step_time(problem, solver, c, repeats) / t_f for c in (False, True)]
-        paid = payoff(extra, t_e, t_c) if name in HAS_KERNEL else "nothing compiled"
+        paid = payoff(extra, t_e, t_c, eager.nfe, compiled.nfe) if name in HAS_KERNEL else "nothing compiled"
         rows.append([name, eager.nfe, compiled.nfe, P.sci(diff), P.fmt(overheads[name][0]),
                      P.fmt(overheads[name][1]), P.fmt(P.median_ratio(times[f"{name} compiled"],
                      times[f"{name} eager"])), P.fmt(steps[0]), P.fmt(steps[1]), f"{extra:.1f}", paid])  # fmt: skip

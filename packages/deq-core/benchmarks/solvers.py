@@ -59,9 +59,11 @@ for Anderson and Broyden on the conv problem. All ratios come from one run; abso
 from __future__ import annotations
 
 import copy
+import math
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -175,6 +177,13 @@ def nfe_over_starts(problem: P.Problem, method: tuple, draws: int, scale: float 
         run_tdeq(counted, z0, tdeq_name, problem.max_iter, tdeq_opts)
         tdeq.append(counted.calls)
     return ours, tdeq
+
+
+def paired_difference(ours: Sequence[int], tdeq: Sequence[int]) -> tuple[float, float]:
+    """Mean and standard error of the per-start differences ours - TorchDEQ (NFE; the starts are paired)."""
+    diffs = [float(a - b) for a, b in zip(ours, tdeq, strict=True)]
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    return statistics.fmean(diffs), se
 
 
 def set_overheads(rows: list[Row]) -> None:

@@ -38,5 +38,7 @@ def test_mean_spread():
     assert mean_spread([1.0, 2.0, 3.0]) == "2 ± 1 (n=3)"
     assert mean_spread([0.5]) == "0.5"
     assert mean_spread([1.0, float("nan")]) == "[1, nan]"
+    assert mean_spread([88.5, 89.25, 88.0], decimals=2, listed=True) == "88.58 ± 0.63 (n=3: 88.50, 89.25, 88.00)"
+    assert mean_spread([88.5], decimals=2, listed=True) == "88.50"
     with pytest.raises(ValueError):
         mean_spread([])

@@ -24,7 +24,7 @@ from .nn import VariationalDropout, cached_weights, weight_norm
 from .profiling import peak_live_bytes, saved_tensor_bytes
 from .solve import SolverResult, solve
 
-__version__ = "0.7.2"
+__version__ = "0.7.3"
 
 __all__ = [
     "DEQ",

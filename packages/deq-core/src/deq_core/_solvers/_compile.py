@@ -2,10 +2,12 @@
 ``torch.compile``.
 
 f itself is never compiled: it runs eagerly between the compiled regions. What is compiled are the kernels a solver
-routes through :meth:`deq_core.Loop.compiled` (Anderson: its history update and mixing, one kernel per iteration):
-pure tensor functions of fixed shapes that take no Python number that changes between iterations (those are passed
-as tensors), so a solve compiles each kernel once per shape and dtype (``dynamic=False``) and later solves of the same
-shapes reuse torch's compile cache. The loop's own bookkeeping (residual norms, per-sample flags) stays eager: on the
+routes through :meth:`deq_core.Loop.compiled` (Anderson: its history update and mixing, one kernel per iteration;
+Broyden: its update, whose history grows by a row per iteration): pure tensor functions that take no Python number
+that changes between iterations (those are passed as tensors). A kernel of fixed shapes compiles once per shape and
+dtype (``dynamic=False``, the default); one whose shapes change between iterations asks for ``dynamic=True`` and
+compiles a few times per solve (sizes 0 and 1 are specialized), not once per shape. Later solves reuse torch's
+compile cache. The loop's own bookkeeping (residual norms, per-sample flags) stays eager: on the
 CPU inductor's kernel for the norms was measured slower than ATen's (``benchmarks/compiled_step.py``).
 
 Where torch.compile cannot run (no C++ compiler for inductor, an unsupported Python or platform), the first solve
@@ -46,9 +48,9 @@ def compiler_error() -> str | None:
 class Compiler:
     """Compiles kernels for one solve (``enabled``) or hands them back unchanged (eager).
 
-    ``compiler(fn)`` returns ``torch.compile(fn, dynamic=False, fullgraph=True)`` (cached per kernel for this solve;
-    torch caches the compiled code itself across solves), or ``fn`` when disabled or when torch.compile does not
-    work here (then a RuntimeWarning says why, once per solve).
+    ``compiler(fn, dynamic)`` returns ``torch.compile(fn, dynamic=dynamic, fullgraph=True)`` (cached per kernel for
+    this solve; torch caches the compiled code itself across solves), or ``fn`` when disabled or when torch.compile
+    does not work here (then a RuntimeWarning says why, once per solve).
     """
 
     __slots__ = ("enabled", "_cache")
@@ -56,16 +58,16 @@ class Compiler:
     def __init__(self, enabled: bool) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"compile_step must be True or False, got {enabled!r}.")
-        self._cache: dict[Callable[..., object], Callable[..., object]] = {}
+        self._cache: dict[tuple[Callable[..., object], bool], Callable[..., object]] = {}
         self.enabled = enabled and _available()
 
-    def __call__(self, fn: Fn) -> Fn:
+    def __call__(self, fn: Fn, dynamic: bool = False) -> Fn:
         if not self.enabled:
             return fn
-        compiled = self._cache.get(fn)
+        compiled = self._cache.get((fn, dynamic))
         if compiled is None:
-            compiled = torch.compile(fn, backend=BACKEND, dynamic=False, fullgraph=True)
-            self._cache[fn] = compiled
+            compiled = torch.compile(fn, backend=BACKEND, dynamic=dynamic, fullgraph=True)
+            self._cache[(fn, dynamic)] = compiled
         return compiled  # type: ignore[return-value]
 
 

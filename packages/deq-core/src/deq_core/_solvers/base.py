@@ -73,12 +73,14 @@ class Loop:
         here): a solver may then take a form of fixed shapes that compiles once."""
         return self._run.compiler.enabled
 
-    def compiled(self, kernel: Fn) -> Fn:
+    def compiled(self, kernel: Fn, *, dynamic: bool = False) -> Fn:
         """``kernel`` compiled with torch.compile when the solve runs with ``compile_step=True`` (and torch.compile
-        works here), else ``kernel`` itself. For a solver's tensor work between two calls of f: a function of fixed
-        shapes whose Python arguments do not change between iterations (pass changing numbers as tensors, or torch
-        compiles it again for each value); it may update tensors of the state in place."""
-        return self._run.compiler(kernel)
+        works here), else ``kernel`` itself. For a solver's tensor work between two calls of f: a function whose
+        Python arguments do not change between iterations (pass changing numbers as tensors, or torch compiles it
+        again for each value); it may update tensors of the state in place. Its shapes should be fixed; where they
+        change between iterations (e.g. a growing history passed as a slice), pass ``dynamic=True`` so that torch
+        compiles it with symbolic sizes instead of once per shape."""
+        return self._run.compiler(kernel, dynamic)
 
     def trial(self, z: Tensor, *, temporary: bool = False) -> tuple[Tensor, Tensor]:
         """Evaluate f at a trial point: returns (z', f(z')), z' being ``z`` with the rows of finished samples reset

@@ -18,7 +18,9 @@ So only the directions are stored, one row per update, instead of the two rows u
 H = I + sum u v^T, whose v = H^T s costs an extra pass over the history. Applying the F stored factors to a vector w
 is one batched pass to get t = D w, a small lower-triangular solve for the coefficients e_j = d_j.w_j / |d_j|^2 of
 the factors applied one after another (float64; the Gram matrix D D^T is kept up to date with the same pass), and
-one batched pass to add D^T h: two passes over the history per iteration.
+one batched pass to add D^T h: two passes over the history per iteration. With ``compile_step=True`` the first pass
+and the small algebra (:func:`_update_kernel`) run through torch.compile with dynamic shapes (the history grows by a
+row per update); the second pass stays eager, in place.
 
 Limited memory (only when ``memory`` is set below max_iter; by default every update of the solve is kept: full
 Broyden, no reduction): once the stored updates reach ``memory``, the whole low-rank part of H
@@ -34,6 +36,7 @@ not decrease enough (Armijo condition on ||g||^2); every trial is a counted call
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -42,6 +45,9 @@ from torch import Tensor
 
 from ._options import check_int, check_number
 from .base import Loop, Solver, Step
+
+# What one update's kernel returns: Gram row, row of tri, update made, lam - 1, scale, coef (see _update_kernel)
+_KernelOut = tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor]
 
 
 def _orthonormal_factor(gram: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -128,43 +134,36 @@ class _InverseJacobian:
     def _add_gram_row(self, n: int, row: Tensor) -> None:
         """Record G_{n, :n+1} = ``row`` (B, n + 1) and the row of ``tri`` it completes."""
         self.gram[:, n, : n + 1] = row
-        if n:
-            self.tri[:, n, :n] = torch.bmm(row.unsqueeze(1), self.bidiag[:, : n + 1, :n]).squeeze(1).neg_()
+        self._set_tri_row(n, row, _tri_row(row, self.bidiag[:, : n + 1, :n]))
+
+    def _set_tri_row(self, n: int, row: Tensor, tri_row: Tensor) -> None:
+        """Write row n of ``tri``: ``tri_row`` (B, n) below the diagonal, |d_n|^2 = row[:, n] on it."""
+        self.tri[:, n, :n] = tri_row
         # |d_n|^2 = 0 only when update n will be skipped (its bidiag column zero): any nonzero value keeps e_n harmless
         norm2 = row[:, n]
         self.tri[:, n, n] = torch.where(norm2 > 0, norm2, 1.0)
 
-    def update(self, g_new: Tensor, lam: Tensor | None, active: Tensor) -> None:
+    def update(
+        self, g_new: Tensor, lam: Tensor | None, active: Tensor, kernel: Callable[..., _KernelOut] | None = None
+    ) -> None:
         """From q = H g_new (the current H), append the Broyden update of the step lam d_F and write the next direction
         d_{F+1} = H_new g_new. ``lam``: (B,) step lengths (None: all 1); ``active``: (B,) bool, samples still
-        iterating (the update of the others is skipped)."""
+        iterating (the update of the others is skipped). ``kernel``: the tensor work on the history,
+        :func:`_update_kernel` (the default) or its compiled version."""
         n = self.factors
-        work = self.dirs[:, n + 1]
-        self._apply_base(g_new, work)  # w = H_base g_new
-        # one pass: rows d_F and w against d_0..d_F -> the Gram row of d_F and t = D w
-        prod = torch.bmm(self.dirs[:, n : n + 2], self.dirs[:, : n + 1].transpose(1, 2)).double()  # (B, 2, n + 1)
-        self._add_gram_row(n, prod[:, 0])
-        t = prod[:, 1]
-        if n:  # coefficients e of the factors applied in turn, then q = w + D^T h with h = bidiag e
-            e = torch.linalg.solve_triangular(self.tri[:, :n, :n], t[:, :n, None], upper=False)
-            h = torch.bmm(self.bidiag[:, : n + 1, :n], e).squeeze(2)  # (B, n + 1)
-            d_q = t[:, n] + torch.linalg.vecdot(prod[:, 0], h)  # d_F . q
-        else:
-            h = t.new_zeros(t.shape[0], 1)
-            d_q = t[:, 0]
-        rho = d_q / (prod[:, 0, n] - d_q)
-        ok = active & (rho.abs() < self._limit)  # False for NaN and Inf too
-        rho = torch.where(ok, rho, 0.0)
-        # d_{F+1} = (1 + rho) (w + D^T h) + rho (lam - 1) d_F
-        scale = 1 + rho
-        coef = h.mul_(scale[:, None])
+        self._apply_base(g_new, self.dirs[:, n + 1])  # w = H_base g_new, in the row of the next direction
+        kernel = kernel or _update_kernel
+        row, tri_row, ok, lam_m1, scale, coef = kernel(
+            self.dirs[:, : n + 2], self.bidiag[:, : n + 1, :n], self.tri[:, :n, :n], lam, active, self._limit
+        )
+        work = self.dirs[:, n + 1]  # d_{n+1} = scale w + D^T coef, in place (the second pass over the history)
+        work.mul_(scale[:, None])
+        work.unsqueeze(1).baddbmm_(coef.unsqueeze(1), self.dirs[:, : n + 1])
+        self.gram[:, n, : n + 1] = row
+        self._set_tri_row(n, row, tri_row)
         self.bidiag[:, n + 1, n] = ok
-        if lam is not None:
-            lam_m1 = torch.where(ok, lam.double() - 1, 0.0)
-            coef[:, n] += rho * lam_m1
+        if lam_m1 is not None:
             self.bidiag[:, n, n] = lam_m1
-        work.mul_(scale.to(work.dtype)[:, None])
-        work.unsqueeze(1).baddbmm_(coef.to(work.dtype).unsqueeze(1), self.dirs[:, : n + 1])
         self.factors = n + 1
 
     def reduce(self, g: Tensor) -> None:
@@ -236,6 +235,54 @@ class _InverseJacobian:
         self.set_direction(g)
 
 
+def _tri_row(row: Tensor, bidiag: Tensor) -> Tensor:
+    """Row n of ``tri`` below its diagonal, -(G_{n, :n+1} bidiag), (B, n), from the Gram row ``row`` (B, n + 1) of
+    d_n and the first n columns ``bidiag`` (B, n + 1, n)."""
+    return torch.bmm(row.unsqueeze(1), bidiag).squeeze(1).neg_()
+
+
+def _update_kernel(
+    rows: Tensor, bidiag: Tensor, tri: Tensor, lam: Tensor | None, active: Tensor, limit: float
+) -> _KernelOut:
+    """The coefficients of one Broyden update (:meth:`_InverseJacobian.update`), for F = n factors stored: the next
+    direction is d_{n+1} = (1 + rho) (w + D^T h) + rho (lam - 1) d_n = scale w + D^T coef.
+
+    Args:
+        rows: (B, n + 2, D) the directions d_0..d_n, then w = H_base g_new (read only).
+        bidiag: (B, n + 1, n) and tri: (B, n, n), float64: the first n columns of the factors' coefficients and the
+            lower-triangular N - L of their recursion.
+        lam: (B,) step lengths of the last step, or None (all 1); active: (B,) bool, samples still iterating.
+        limit: |rho| above this means a (numerically) singular update, which is skipped.
+
+    Returns:
+        The Gram row of d_n (B, n + 1) and the row of ``tri`` below its diagonal (B, n), both float64; whether the
+        update was made (B,) bool; lam - 1 where it was (0 elsewhere; None when ``lam`` is None); ``scale`` (B,) and
+        ``coef`` (B, n + 1) in the rows' dtype.
+
+    One pass over the history (the batched product of the rows d_n and w with d_0..d_n: the Gram row of d_n and
+    t = D w) and small float64 algebra; shapes grow with n, so torch.compile runs it with dynamic shapes. It writes
+    nothing: the second pass, adding D^T coef to w in place, is left to the caller (an in-place write into an input
+    would make the compiled graph copy the whole history).
+    """
+    history = rows[:, :-1]
+    prod = torch.bmm(rows[:, -2:], history.transpose(1, 2)).double()  # (B, 2, n + 1): rows d_n and w
+    row, t = prod[:, 0], prod[:, 1]
+    # coefficients e of the factors applied in turn (tri is (N - L) of the first n), then q = w + D^T h, h = bidiag e
+    e = torch.linalg.solve_triangular(tri, t[:, :-1, None], upper=False)  # (B, n, 1)
+    h = torch.bmm(bidiag, e).squeeze(2)  # (B, n + 1); zero for n = 0
+    d_q = t[:, -1] + torch.linalg.vecdot(row, h)  # d_n . q
+    rho = d_q / (row[:, -1] - d_q)
+    ok = active & (rho.abs() < limit)  # False for NaN and Inf too
+    rho = torch.where(ok, rho, 0.0)
+    scale = 1 + rho
+    coef = h * scale[:, None]
+    lam_m1 = None
+    if lam is not None:
+        lam_m1 = torch.where(ok, lam.double() - 1, 0.0)
+        coef[:, -1] += rho * lam_m1
+    return row, _tri_row(row, bidiag), ok, lam_m1, scale.to(rows.dtype), coef.to(rows.dtype)
+
+
 @dataclass
 class _BroydenState:
     """The inverse-Jacobian estimate, the step lengths of the last step (None: all 1) and whether a step was made."""
@@ -288,7 +335,8 @@ class Broyden(Solver):
     def step(self, state: _BroydenState, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
         inverse = state.inverse
         if state.started:  # the update of the step that led to z
-            inverse.update(g, state.lam, loop.active)
+            # compiled with dynamic shapes (compile_step=True): the history grows by a row per update
+            inverse.update(g, state.lam, loop.active, loop.compiled(_update_kernel, dynamic=True))
             if inverse.full:
                 inverse.reduce(g)
         state.started = True

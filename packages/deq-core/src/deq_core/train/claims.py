@@ -118,18 +118,25 @@ def write_claims(path: str | Path, results: Sequence[ClaimResult], title: str, p
     return text
 
 
-def mean_spread(values: Sequence[float], digits: int = 3) -> str:
+def mean_spread(values: Sequence[float], digits: int = 3, *, decimals: int | None = None, listed: bool = False) -> str:
     """``"mean ± std (n=K)"`` of repeated measurements (e.g. seeds), sample standard deviation; one value alone is
     printed as it is. Non-finite values are kept visible (``nan``), never dropped.
+
+    Args:
+        digits: significant digits of every number printed.
+        decimals: digits after the point instead (e.g. 2 for accuracies in %); overrides ``digits``.
+        listed: also list the values, ``"mean ± std (n=K: a, b, c)"``.
 
     Raises:
         ValueError: no values.
     """
     if len(values) == 0:
         raise ValueError("mean_spread needs at least one value.")
+    spec = f".{digits}g" if decimals is None else f".{decimals}f"
     vals = [float(v) for v in values]
     if len(vals) == 1:
-        return f"{vals[0]:.{digits}g}"
+        return format(vals[0], spec)
     if not all(math.isfinite(v) for v in vals):
-        return "[" + ", ".join(f"{v:.{digits}g}" for v in vals) + "]"
-    return f"{statistics.fmean(vals):.{digits}g} ± {statistics.stdev(vals):.{digits}g} (n={len(vals)})"
+        return "[" + ", ".join(format(v, spec) for v in vals) + "]"
+    count = f"n={len(vals)}" + (": " + ", ".join(format(v, spec) for v in vals) if listed else "")
+    return f"{format(statistics.fmean(vals), spec)} ± {format(statistics.stdev(vals), spec)} ({count})"

@@ -190,11 +190,7 @@ def _mean(runs: list[dict[str, Any]], test: str = "test_four") -> float:
 
 def _spread(runs: list[dict[str, Any]], test: str = "test_four") -> str:
     """The seeds' accuracies (%) as ``mean ± std (n=K: a, b, c)`` (sample standard deviation), or the one value."""
-    accs = _accs(runs, test)
-    if len(accs) == 1:
-        return f"{accs[0]:.2f}"
-    listed = ", ".join(f"{a:.2f}" for a in accs)
-    return f"{statistics.fmean(accs):.2f} ± {statistics.stdev(accs):.2f} (n={len(accs)}: {listed})"
+    return mean_spread(_accs(runs, test), decimals=2, listed=True)
 
 
 def step_profile(run_dir: Path, data_dir: Path, steps: int) -> dict[str, Any]:
