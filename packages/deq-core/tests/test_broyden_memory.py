@@ -221,3 +221,30 @@ def test_a_sample_with_overflowed_directions_restarts_alone_at_the_reduction() -
     torch.testing.assert_close(poisoned.base_u[0], clean.base_u[0])
     torch.testing.assert_close(poisoned.base_v[0], clean.base_v[0])
     assert torch.isfinite(poisoned.direction).all()
+
+
+@pytest.mark.parametrize("options", [{}, {"memory": 6}, {"memory": 6, "line_search": True}], ids=str)
+def test_no_unwritten_row_of_the_direction_buffer_is_read(monkeypatch, options: dict) -> None:
+    """The buffer of directions is allocated uninitialized (zeroing max_iter + 1 state-sized rows cost ~0.1 t_f per
+    iteration on the conv benchmark): filled with NaN instead, the solve must be bit for bit the same, so every row
+    the method reads was written first (also through rank reductions and line searches)."""
+    gen = torch.Generator().manual_seed(11)
+    w = torch.randn(24, 24, generator=gen, dtype=torch.float64)
+    w = 0.95 * w / torch.linalg.eigvals(w).abs().max()  # near-critical: the solve runs through several reductions
+    x = 0.1 * torch.randn(4, 24, generator=gen, dtype=torch.float64)
+
+    def f(z: Tensor) -> Tensor:
+        return torch.tanh(z @ w.T + x)
+
+    z0 = torch.zeros(4, 24, dtype=torch.float64)
+    plain = deq_core.solve(f, z0, deq_core.Broyden(**options), max_iter=60, tol=1e-10)
+    real_new_empty = torch.Tensor.new_empty
+
+    def poisoned(self: Tensor, *size: object, **kwargs: object) -> Tensor:
+        return real_new_empty(self, *size, **kwargs).fill_(float("nan"))
+
+    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned)
+    nan_filled = deq_core.solve(f, z0, deq_core.Broyden(**options), max_iter=60, tol=1e-10)
+    assert plain.nfe >= 20 and bool(plain.converged.all())
+    assert nan_filled.nfe == plain.nfe and torch.equal(nan_filled.z, plain.z)
+    assert torch.equal(nan_filled.trace, plain.trace)

@@ -97,7 +97,7 @@ class _InverseJacobian:
         batch, dim = x0.shape
         self.memory = memory
         self.keep = min(memory // 2, dim)  # rank of H_base after a reduction
-        self.dirs = x0.new_zeros(batch, memory + 1, dim)
+        self.dirs = x0.new_empty(batch, memory + 1, dim)  # every row is written before it is read
         small = dict(dtype=torch.float64, device=x0.device)
         self.gram = torch.zeros(batch, memory + 1, memory + 1, **small)
         self.bidiag = torch.zeros(batch, memory + 1, memory, **small)
