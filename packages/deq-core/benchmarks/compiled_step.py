@@ -30,6 +30,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -139,35 +140,44 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
         tri = torch.diag_embed(torch.full((batch, n), 1e3, dtype=torch.float64, device=like.device))
 
         def broyden_update(
-            kernel: Callable[..., object], rows: Tensor = directions, w: Tensor = w, bidiag: Tensor = bidiag,
+            kernel: Callable[..., object], directions: Tensor = directions, w: Tensor = w, bidiag: Tensor = bidiag,
             tri: Tensor = tri, active: Tensor = finite,
         ) -> object:  # fmt: skip
             # the kernel, then the in-place second pass of InverseJacobian.update on a copy of w
-            _, _, _, _, scale, coef = kernel(rows, bidiag, tri, None, active, 1e6)
+            _, _, _, _, scale, coef = kernel(directions, bidiag, tri, None, active, 1e6)
             out = w.mul(scale[:, None])
-            return out.unsqueeze(1).baddbmm_(coef.unsqueeze(1), rows[:, :-1])
+            return out.unsqueeze(1).baddbmm_(coef.unsqueeze(1), directions[:, :-1])
 
-        kernels = {
-            "Anderson _record_and_mix (m = 8)": (_record_and_mix, (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)),
-            f"Broyden _update_kernel ({n} directions)": (broyden_update, None),
-            "loop iteration_statistics": (iteration_statistics, (x, fx, finite, best, TOL, "rel")),
+        anderson_args = (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)
+        statistics_args = (x, fx, finite, best, TOL, "rel")
+        kernels: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {  # label: (eager call, compiled call)
+            "Anderson _record_and_mix (m = 8)": (
+                partial(_record_and_mix, *anderson_args),
+                partial(_compiled(_record_and_mix), *anderson_args),
+            ),
+            f"Broyden _update_kernel ({n} directions)": (
+                partial(broyden_update, _update_kernel),
+                partial(broyden_update, _compiled(_update_kernel, True)),
+            ),
+            "loop iteration_statistics": (
+                partial(iteration_statistics, *statistics_args),
+                partial(_compiled(iteration_statistics), *statistics_args),
+            ),
         }
         if size == dim:  # the memory traffic Anderson's step cannot avoid: both histories read once
             history = dg[:, :width]
             floor = kernel_time(lambda: torch.add(history.sum(dim=1), steps.sum(dim=1)))  # noqa: B023 (called here)
             rows.append(["reading Anderson's two histories once (sum over rows)", P.fmt(floor / t_f), "", ""])
         suffix = "" if size == dim else f", {size} values per sample: per-operation cost"
-        for label, (fn, args) in kernels.items():
-            if args is None:  # Broyden: as in the solver, compiled with dynamic shapes
-                compiled = torch.compile(_update_kernel, dynamic=True, fullgraph=True)
-                eager_t = kernel_time(lambda: broyden_update(_update_kernel))  # noqa: B023 (called here)
-                compiled_t = kernel_time(lambda compiled=compiled: broyden_update(compiled))  # noqa: B023
-            else:
-                compiled = torch.compile(fn, dynamic=False, fullgraph=True)
-                eager_t = kernel_time(lambda fn=fn, args=args: fn(*args))
-                compiled_t = kernel_time(lambda compiled=compiled, args=args: compiled(*args))
+        for label, (eager_call, compiled_call) in kernels.items():
+            eager_t, compiled_t = kernel_time(eager_call), kernel_time(compiled_call)
             rows.append([label + suffix, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f), P.fmt(compiled_t / eager_t)])
     return rows
+
+
+def _compiled(kernel: Callable[..., object], dynamic: bool = False) -> Callable[..., object]:
+    """``kernel`` through torch.compile as ``Loop.compiled`` compiles it (dynamic shapes for Broyden's update)."""
+    return torch.compile(kernel, dynamic=dynamic, fullgraph=True)
 
 
 def payoff(compile_s: float, eager_s: float, compiled_s: float, nfe_eager: int, nfe_compiled: int) -> str:
