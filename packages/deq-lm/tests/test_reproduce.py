@@ -67,6 +67,19 @@ def test_presets_have_equal_non_embedding_parameters_and_tokens(quick, group):
     assert set(CLAIMS_BUDGET + PLATEAU) == set(reproduce.PRESETS)
 
 
+def test_width32_plateau_presets_have_equal_parameters_and_tokens():
+    """The next plateau set (``pdocs-plateau32-*``, not in the claims table yet): DEQ and weight-tied twin the same
+    cell, within PARAM_TOLERANCE of the Transformer-XL twin, the same tokens, a window of at least two evaluations."""
+    names = [f"pdocs-plateau32-{m}" for m in ("deq-transformer", "transformer-xl", "transformer-tied")]
+    cfgs = [get_config(n) for n in names]
+    with torch.device("meta"):
+        deq, txl, tied = (sum(p.numel() for p in build_model(c, 10_000).body.parameters()) for c in cfgs)
+    assert abs(deq - txl) <= lc.PARAM_TOLERANCE * txl and tied == deq
+    assert len({(c.optim.steps, c.optim.batch_size, c.data.tgt_len) for c in cfgs}) == 1
+    assert cfgs[0].optim.steps > tokens_of(reproduce.PLATEAU_DEQ, False)[0]
+    assert all(c.run.eval_every * 2 <= lc.PLATEAU_WINDOW for c in cfgs)
+
+
 def test_plateau_runs_train_longer_than_the_claims_budget_on_the_same_batches():
     steps, batch, length = tokens_of(reproduce.PLATEAU_DEQ, False)
     base_steps, base_batch, base_length = tokens_of(reproduce.DEQ, False)

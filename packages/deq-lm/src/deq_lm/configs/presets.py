@@ -252,6 +252,8 @@ def _build() -> dict[str, Config]:
         presets[f"{pythondocs.PREFIX}-{name}"] = _preset(pythondocs.BUDGET, settings)
     for name, settings in pythondocs.PLATEAU_MODELS.items():
         presets[f"{pythondocs.PLATEAU_PREFIX}-{name}"] = _preset(pythondocs.PLATEAU_BUDGET, settings)
+    for name, settings in pythondocs.PLATEAU32_MODELS.items():
+        presets[f"{pythondocs.PLATEAU32_PREFIX}-{name}"] = _preset(pythondocs.PLATEAU32_BUDGET, settings)
     assert {c.model.name for c in presets.values()} == set(MODELS)
     return presets
 

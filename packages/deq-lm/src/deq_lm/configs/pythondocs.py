@@ -69,3 +69,16 @@ PLATEAU_MODELS: dict[str, dict[str, object]] = {
     "transformer-xl": MODELS["transformer-xl"],
     "transformer-tied": {**MODELS["transformer-tied"], "d_ff": 1_450},
 }
+
+# The next try at a plateau: width 64 stayed 2.6-3.5 % per 2,000 steps from one after 9,000 steps (91 minutes for
+# the DEQ). At width 32 (one head of 32; the DEQ's FFN 725 against the twin's 128: 56,650 vs 57,024 body parameters)
+# a pilot of the DEQ ran 2.4x faster in solve mode (4,300 vs 1,600-1,900 tokens/s at 13-15 NFE), so the three
+# models train 14,000 steps each (the same batches), evaluated every 1,000 steps.
+PLATEAU32_PREFIX = "pdocs-plateau32"
+PLATEAU32_BUDGET: dict[str, object] = {
+    **PLATEAU_BUDGET, "d_embed": 32, "d_model": 32, "n_heads": 1, "d_head": 32, "d_ff": 128, "steps": 14_000,
+    "eval_every": 1_000,
+}  # fmt: skip
+PLATEAU32_MODELS: dict[str, dict[str, object]] = {
+    name: {**settings, "d_ff": 725} if "d_ff" in settings else settings for name, settings in PLATEAU_MODELS.items()
+}
