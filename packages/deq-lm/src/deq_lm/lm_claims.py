@@ -5,9 +5,10 @@ Claim 4 (DEQ paper, Table 3): at equal non-embedding parameters (within ``PARAM_
 tokens, the DEQ-Transformer's test perplexity is within ``PPL_MARGIN`` of its explicit twin's, with at most
 ``MEMORY_FRACTION`` of the twin's saved activations; checked against the Transformer-XL twin and against the
 weight-tied unrolled twin. The paper trains both to a plateau; the claims-budget runs stop before one, so the
-perplexity rows are also checked on narrower models trained three times as long (``configs/pythondocs.py``,
-``pdocs-plateau-*``), each run counting as at a plateau when its validation perplexity falls by less than
-``PLATEAU_GAIN`` over its last ``PLATEAU_WINDOW`` steps.
+perplexity rows are also checked on narrower models trained longer (``configs/pythondocs.py``, width 32 and 14,000
+steps: ``pdocs-plateau32-*``; the width-64 try, ``pdocs-plateau-*``, did not reach a plateau), each run counting as
+at a plateau when its validation perplexity falls by less than ``PLATEAU_GAIN`` over its last ``PLATEAU_WINDOW``
+steps.
 
 Claim 5 (JR paper, Table 1): some Jacobian-regularized setting needs at least ``NFE_FACTOR`` times fewer inference
 NFE than the unregularized DEQ for at most ``PPL_MARGIN`` of its perplexity, and that setting's training step is
