@@ -34,7 +34,7 @@ MEMORIES: tuple[int | None, ...] = (5, 10, 20, 40, None)
 TOL = 1e-4
 MAX_ITER = 100
 # Starts per problem for the NFE comparison. 15 starts were too few: on conv they gave medians 48 / 47 (paired
-# difference +0.6 ± 0.26 NFE) where 100 starts give 48 / 48 (+0.00 ± 0.11), a count whose per-start spread is ~1 NFE.
+# difference +0.6 ± 0.27 NFE) where 100 starts give 48 / 48 (+0.00 ± 0.11), a count whose per-start spread is ~1 NFE.
 DRAWS = 100
 
 
