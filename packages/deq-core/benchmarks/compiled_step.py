@@ -38,6 +38,7 @@ from torch import Tensor
 import deq_core
 import problems as P
 from deq_core import Anderson, Broyden, FixedPoint
+from deq_core._solvers._compile import Compiler
 from deq_core._solvers._run import iteration_statistics
 from deq_core._solvers.anderson import _record_and_mix
 from deq_core._solvers.broyden import _update_kernel
@@ -148,20 +149,21 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
             out = w.mul(scale[:, None])
             return out.unsqueeze(1).baddbmm_(coef.unsqueeze(1), directions[:, :-1])
 
+        compiled = Compiler(True)  # what Loop.compiled applies with compile_step=True
         anderson_args = (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)
         statistics_args = (x, fx, finite, best, TOL, "rel")
         kernels: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {  # label: (eager call, compiled call)
             "Anderson _record_and_mix (m = 8)": (
                 partial(_record_and_mix, *anderson_args),
-                partial(_compiled(_record_and_mix), *anderson_args),
+                partial(compiled(_record_and_mix), *anderson_args),
             ),
             f"Broyden _update_kernel ({n} directions)": (
                 partial(broyden_update, _update_kernel),
-                partial(broyden_update, _compiled(_update_kernel, True)),
+                partial(broyden_update, compiled(_update_kernel, dynamic=True)),
             ),
             "loop iteration_statistics": (
                 partial(iteration_statistics, *statistics_args),
-                partial(_compiled(iteration_statistics), *statistics_args),
+                partial(compiled(iteration_statistics), *statistics_args),
             ),
         }
         if size == dim:  # the memory traffic Anderson's step cannot avoid: both histories read once
@@ -173,11 +175,6 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
             eager_t, compiled_t = kernel_time(eager_call), kernel_time(compiled_call)
             rows.append([label + suffix, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f), P.fmt(compiled_t / eager_t)])
     return rows
-
-
-def _compiled(kernel: Callable[..., object], dynamic: bool = False) -> Callable[..., object]:
-    """``kernel`` through torch.compile as ``Loop.compiled`` compiles it (dynamic shapes for Broyden's update)."""
-    return torch.compile(kernel, dynamic=dynamic, fullgraph=True)
 
 
 def payoff(compile_s: float, eager_s: float, compiled_s: float, nfe_eager: int, nfe_compiled: int) -> str:

@@ -69,30 +69,9 @@ def test_compiled_step_gives_the_eager_iterates_float64(solver):
         torch.testing.assert_close(compiled.z, eager.z, rtol=0, atol=1e-12)
 
 
-def test_compiled_anderson_float32_matches_eager(monkeypatch):
-    compiled_fns = []
-    real_compile = torch.compile
-
-    def spy(fn, **kwargs):
-        compiled_fns.append(fn.__name__)
-        return real_compile(fn, **kwargs)
-
-    monkeypatch.setattr(torch, "compile", spy)
-    f, z0 = _problem(torch.float32)
-    solver = Anderson(m=5)
-    eager = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs")
-    assert not compiled_fns
-    compiled = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs", compile_step=True)
-    assert "_record_and_mix" in compiled_fns  # the kernel went through torch.compile (f did not)
-    assert int(eager.converged.sum()) == int(compiled.converged.sum()) == BATCH - 1
-    # Both at tol 1e-5 of a contraction with Lipschitz 0.9: within 10 tol of z* and so of each other.
-    ok = ~eager.nonfinite
-    torch.testing.assert_close(compiled.z[ok], eager.z[ok], rtol=0, atol=1e-4)
-
-
-def test_compiled_broyden_compiles_its_update_once_for_all_history_sizes(monkeypatch):
-    """Broyden's update kernel sees a history that grows by a row per iteration: it goes through torch.compile with
-    dynamic shapes, so a solve of 30 updates compiles it a few times (sizes 0 and 1 are specialized), not 30."""
+@pytest.fixture
+def compile_calls(monkeypatch) -> list[tuple[str, object]]:
+    """(kernel name, ``dynamic``) of every torch.compile call made while the test runs."""
     calls: list[tuple[str, object]] = []
     real_compile = torch.compile
 
@@ -101,6 +80,27 @@ def test_compiled_broyden_compiles_its_update_once_for_all_history_sizes(monkeyp
         return real_compile(fn, **kwargs)
 
     monkeypatch.setattr(torch, "compile", spy)
+    return calls
+
+
+def test_compiled_anderson_float32_matches_eager(compile_calls):
+    compiled_fns = compile_calls
+    f, z0 = _problem(torch.float32)
+    solver = Anderson(m=5)
+    eager = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs")
+    assert not compiled_fns
+    compiled = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs", compile_step=True)
+    assert "_record_and_mix" in [name for name, _ in compiled_fns]  # the kernel went through torch.compile (not f)
+    assert int(eager.converged.sum()) == int(compiled.converged.sum()) == BATCH - 1
+    # Both at tol 1e-5 of a contraction with Lipschitz 0.9: within 10 tol of z* and so of each other.
+    ok = ~eager.nonfinite
+    torch.testing.assert_close(compiled.z[ok], eager.z[ok], rtol=0, atol=1e-4)
+
+
+def test_compiled_broyden_compiles_its_update_once_for_all_history_sizes(compile_calls):
+    """Broyden's update kernel sees a history that grows by a row per iteration: it goes through torch.compile with
+    dynamic shapes, so a solve of 30 updates compiles it a few times (sizes 0 and 1 are specialized), not 30."""
+    calls = compile_calls
     torch._dynamo.reset()  # compile again, and count this test's graphs only
     torch._dynamo.utils.counters.clear()
     f, z0 = _problem(torch.float64)

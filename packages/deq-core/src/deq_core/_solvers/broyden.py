@@ -151,12 +151,13 @@ class _InverseJacobian:
         iterating (the update of the others is skipped). ``kernel``: the tensor work on the history,
         :func:`_update_kernel` (the default) or its compiled version."""
         n = self.factors
-        self._apply_base(g_new, self.dirs[:, n + 1])  # w = H_base g_new, in the row of the next direction
+        work = self.dirs[:, n + 1]  # the row of the next direction
+        self._apply_base(g_new, work)  # w = H_base g_new
         kernel = kernel or _update_kernel
         row, tri_row, ok, lam_m1, scale, coef = kernel(
             self.dirs[:, : n + 2], self.bidiag[:, : n + 1, :n], self.tri[:, :n, :n], lam, active, self._limit
         )
-        work = self.dirs[:, n + 1]  # d_{n+1} = scale w + D^T coef, in place (the second pass over the history)
+        # d_{n+1} = scale w + D^T coef, in place (the second pass over the history)
         work.mul_(scale[:, None])
         work.unsqueeze(1).baddbmm_(coef.unsqueeze(1), self.dirs[:, : n + 1])
         self.gram[:, n, : n + 1] = row
