@@ -84,13 +84,12 @@ def compile_calls(monkeypatch) -> list[tuple[str, object]]:
 
 
 def test_compiled_anderson_float32_matches_eager(compile_calls):
-    compiled_fns = compile_calls
     f, z0 = _problem(torch.float32)
     solver = Anderson(m=5)
     eager = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs")
-    assert not compiled_fns
+    assert not compile_calls
     compiled = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs", compile_step=True)
-    assert "_record_and_mix" in [name for name, _ in compiled_fns]  # the kernel went through torch.compile (not f)
+    assert "_record_and_mix" in [name for name, _ in compile_calls]  # the kernel went through torch.compile (not f)
     assert int(eager.converged.sum()) == int(compiled.converged.sum()) == BATCH - 1
     # Both at tol 1e-5 of a contraction with Lipschitz 0.9: within 10 tol of z* and so of each other.
     ok = ~eager.nonfinite
@@ -100,14 +99,13 @@ def test_compiled_anderson_float32_matches_eager(compile_calls):
 def test_compiled_broyden_compiles_its_update_once_for_all_history_sizes(compile_calls):
     """Broyden's update kernel sees a history that grows by a row per iteration: it goes through torch.compile with
     dynamic shapes, so a solve of 30 updates compiles it a few times (sizes 0 and 1 are specialized), not 30."""
-    calls = compile_calls
     torch._dynamo.reset()  # compile again, and count this test's graphs only
     torch._dynamo.utils.counters.clear()
     f, z0 = _problem(torch.float64)
     eager = deq_core.solve(f, z0, Broyden(), max_iter=40, tol=1e-9, stop_mode="abs")
     assert eager.iterations >= 10  # enough updates that a kernel of fixed shapes would recompile for each
     compiled = deq_core.solve(f, z0, Broyden(), max_iter=40, tol=1e-9, stop_mode="abs", compile_step=True)
-    assert ("_update_kernel", True) in calls
+    assert ("_update_kernel", True) in compile_calls
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert 1 <= graphs <= 5, graphs  # the probe kernel, then n = 0, n = 1 and one graph for every n >= 2
     assert compiled.nfe == eager.nfe and torch.equal(compiled.converged, eager.converged)

@@ -207,7 +207,7 @@ def _claims_plan() -> dict[str, tuple[str, list[str]]]:
         for seed in arithmetic.FULL.seeds_of(name):
             plan[f"arithmetic/{arithmetic.seed_folder(name, seed)}"] = (preset, list(arithmetic.seeded(extra, seed)))
     preset, extra = arithmetic.REPEATED_RUN[False]
-    for seed in arithmetic.REPEATED_SEEDS[False]:
+    for seed in arithmetic.FULL.seeds:
         folder = arithmetic.seed_folder("arith-repeated-gru", seed)
         plan[f"arithmetic/{folder}"] = (preset, list(arithmetic.seeded(extra, seed)))
     full = synthetic.FULL

@@ -344,10 +344,9 @@ REPEATED_COMMAND = "python -m deq_toy.reproduce claims --output-dir OUT --claims
 REPEATED_RUN = {
     False: ("arith-repeated-gru", (*_LARGE, "epochs=40")),
     True: ("arith-repeated-gru-tiny", _TINY),
-}  # quick -> (preset, overrides); the GRU-DEQ's schedule
-# quick -> the repeated GRU's seeds, as the other models' (one seed's 40 epochs take 2 to 3 hours on one thread: its
-# step is bound by matrix products, 50 x 31 GRU steps forward and backward, about 2 s at batch 512 on an idle core).
-REPEATED_SEEDS = {False: (0, 1, 2), True: (0, 1)}
+}  # quick -> (preset, overrides); the GRU-DEQ's schedule, with the plan's seeds (one seed's 40 epochs take 2 to 3
+# hours on one thread: its step is bound by matrix products, 50 x 31 GRU steps forward and backward, about 2 s at
+# batch 512 on an idle core)
 
 
 def repeated_gap_note(rep: list[dict[str, Any]], res: Results) -> str:
@@ -364,10 +363,10 @@ def repeated_gap_note(rep: list[dict[str, Any]], res: Results) -> str:
 
 
 def repeated_rows(out: Path, quick: bool, progress: bool, command: str, res: Results) -> list[ClaimResult]:
-    """Train (or read) the repeated GRU with the GRU-DEQ's schedule (seeds :data:`REPEATED_SEEDS`); compare their
-    mean test accuracies, and every model's mean accuracy on the biased test set."""
+    """Train (or read) the repeated GRU with the GRU-DEQ's schedule and the plan's seeds (as the :data:`SEEDED`
+    runs); compare their mean test accuracies, and every model's mean accuracy on the biased test set."""
     preset, overrides = REPEATED_RUN[quick]
-    rep = train_seeds(out, "arith-repeated-gru", preset, overrides, REPEATED_SEEDS[quick], progress)
+    rep = train_seeds(out, "arith-repeated-gru", preset, overrides, (QUICK if quick else FULL).seeds, progress)
     deq = _mean(res["arith-deq"])
     ours = f"repeated GRU {_spread(rep)} % vs GRU-DEQ {_spread(res['arith-deq'])} %"
     holds = abs(_mean(rep) - deq) <= 1.0
