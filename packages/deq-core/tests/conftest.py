@@ -4,7 +4,11 @@ exact implicit-function-theorem reference built from dense Jacobians."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -130,3 +134,18 @@ def exact_fixed_point_layer(f_flat: Callable[[Tensor], Tensor], z_star: Tensor) 
 
 def rel_err(a: Tensor, b: Tensor) -> float:
     return float((a - b).norm() / b.norm())
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_quick_benchmark(script: str, out: Path) -> str:
+    """Run ``benchmarks/SCRIPT --quick --out OUT`` on one thread in a fresh process; assert it succeeds and return the
+    report written to ``out``."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out.read_text()

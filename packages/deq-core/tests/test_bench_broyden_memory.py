@@ -6,8 +6,6 @@ Needs TorchDEQ 0.1.0 (installed by ``nox -s tests`` for deq-core, never a depend
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +15,7 @@ import pytest
 import torch
 
 import deq_core
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import BENCHMARKS, run_quick_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +44,7 @@ def test_default_keeps_every_update_and_reduction_costs_iterations(bench: Module
 
 def test_quick_report(bench: ModuleType, tmp_path: Path) -> None:
     out = tmp_path / "broyden.md"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "broyden_memory.py"), "--quick", "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = out.read_text()
+    text = run_quick_benchmark("broyden_memory.py", out)
     assert text.startswith("Command: `OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/broyden_memory.py --quick")
     rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| gauss-")]
     assert [r[0].strip() for r in rows] == [f"gauss-{d}-{rho}" for d in (16, 64) for rho in (0.9, 0.95, 0.99)]

@@ -248,3 +248,65 @@ def test_no_unwritten_row_of_the_direction_buffer_is_read(monkeypatch, options: 
     assert plain.nfe >= 20 and bool(plain.converged.all())
     assert nan_filled.nfe == plain.nfe and torch.equal(nan_filled.z, plain.z)
     assert torch.equal(nan_filled.trace, plain.trace)
+
+
+def _issue_problem(dim: int = 256, batch: int = 32, norm: float = 0.95):
+    """tanh(z W^T + x) with ||W||_2 = norm (a contraction: Broyden stops by tolerance after about 10 iterations at
+    rel tol 1e-4), float32, and z0 = 0."""
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(dim, dim, generator=gen)
+    w = norm * w / torch.linalg.matrix_norm(w, ord=2)
+    x = torch.randn(batch, dim, generator=gen)
+    return (lambda z: torch.tanh(z @ w.T + x)), torch.zeros(batch, dim)
+
+
+def test_storage_follows_the_iterations_made_not_the_limit() -> None:
+    """The same 10-iteration solve at max_iter 12 and 3000: the same iterates, and the large limit allocates less than
+    twice the small one's peak (counted in bytes; before the buffers grew with use, max_iter 3000 allocated three
+    3001 x 3001 float64 matrices per sample, about 7 GB here)."""
+    f, z0 = _issue_problem()
+    (small, small_peak) = deq_core.peak_live_bytes(lambda: deq_core.solve(f, z0, "broyden", max_iter=12, tol=1e-4))
+    (large, large_peak) = deq_core.peak_live_bytes(lambda: deq_core.solve(f, z0, "broyden", max_iter=3000, tol=1e-4))
+    assert small.all_converged and small.iterations == large.iterations < 12
+    assert torch.equal(small.z, large.z) and torch.equal(small.trace, large.trace)
+    assert large_peak < 2 * small_peak, (small_peak, large_peak)
+
+
+def test_the_implicit_backward_allocates_by_use_too() -> None:
+    """The backward's Broyden solve with a generous limit costs what it uses: peak bytes of a backward pass at
+    max_iter 3000 below twice those at max_iter 30, with the same gradient."""
+    f0, z0 = _issue_problem(batch=8)
+    x = torch.randn(8, 256, generator=torch.Generator().manual_seed(6), requires_grad=True)
+
+    def backward(limit: int) -> tuple[Tensor, int]:
+        deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5,
+                           backward=deq_core.Implicit("broyden", max_iter=limit, tol=1e-5))  # fmt: skip
+        z, info = deq(lambda z: f0(z) + x, z0)
+        _, peak = deq_core.peak_live_bytes(lambda: z.square().sum().backward())
+        assert info.backward is not None and info.backward.all_converged, info.backward
+        grad, x.grad = x.grad, None
+        return grad, peak
+
+    small_grad, small_peak = backward(30)
+    large_grad, large_peak = backward(3000)
+    assert torch.equal(small_grad, large_grad)
+    assert large_peak < 2 * small_peak, (small_peak, large_peak)
+
+
+def test_a_long_solve_grows_its_storage_to_the_same_iterates() -> None:
+    """A solve of about 40 iterations grows its buffers several times (from 16 rows); at max_iter = its own iteration
+    count the buffers stop at max_iter + 1 rows, at max_iter 3000 they double past it: the iterates are the same."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
+    w = 2.5 * w / torch.linalg.matrix_norm(w, ord=2)  # not a contraction: Broyden needs tens of iterations
+    x = torch.randn(4, 48, generator=gen, dtype=torch.float64)
+
+    def f(z: Tensor) -> Tensor:
+        return torch.tanh(z @ w.T + x)
+
+    z0 = torch.zeros(4, 48, dtype=torch.float64)
+    free = deq_core.solve(f, z0, "broyden", max_iter=3000, tol=1e-10)
+    assert free.all_converged and free.iterations > 33, free.summary()
+    tight = deq_core.solve(f, z0, "broyden", max_iter=free.iterations, tol=1e-10)
+    assert tight.iterations == free.iterations
+    assert torch.equal(tight.z, free.z) and torch.equal(tight.trace, free.trace)

@@ -27,9 +27,11 @@ Broyden, no reduction): once the stored updates reach ``memory``, the whole low-
 is replaced by its best approximation of rank memory // 2 (Broyden rank reduction, van de Rotten & Verduyn Lunel
 2003), kept in the additive form H_base = I + sum u_i v_i^T under the factors that follow: dropping single old terms
 instead makes the iteration diverge, and restarting from H = I loses the curvature learned so far. The reduction
-works on small Gram matrices kept up to date (float64) and two passes over the rows. Storage: memory + 1 direction
-rows and 2 (memory // 2) rows for the base, each of the state's size (the additive form needs 2 memory), and three
-(memory + 1) x (memory + 1) float64 matrices per sample.
+works on small Gram matrices kept up to date (float64) and two passes over the rows. Storage grows with the updates
+made, never with the iteration limit: with F updates stored, about F + 1 direction rows (allocated 16 at first, then
+doubled as needed, at most memory + 1) and 2 (memory // 2) rows for the base once reduced, each of the state's size
+(the additive form needs 2 memory), and three (F + 1) x (F + 1) float64 matrices per sample. A solve that stops by
+tolerance after 10 iterations costs the same at max_iter 12 and 3000 (benchmarks/broyden_limit.py).
 With ``line_search`` the step length is halved (at most ``ls_steps`` times) for the samples whose residual norm did
 not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
 """
@@ -46,6 +48,8 @@ from torch import Tensor
 from ._options import check_int, check_number
 from .base import Loop, Solver, Step
 
+# Direction rows allocated when a solve starts; the buffers double from there as updates arrive.
+_FIRST_ROWS = 16
 # What one update's kernel returns: Gram row, row of tri, update made, lam - 1, scale, coef (see _update_kernel)
 _KernelOut = tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor]
 
@@ -97,17 +101,36 @@ class _InverseJacobian:
         batch, dim = x0.shape
         self.memory = memory
         self.keep = min(memory // 2, dim)  # rank of H_base after a reduction
-        self.dirs = x0.new_empty(batch, memory + 1, dim)  # every row is written before it is read
+        # Storage follows the updates made, not the limit: room for _FIRST_ROWS directions at first, doubled as
+        # updates arrive (_reserve), never more than memory + 1 rows.
+        rows = min(memory + 1, _FIRST_ROWS)
+        self.dirs = x0.new_empty(batch, rows, dim)  # every row is written before it is read
         small = dict(dtype=torch.float64, device=x0.device)
-        self.gram = torch.zeros(batch, memory + 1, memory + 1, **small)
-        self.bidiag = torch.zeros(batch, memory + 1, memory, **small)
-        self.tri = torch.zeros(batch, memory + 1, memory + 1, **small)
+        self.gram = torch.zeros(batch, rows, rows, **small)
+        self.bidiag = torch.zeros(batch, rows, rows - 1, **small)
+        self.tri = torch.zeros(batch, rows, rows, **small)
         self.base_u = x0.new_zeros(batch, 0, dim)
         self.base_v = x0.new_zeros(batch, 0, dim)
         self.gram_u = torch.zeros(batch, 0, 0, **small)
         self.gram_v = torch.zeros(batch, 0, 0, **small)
         self._limit = 1 / (4 * torch.finfo(x0.dtype).eps)  # |rho| above this: the update is (numerically) singular
         self.factors = 0
+
+    def _reserve(self, rows: int) -> None:
+        """Make room for ``rows`` direction rows (and the small matrices that go with them): the buffers grow to at
+        least twice their size, at most memory + 1 rows. The rows written so far (d_0..d_F) and the small matrices
+        move to the new buffers; the rest is left unwritten, as at the start."""
+        have = self.dirs.shape[1]
+        if rows <= have:
+            return
+        grown = min(max(rows, 2 * have), self.memory + 1)
+        written = self.factors + 1
+        dirs = self.dirs.new_empty(self.dirs.shape[0], grown, self.dirs.shape[2])
+        dirs[:, :written] = self.dirs[:, :written]
+        self.dirs = dirs
+        self.gram = _grown(self.gram, grown, grown)
+        self.bidiag = _grown(self.bidiag, grown, grown - 1)
+        self.tri = _grown(self.tri, grown, grown)
 
     @property
     def direction(self) -> Tensor:
@@ -151,6 +174,7 @@ class _InverseJacobian:
         iterating (the update of the others is skipped). ``kernel``: the tensor work on the history,
         :func:`_update_kernel` (the default) or its compiled version."""
         n = self.factors
+        self._reserve(n + 2)
         work = self.dirs[:, n + 1]  # the row of the next direction
         self._apply_base(g_new, work)  # w = H_base g_new
         kernel = kernel or _update_kernel
@@ -181,6 +205,7 @@ class _InverseJacobian:
         if self.keep == 0:  # memory 1 (or D = 1): nothing to keep, restart from H = I
             self.set_direction(g)
             return
+        self._reserve(n + 1 + self.keep)  # the new u rows are staged after the directions (= memory + 1 rows)
         dtype = self.dirs.dtype
         rows = self.dirs[:, : n + 1]
         self._add_gram_row(n, torch.bmm(self.dirs[:, n : n + 1], rows.transpose(1, 2)).double()[:, 0])
@@ -234,6 +259,13 @@ class _InverseJacobian:
         self.gram_u = coef_u @ gram_left @ coef_u.transpose(1, 2)
         self.gram_v = coef_v @ gram_right @ coef_v.transpose(1, 2)
         self.set_direction(g)
+
+
+def _grown(small: Tensor, rows: int, cols: int) -> Tensor:
+    """``small`` (B, r, c) copied into the top-left corner of a zero (B, rows, cols) matrix of its dtype."""
+    out = small.new_zeros(small.shape[0], rows, cols)
+    out[:, : small.shape[1], : small.shape[2]] = small
+    return out
 
 
 def _tri_row(row: Tensor, bidiag: Tensor) -> Tensor:
@@ -300,11 +332,12 @@ class Broyden(Solver):
 
     Args:
         memory: number of rank-one updates kept (>= 1), or None (the default) to keep every update of the solve
-            (memory = max_iter: H is never reduced). Storage per sample: min(memory, max_iter) + 1 state-sized rows,
-            plus 2 (memory // 2) rows once a full memory was reduced to its dominant memory // 2 updates (so with
-            memory 1 every update is dropped at once: plain fixed-point steps). A reduction costs iterations on
-            near-critical problems (benchmarks/broyden_memory.py), so set ``memory`` only to bound storage below
-            max_iter + 1 rows; TorchDEQ's Broyden keeps 2 max_iter rows.
+            (memory = max_iter: H is never reduced). Storage per sample grows with the updates made, up to
+            min(memory, max_iter) + 1 state-sized rows (doubling from 16), plus 2 (memory // 2) rows once a full
+            memory was reduced to its dominant memory // 2 updates (so with memory 1 every update is dropped at once:
+            plain fixed-point steps). A reduction costs iterations on near-critical problems
+            (benchmarks/broyden_memory.py), so set ``memory`` only to bound storage below the iterations a solve
+            makes; TorchDEQ's Broyden allocates 2 max_iter rows whatever it uses.
         line_search: backtrack on the step length when ||f(z) - z|| does not decrease enough.
         ls_steps: the most halvings per iteration when ``line_search`` is on.
         armijo: sufficient-decrease constant of the Armijo condition, in (0, 0.5).
@@ -327,7 +360,7 @@ class Broyden(Solver):
 
     def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _BroydenState:
         # A solve makes at most max_iter - 2 updates, so with memory >= max_iter (or None) the buffer never fills:
-        # sizing it by max_iter gives the same iterates without allocating memory + 1 rows that are never used.
+        # capping it at max_iter gives the same iterates (the buffers grow as updates arrive, up to memory + 1 rows).
         memory = loop.max_iter if self.memory is None else min(self.memory, loop.max_iter)
         inverse = _InverseJacobian(z, memory)
         inverse.set_direction(g)  # H_0 = I: the first step is f(z0)
