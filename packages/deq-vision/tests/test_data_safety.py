@@ -1,5 +1,7 @@
-"""Data files are data, never code (issue 25): a CIFAR-10 batch that holds anything but the official format's numpy
-arrays is refused in one line before any of it runs, on train and on evaluate."""
+"""Data files are data, never code, and an image folder never leaves its class folders (issue 25): a CIFAR-10 batch
+that holds anything but the official format's numpy arrays is refused in one line before any of it runs, on train
+and on evaluate; a directory symlink inside a class folder (a loop, or a way into another class) is refused in one
+line; symlinked image files are kept."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ import pytest
 
 from conftest import learnable_images
 from deq_vision import evaluate, train
-from deq_vision.data import DatasetError, read_batch, write_cifar_folder
+from deq_vision.data import DatasetError, image_folder, read_batch, write_cifar_folder
 
 CIFAR_RUN = ["--config", "tiny-mdeq", "steps=2"]
+FOLDER_RUN = ["--config", "tiny-mdeq", "dataset=folder", "steps=2", "eval_every=2", "save_every=2"]
 
 
 class _OpensOnLoad:
@@ -138,3 +141,45 @@ def test_a_planted_batch_stops_train_and_evaluate_in_one_line(
     assert evaluate.main(["--checkpoint", str(run), "--data-dir", str(data), "--no-sweep"]) == 2
     assert f"{planted} is not an official CIFAR-10 python batch" in _one_line(capsys, "evaluate")
     assert not marker.exists()
+
+
+def _val_classes(root: Path) -> dict[str, int]:
+    return {name: i for i, name in enumerate(sorted(p.name for p in (root / "train").iterdir()))}
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+@pytest.mark.parametrize("target", ["..", "../bee", "."])
+def test_a_directory_symlink_in_a_class_folder_is_refused(image_folder_dir: Path, split: str, target: str) -> None:
+    """A loop (``..``: 492 "ant" images instead of 12 before), another class's folder, the class folder itself."""
+    link = image_folder_dir / split / "ant" / "more"
+    link.symlink_to(target, target_is_directory=True)
+    classes = _val_classes(image_folder_dir) if split == "val" else None
+    with pytest.raises(DatasetError) as info:
+        image_folder(image_folder_dir, split, class_to_idx=classes)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{link} is a symlink to a directory ({target})"), message
+
+
+def test_a_symlink_loop_in_a_class_folder_stops_training_in_one_line(
+    image_folder_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = image_folder_dir / "train" / "bee" / "deeper" / "loop"
+    link.parent.mkdir()
+    link.symlink_to("../..", target_is_directory=True)
+    out = tmp_path / "run"
+    assert train.main([*FOLDER_RUN, "--data-dir", str(image_folder_dir), "--output-dir", str(out)]) == 2
+    assert f"{link} is a symlink to a directory" in _one_line(capsys, "train")
+    assert not (out / "checkpoints").exists()
+
+
+def test_symlinked_image_files_and_class_folders_are_kept(image_folder_dir: Path, tmp_path: Path) -> None:
+    """A link to an image file (e.g. of a dataset shared between users) is one image of the class it is linked into;
+    a class folder may be a link to a folder elsewhere."""
+    shared = tmp_path / "shared" / "cat"
+    shutil.move(image_folder_dir / "train" / "cat", shared)
+    (image_folder_dir / "train" / "cat").symlink_to(shared, target_is_directory=True)
+    (image_folder_dir / "train" / "ant" / "shared.png").symlink_to(shared / "0.png")
+    train_set = image_folder(image_folder_dir, "train")
+    assert len(train_set) == 13 and train_set.classes == ["ant", "bee", "cat"]
+    assert [train_set.targets.count(k) for k in range(3)] == [5, 4, 4]
+    assert (str(image_folder_dir / "train" / "ant" / "shared.png"), 0) in train_set.samples
