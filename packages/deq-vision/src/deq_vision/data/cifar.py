@@ -8,6 +8,9 @@ Expected layout::
     DATA_DIR/cifar-10-batches-py/data_batch_1 ... data_batch_5, test_batch   (python pickles)
 
 each a dict with b"data" (N, 3072) uint8 in CHW order and b"labels" (N,) ints in 0..9.
+
+A batch is read with :class:`BatchUnpickler`, which admits only the numpy globals an array pickles through: a file
+that names any other global (a planted pickle that would run code when read) is refused before anything in it runs.
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
+
+# numpy 1.x names these "numpy.core..." in its pickles, numpy 2.x "numpy._core..."; both spellings are admitted below.
+try:  # numpy 2.x
+    from numpy._core.multiarray import _reconstruct
+    from numpy._core.numeric import _frombuffer
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import _reconstruct
+    from numpy.core.numeric import _frombuffer
 
 from .arrays import ArrayImages
 from .errors import DatasetError
@@ -27,6 +38,22 @@ TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
+# The only globals a batch may name: what numpy pickles an array through. Protocols 0-4 (the official files: Python 2,
+# protocol 2, numpy 1.x): _reconstruct(ndarray, ...) with a numpy.dtype, the raw bytes restored by ndarray's
+# __setstate__; protocol 5 (Python 3.14's default, pickle.HIGHEST_PROTOCOL): _frombuffer(bytes, dtype, shape, order),
+# i.e. numpy.frombuffer(...).reshape(...), which refuses object arrays. None of them runs code. Everything else of a
+# batch (dict, list, int, bytes, str) needs no global.
+ARRAY_GLOBALS: dict[tuple[str, str], Any] = {
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    **{(f"{core}.multiarray", "_reconstruct"): _reconstruct for core in ("numpy.core", "numpy._core")},
+    **{(f"{core}.numeric", "_frombuffer"): _frombuffer for core in ("numpy.core", "numpy._core")},
+}
+# How a refused global is shown (a name in a planted file may be long or hold newlines).
+SHOWN_NAME_CHARS = 100
+# What unpickling a damaged file can raise besides UnpicklingError (e.g. numpy's own checks of an array's state).
+_DAMAGED = (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError)
+
 
 def _where(data_dir: Path) -> str:
     return (
@@ -35,16 +62,52 @@ def _where(data_dir: Path) -> str:
     )
 
 
+class BatchUnpickler(pickle.Unpickler):
+    """Unpickler of one CIFAR-10 python batch that resolves only :data:`ARRAY_GLOBALS`, so reading a file never
+    imports or calls anything else (``os.system``, ``builtins.open``, ... in a planted file).
+
+    Args:
+        file: the open batch file (binary).
+        path: its path, for the error message.
+    """
+
+    def __init__(self, file: BinaryIO, path: Path) -> None:
+        super().__init__(file, encoding="bytes")  # the official files come from Python 2: their str stays bytes
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        """The admitted numpy global ``module.name``.
+
+        Raises:
+            DatasetError: any other global, named in a one-line message; nothing of it was imported.
+        """
+        found = ARRAY_GLOBALS.get((module, name))
+        if found is None:
+            shown = f"{module}.{name}"
+            if len(shown) > SHOWN_NAME_CHARS:
+                shown = shown[:SHOWN_NAME_CHARS] + "..."
+            raise DatasetError(
+                f"{self.path} is not an official CIFAR-10 python batch: it names the Python global {shown!r}, and "
+                "reading it could run code, so it was not read; a batch may hold only a dict of a numpy uint8 array "
+                "b'data' (N, 3072) and a list of ints b'labels', pickled with protocol 3 or higher; use the official "
+                "files (https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz) or rewrite this one so."
+            )
+        return found
+
+
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One pickle batch -> (images (N, 32, 32, 3) uint8 HWC, labels (N,) int64).
+    """One pickle batch -> (images (N, 32, 32, 3) uint8 HWC, labels (N,) int64), read with :class:`BatchUnpickler`.
 
     Raises:
-        DatasetError: unreadable file, missing keys, or data of the wrong size.
+        DatasetError: unreadable file, a global other than numpy's array reconstruction in it (refused before it
+            runs), missing keys, or data of the wrong size or type.
     """
     try:
         with path.open("rb") as fh:
-            entry = pickle.load(fh, encoding="bytes")
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError) as err:
+            entry = BatchUnpickler(fh, path).load()
+    except DatasetError:
+        raise
+    except _DAMAGED as err:
         raise DatasetError(f"{path} is not a CIFAR-10 python batch ({err}).") from err
     if not isinstance(entry, dict):
         raise DatasetError(f"{path} is not a CIFAR-10 python batch (expected a dict, got {type(entry).__name__}).")
@@ -52,8 +115,11 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     labels = entry.get(b"labels", entry.get("labels"))
     if data is None or labels is None:
         raise DatasetError(f"{path} has no 'data' / 'labels' entries: not a CIFAR-10 python batch.")
-    data = np.asarray(data, dtype=np.uint8)
-    labels = np.asarray(labels, dtype=np.int64)
+    try:
+        data = np.asarray(data, dtype=np.uint8)
+        labels = np.asarray(labels, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise DatasetError(f"{path}: 'data' / 'labels' are not numbers ({err}): not a CIFAR-10 python batch.") from err
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.shape[0] != labels.shape[0]:
         raise DatasetError(
             f"{path}: data of shape {data.shape} with {labels.shape[0]} labels; expected (N, 3072) and N labels."

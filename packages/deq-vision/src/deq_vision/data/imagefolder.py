@@ -6,10 +6,17 @@ the same indices, so a validation folder that lacks a class keeps every other la
 unknown to training is an error. Unreadable image files raise :class:`DatasetError` naming the file: before training
 (:func:`check_image_files`) small selections are decoded whole and larger ones have their headers read, and a file
 that fails to decode later is reported the same way.
+
+Symlinks: a class folder may itself be a symlink (e.g. to a dataset shared between users), and so may any image file
+inside it: a linked file is one image of the class folder it is linked into. A symlink to a directory inside a class
+folder is refused (:func:`refuse_directory_links`): torchvision's ImageFolder follows them, so ``ant/loop -> ..``
+walks the whole split again and again (every class's images labelled "ant") and a link to another class's folder
+mislabels its images; link the image files, or the class folder itself, instead.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,7 +70,49 @@ def load_image(path: str) -> Image.Image:
         raise DatasetError(f"{path} is not a readable image ({err}); remove or replace the file.") from err
 
 
-class _ClassFolder(ImageFolder):
+def refuse_directory_links(class_dir: Path) -> None:
+    """Raise DatasetError if ``class_dir`` holds a symlink to a directory at any depth (see the module's docstring).
+
+    The folder is walked without following links, so a loop cannot make the check itself run away; links to files
+    (also broken ones, reported when loaded) are allowed.
+
+    Raises:
+        DatasetError: naming the first such link (in sorted walk order), its target and what to do instead.
+    """
+    for folder, subfolders, _ in sorted(os.walk(class_dir)):
+        for name in sorted(subfolders):
+            link = Path(folder) / name
+            if link.is_symlink():
+                raise DatasetError(
+                    f"{link} is a symlink to a directory ({os.readlink(link)}) inside the class folder {class_dir}: "
+                    "directory links are not followed (a link to .. loops, one to another class mislabels its "
+                    "images); replace it with the directory itself, or link the image files or the class folder."
+                )
+
+
+class _LinkCheckedFolder(ImageFolder):
+    """ImageFolder that first refuses symlinks to directories inside its class folders."""
+
+    @staticmethod
+    def make_dataset(
+        directory: str | Path,
+        class_to_idx: dict[str, int],
+        extensions: tuple[str, ...] | None = None,
+        is_valid_file: Callable[[str], bool] | None = None,
+        allow_empty: bool = False,
+    ) -> list[tuple[str, int]]:
+        """torchvision's (path, class index) samples, after :func:`refuse_directory_links` on each class folder.
+
+        Raises:
+            DatasetError: a symlink to a directory in a class folder.
+        """
+        for name in sorted(class_to_idx):
+            if (Path(directory) / name).is_dir():
+                refuse_directory_links(Path(directory) / name)
+        return ImageFolder.make_dataset(directory, class_to_idx, extensions, is_valid_file, allow_empty)
+
+
+class _ClassFolder(_LinkCheckedFolder):
     """ImageFolder whose class -> index map is given (the training split's) instead of read from its own folders."""
 
     def __init__(self, root: Path, transform: Callable[[Any], Any] | None, class_to_idx: dict[str, int]) -> None:
@@ -87,8 +136,8 @@ def image_folder(
             split's own sorted class folders, each of which must hold images.
 
     Raises:
-        DatasetError: the split folder is missing, has no class folders or no image files, or (with
-            ``class_to_idx``) has class folders that are not in it.
+        DatasetError: the split folder is missing, has no class folders or no image files, a class folder holds a
+            symlink to a directory, or (with ``class_to_idx``) the split has class folders that are not in it.
     """
     names = class_folders(data_dir, split)
     root = Path(data_dir) / split
@@ -102,9 +151,11 @@ def image_folder(
             )
     try:
         if class_to_idx is None:
-            dataset = ImageFolder(str(root), transform=transform, loader=load_image)
+            dataset = _LinkCheckedFolder(str(root), transform=transform, loader=load_image)
         else:
             dataset = _ClassFolder(root, transform, class_to_idx)
+    except DatasetError:
+        raise
     except (FileNotFoundError, RuntimeError) as err:
         raise DatasetError(f"{root} has no readable images ({err}); {_layout(Path(data_dir))}.") from err
     if len(dataset) == 0:

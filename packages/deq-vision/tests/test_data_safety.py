@@ -1,0 +1,185 @@
+"""Data files are data, never code, and an image folder never leaves its class folders (issue 25): a CIFAR-10 batch
+that holds anything but the official format's numpy arrays is refused in one line before any of it runs, on train
+and on evaluate; a directory symlink inside a class folder (a loop, or a way into another class) is refused in one
+line; symlinked image files are kept."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shlex
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import learnable_images
+from deq_vision import evaluate, train
+from deq_vision.data import DatasetError, image_folder, read_batch, write_cifar_folder
+
+CIFAR_RUN = ["--config", "tiny-mdeq", "steps=2"]
+FOLDER_RUN = ["--config", "tiny-mdeq", "dataset=folder", "steps=2", "eval_every=2", "save_every=2"]
+
+
+class _OpensOnLoad:
+    """Unpickling it creates ``marker`` (``open(marker, "w")``)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[object, tuple[str, ...]]:
+        return open, (self.marker, "w")
+
+
+class _ShellOnLoad(_OpensOnLoad):
+    """Unpickling it runs ``touch marker`` in a shell (``os.system``)."""
+
+    def __reduce__(self) -> tuple[object, tuple[str, ...]]:
+        return os.system, (f"touch {shlex.quote(self.marker)}",)
+
+
+def _plant(path: Path, payload: object) -> None:
+    """Replace the batch ``path`` with a CIFAR-shaped dict whose b"data" is ``payload``."""
+    with path.open("wb") as fh:
+        pickle.dump({b"data": payload, b"labels": [0]}, fh)
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], prog: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"python -m deq_vision.{prog}: error: "), err
+    return err
+
+
+def _python2_batch(data: np.ndarray, labels: list[int]) -> bytes:
+    """A batch as the official files are written (Python 2 cPickle, protocol 2, numpy 1.x): bytes as
+    SHORT_BINSTRING / BINSTRING, the array through numpy.core.multiarray._reconstruct, numpy.ndarray, numpy.dtype."""
+    rows, width = data.shape
+    raw = np.ascontiguousarray(data, dtype=np.uint8).tobytes()
+    label_ops = b"".join(b"K" + bytes([v]) for v in labels)
+    return b"".join([
+        b"\x80\x02}(",  # PROTO 2, EMPTY_DICT, MARK
+        b"U\x04data",  # key b"data"
+        b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n",  # GLOBAL x2
+        b"K\x00\x85U\x01b\x87R",  # _reconstruct(ndarray, (0,), b"b")
+        b"(K\x01M" + struct.pack("<H", rows) + b"M" + struct.pack("<H", width) + b"\x86",  # state: 1, (rows, width)
+        b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R",  # dtype(b"u1", 0, 1)
+        b"(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb",  # its state, BUILD
+        b"\x89T" + struct.pack("<I", len(raw)) + raw + b"tb",  # not Fortran, the raw bytes; BUILD the array
+        b"U\x06labels](" + label_ops + b"e",  # key b"labels": a list of ints
+        b"U\x0bbatch_labelU\x15training batch 1 of 5",
+        b"U\tfilenames]U\x05a.pnga",
+        b"u.",  # SETITEMS, STOP
+    ])  # fmt: skip
+
+
+def test_genuine_batches_are_read_from_every_numpy_pickling(tmp_path: Path) -> None:
+    """The official files' pickling (Python 2, numpy 1.x) and Python 3's protocols 3 to 5 under today's numpy."""
+    images, labels = learnable_images(3)
+    flat = images.transpose(0, 3, 1, 2).reshape(3, -1)
+    entry = {b"batch_label": b"training batch 1 of 5", b"labels": [int(v) for v in labels], b"data": flat,
+             b"filenames": [b"a.png", b"b.png", b"c.png"]}  # fmt: skip
+    files = {"python2": _python2_batch(flat, [int(v) for v in labels])}
+    files.update({f"protocol{p}": pickle.dumps(entry, protocol=p) for p in (3, 4, 5)})
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+        read_images, read_labels = read_batch(tmp_path / name)
+        assert np.array_equal(read_images, images) and np.array_equal(read_labels, labels), name
+
+
+@pytest.mark.parametrize("payload", [_OpensOnLoad, _ShellOnLoad])
+def test_a_planted_batch_is_refused_before_it_runs(tmp_path: Path, payload: type[_OpensOnLoad]) -> None:
+    planted, marker = tmp_path / "data_batch_1", tmp_path / "ran"
+    _plant(planted, payload(marker))
+    with pytest.raises(DatasetError) as info:
+        read_batch(planted)
+    message = str(info.value)
+    forbidden = f"'{open.__module__}.open'" if payload is _OpensOnLoad else f"'{os.system.__module__}.system'"
+    assert "\n" not in message and message.startswith(f"{planted} is not an official CIFAR-10 python batch"), message
+    assert forbidden in message, message
+    assert not marker.exists()
+
+
+def test_other_globals_are_named_on_one_line(tmp_path: Path) -> None:
+    """Python 3's protocols 0-2 pickle bytes through _codecs.encode (the message says to use protocol 3 or higher); a
+    name with a newline (possible with protocol 4's STACK_GLOBAL) stays on one line."""
+    old_protocol = tmp_path / "protocol2"
+    old_protocol.write_bytes(pickle.dumps({b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}, protocol=2))
+    stack_global = tmp_path / "newline"
+    stack_global.write_bytes(b"\x80\x04\x8c\x07os\nhere\x8c\x06system\x93.")  # PROTO 4, two names, STACK_GLOBAL, STOP
+    for path, shown in ((old_protocol, "'_codecs.encode'"), (stack_global, "'os\\nhere.system'")):
+        with pytest.raises(DatasetError) as info:
+            read_batch(path)
+        message = str(info.value)
+        assert "\n" not in message and shown in message and "protocol 3 or higher" in message, message
+
+
+@pytest.fixture(scope="module")
+def cifar_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(a finished tiny run, the clean CIFAR-format folder it was trained on)."""
+    root = tmp_path_factory.mktemp("cifar_run")
+    images, labels = learnable_images(96)
+    write_cifar_folder(root / "cifar", images, labels)
+    assert train.main([*CIFAR_RUN, "--data-dir", str(root / "cifar"), "--output-dir", str(root / "run")]) == 0
+    return root / "run", root / "cifar"
+
+
+@pytest.mark.parametrize("name", ["data_batch_3", "test_batch"])
+def test_a_planted_batch_stops_train_and_evaluate_in_one_line(
+    cifar_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    run, clean = cifar_run
+    data = tmp_path / "cifar"
+    shutil.copytree(clean, data)
+    planted, marker = data / "cifar-10-batches-py" / name, tmp_path / "ran"
+    _plant(planted, _OpensOnLoad(marker))
+    capsys.readouterr()
+    assert train.main([*CIFAR_RUN, "--data-dir", str(data), "--output-dir", str(tmp_path / "run")]) == 2
+    err = _one_line(capsys, "train")
+    assert f"{planted} is not an official CIFAR-10 python batch" in err and f"'{open.__module__}.open'" in err, err
+    assert evaluate.main(["--checkpoint", str(run), "--data-dir", str(data), "--no-sweep"]) == 2
+    assert f"{planted} is not an official CIFAR-10 python batch" in _one_line(capsys, "evaluate")
+    assert not marker.exists()
+
+
+def _val_classes(root: Path) -> dict[str, int]:
+    return {name: i for i, name in enumerate(sorted(p.name for p in (root / "train").iterdir()))}
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+@pytest.mark.parametrize("target", ["..", "../bee", "."])
+def test_a_directory_symlink_in_a_class_folder_is_refused(image_folder_dir: Path, split: str, target: str) -> None:
+    """A loop (``..``: 492 "ant" images instead of 12 before), another class's folder, the class folder itself."""
+    link = image_folder_dir / split / "ant" / "more"
+    link.symlink_to(target, target_is_directory=True)
+    classes = _val_classes(image_folder_dir) if split == "val" else None
+    with pytest.raises(DatasetError) as info:
+        image_folder(image_folder_dir, split, class_to_idx=classes)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{link} is a symlink to a directory ({target})"), message
+
+
+def test_a_symlink_loop_in_a_class_folder_stops_training_in_one_line(
+    image_folder_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = image_folder_dir / "train" / "bee" / "deeper" / "loop"
+    link.parent.mkdir()
+    link.symlink_to("../..", target_is_directory=True)
+    out = tmp_path / "run"
+    assert train.main([*FOLDER_RUN, "--data-dir", str(image_folder_dir), "--output-dir", str(out)]) == 2
+    assert f"{link} is a symlink to a directory" in _one_line(capsys, "train")
+    assert not (out / "checkpoints").exists()
+
+
+def test_symlinked_image_files_and_class_folders_are_kept(image_folder_dir: Path, tmp_path: Path) -> None:
+    """A link to an image file (e.g. of a dataset shared between users) is one image of the class it is linked into;
+    a class folder may be a link to a folder elsewhere."""
+    shared = tmp_path / "shared" / "cat"
+    shutil.move(image_folder_dir / "train" / "cat", shared)
+    (image_folder_dir / "train" / "cat").symlink_to(shared, target_is_directory=True)
+    (image_folder_dir / "train" / "ant" / "shared.png").symlink_to(shared / "0.png")
+    train_set = image_folder(image_folder_dir, "train")
+    assert len(train_set) == 13 and train_set.classes == ["ant", "bee", "cat"]
+    assert [train_set.targets.count(k) for k in range(3)] == [5, 4, 4]
+    assert (str(image_folder_dir / "train" / "ant" / "shared.png"), 0) in train_set.samples
