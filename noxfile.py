@@ -6,21 +6,22 @@
     nox -s bench                          # benchmarks (deq-core: against TorchDEQ 0.1.0); -- --quick for a short run
     nox -s wheel                          # build the deq-core wheel, install it alone with torch, solve + backward
 
-Torch: deq-core, deq-toy and deq-lm use the small CPU build torch==2.13.0; deq-vision needs torchvision, which
-imports only beside torch==2.14.1 here. Local packages are installed from their paths, deq-core first, so nothing
-of ours is looked up on a package index.
+Torch: every install goes through constraints.txt (the repository's one torch / torchvision pair), as the READMEs'
+commands do. Local packages are installed from their paths, deq-core first, so nothing of ours is looked up on a
+package index. The deq-lm session (the README's main-job environment) also installs the other task packages and checks
+that torch and torchvision stay what constraints.txt says.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
-TORCH_CPU = ["torch==2.13.0"]
-TORCH_VISION = ["torch==2.14.1", "torchvision==0.29.1"]
+CONSTRAINTS = ROOT / "constraints.txt"
 # Local packages each package depends on, in install order.
 LOCAL_DEPS = {"deq-core": [], "deq-toy": ["deq-core"], "deq-lm": ["deq-core"], "deq-vision": ["deq-core"]}
 
@@ -28,24 +29,57 @@ nox.options.sessions = ["tests"]
 nox.options.error_on_missing_interpreters = True
 
 
-def _torch(package: str) -> list[str]:
-    return TORCH_VISION if package == "deq-vision" else TORCH_CPU
+def _install(session: nox.Session, *args: str) -> None:
+    """pip install under the repository's constraints (its torch / torchvision pair)."""
+    session.install("-c", str(CONSTRAINTS), *args)
+
+
+def _pinned() -> dict[str, str]:
+    """constraints.txt as {name: version}."""
+    lines = [line.strip() for line in CONSTRAINTS.read_text().splitlines()]
+    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
+
+
+def _installed(session: nox.Session, names: list[str]) -> dict[str, str]:
+    """The installed versions of ``names`` in the session's environment ("-" for one not installed)."""
+    code = (
+        "import importlib.metadata as m, json, sys\n"
+        "def version(name):\n"
+        "    try:\n        return m.version(name)\n"
+        "    except m.PackageNotFoundError:\n        return '-'\n"
+        "print(json.dumps({name: version(name) for name in sys.argv[1:]}))"
+    )
+    return json.loads(str(session.run("python", "-c", code, *names, silent=True)).strip().splitlines()[-1])
+
+
+def _check_torch_kept(session: nox.Session, others: list[str]) -> None:
+    """Install the ``others`` task packages into this environment as their READMEs say (under constraints.txt) and
+    fail unless torch and torchvision end as constraints.txt pins them: one torch for the whole repository, never
+    swapped by installing a package beside another."""
+    pinned = _pinned()
+    before = _installed(session, list(pinned))
+    for package in others:
+        _install(session, f"{ROOT / 'packages' / package}")
+    after = _installed(session, list(pinned))
+    if before["torch"] != pinned["torch"] or after != pinned:
+        session.error(f"installing {', '.join(others)}: before {before}, after {after}; constraints.txt pins {pinned}")
+    session.log(f"torch kept after installing {', '.join(others)}: {after}")
 
 
 def _install_package(session: nox.Session, package: str, extra: str = "test") -> None:
     """Install ``package[extra]`` and its local dependencies from their paths; deq-core with its ``train`` extra (the
     task packages depend on ``deq-core[train]``; deq-core's own training tests and benchmarks import it)."""
-    session.install(*_torch(package))
+    _install(session, "torch", *(["torchvision"] if package == "deq-vision" else []))
     for dep in LOCAL_DEPS.get(package, ["deq-core"]):
-        session.install(f"{ROOT / 'packages' / dep}[train]")
+        _install(session, f"{ROOT / 'packages' / dep}[train]")
     extras = f"{extra},train" if package == "deq-core" else extra
-    session.install(f"{ROOT / 'packages' / package}[{extras}]")
+    _install(session, f"{ROOT / 'packages' / package}[{extras}]")
 
 
 def _check_wheel(session: nox.Session) -> Path:
     """Build deq-core's wheel, install it with torch only, and run a solve and a backward through it (and check that
     ``deq_core.train`` asks for its extra); returns the wheel."""
-    session.install(*TORCH_CPU)
+    _install(session, "torch")
     out = Path(session.create_tmp()) / "wheelhouse"
     session.run(
         "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(ROOT / "packages" / "deq-core")
@@ -71,6 +105,8 @@ def tests(session: nox.Session, package: str) -> None:
         session.install("pytest>=8", "hypothesis>=6.100", "numpy", "torchdeq==0.1.0")
     else:
         _install_package(session, package)
+    if package == "deq-lm":  # the README's main-job environment: the other task packages install beside it
+        _check_torch_kept(session, ["deq-toy", "deq-vision"])
     session.run("python", "-m", "pytest", str(ROOT / "packages" / package), "-q", *session.posargs)
 
 
