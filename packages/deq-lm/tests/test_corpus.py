@@ -1,6 +1,7 @@
 """The corpus data layer: sources (local directory, Hugging Face cache), word-level and SentencePiece tokenization
 with the on-disk cache, ordered LM batches and perplexity. Every corpus is written by the test itself; nothing is
-downloaded (the Hugging Face path is tested offline with the "text" builder and with a dataset that is not cached)."""
+downloaded (the Hugging Face path is tested offline with the "text" builder and with a dataset that is not cached;
+test_data_download.py tests the online path with a recorded ``datasets.load_dataset``)."""
 
 from __future__ import annotations
 
@@ -270,8 +271,12 @@ def test_byte_order_mark_and_crlf_are_ignored(tmp_path):
 # --- Hugging Face datasets -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("how", ["--offline", "HF_HUB_OFFLINE=1"])
 @pytest.mark.parametrize("name", ["ptb", "wikitext-103"])
-def test_uncached_hf_dataset_fails_at_once_with_instructions(tmp_path, name, monkeypatch):
+def test_uncached_hf_dataset_fails_at_once_with_instructions(tmp_path, name, how, monkeypatch):
+    """Offline (asked for: the real ``datasets`` would otherwise try the network, ~25 s here)."""
+    if how == "HF_HUB_OFFLINE=1":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # after ``datasets`` is imported: load_hf_source applies it
     before = os.environ.get("HF_HUB_OFFLINE")
     attempts: list[object] = []  # offline mode: no network lookups or connections, so no retries
 
@@ -282,7 +287,7 @@ def test_uncached_hf_dataset_fails_at_once_with_instructions(tmp_path, name, mon
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
     with pytest.raises(CorpusNotFoundError) as error:
-        load_hf_source(name, cache_dir=tmp_path / "hf")
+        load_hf_source(name, cache_dir=tmp_path / "hf", offline=how == "--offline")
     assert attempts == []
     message = str(error.value)
     assert "not in the local Hugging Face cache" in message and "--data-dir" in message and "HF_HOME" in message

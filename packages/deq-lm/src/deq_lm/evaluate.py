@@ -18,6 +18,7 @@ from safetensors.torch import load_model as load_safetensors
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.cli import usage_error
+from deq_core.train.errors import UsageError
 from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
@@ -28,15 +29,18 @@ from .train import evaluate_split
 SWEEP_FILE = "sweep.json"  # RUN_DIR/sweep.json: the rows of the last sweep (split, and per limit: loss, metric, NFE)
 
 
-def load_model(checkpoint: Path, data_dir: Path | None = None) -> tuple[Config, Task, SequenceModel, Path]:
+def load_model(
+    checkpoint: Path, data_dir: Path | None = None, offline: bool = False
+) -> tuple[Config, Task, SequenceModel, Path]:
     """(config, task, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
-    folder; ``data_dir`` replaces the corpus directory saved in the config (e.g. the corpus moved)."""
+    folder; ``data_dir`` replaces the corpus directory saved in the config (e.g. the corpus moved); ``offline``: a
+    Hugging Face corpus from the local cache only."""
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
     _, cfg = load_config(run_dir, Config)
     if data_dir is not None:
         cfg = replace_config(cfg, {"data.data_dir": str(data_dir)})
     weights = checkpoint_weights(folder)
-    task = build_task(cfg)
+    task = build_task(cfg, offline=offline)
     model = build_model(cfg, task.vocab_size)
     load_checked(weights, lambda path: load_safetensors(model, str(path)))  # restores tied weights, stored once
     return cfg, task, model.eval(), run_dir
@@ -110,10 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tols", type=lambda s: _numbers(s, float), default=[1e-1, 1e-2, 1e-3, 1e-4])
     parser.add_argument("--no-sweep", action="store_true", help="only the metric at the config's eval limits")
     parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
+    parser.add_argument("--offline", action="store_true", help="language modeling: a Hugging Face corpus from the "
+                        "local cache only, never downloaded (as HF_HUB_OFFLINE=1)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir)
-    except (FileNotFoundError, ValueError) as err:
+        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir, offline=args.offline)
+    except (FileNotFoundError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
     for warning in task.data_warnings():
         print(f"WARNING: {warning}", file=sys.stderr)

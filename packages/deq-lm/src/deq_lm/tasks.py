@@ -194,9 +194,10 @@ class LanguageModelTask:
     _train_streams: dict[int, OrderedLMBatches] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: Config) -> LanguageModelTask:
-        """Find the corpus (``cfg.data.data_dir``, the Hugging Face cache, or for ``corpus=pydoc`` Python's
-        documentation written to the cache directory), tokenize it or read the cached encoding."""
+    def from_config(cls, cfg: Config, offline: bool = False) -> LanguageModelTask:
+        """Find the corpus (``cfg.data.data_dir``, the Hugging Face dataset, downloaded unless ``offline`` or the
+        environment asks for the local cache only, or for ``corpus=pydoc`` Python's documentation written to the
+        cache directory), tokenize it or read the cached encoding."""
         data = cfg.data
         data_dir = Path(data.data_dir).expanduser() if data.data_dir else None
         if data.cache_dir:
@@ -209,7 +210,7 @@ class LanguageModelTask:
             data_dir = write_pydoc_corpus(cache_dir / "pydoc-text")
         if data_dir is None and data.corpus == "pythondocs":  # from the installed python3.11-doc package
             data_dir = write_pythondocs_corpus(cache_dir / "pythondocs-text")
-        source = corpus_source(data.corpus, data_dir)
+        source = corpus_source(data.corpus, data_dir, offline=offline)
         vocab_size = data.vocab_size or None
         corpus = load_corpus(source, cache_dir, data.tokenizer, vocab_size=vocab_size, min_freq=data.min_freq)
         eval_tgt_len = data.eval_tgt_len or data.tgt_len
@@ -334,12 +335,12 @@ def _where(source: CorpusSource, data: DataConfig) -> str:
     return f"{source.label} from the Hugging Face cache"
 
 
-def build_task(cfg: Config) -> CopyMemoryTask | LanguageModelTask:
-    """The task named by ``cfg.data.task``."""
+def build_task(cfg: Config, offline: bool = False) -> CopyMemoryTask | LanguageModelTask:
+    """The task named by ``cfg.data.task``; ``offline``: a Hugging Face corpus from the local cache only."""
     if cfg.data.task == "copy_memory":
         return CopyMemoryTask.from_config(cfg)
     if cfg.data.task == "lm":
-        return LanguageModelTask.from_config(cfg)
+        return LanguageModelTask.from_config(cfg, offline=offline)
     raise ValueError(f"unknown task {cfg.data.task!r}")  # unreachable: DataConfig checks the name
 
 

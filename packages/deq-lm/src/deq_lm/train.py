@@ -59,8 +59,9 @@ class SequenceTask(SkeletonTask):
     eval_splits = ("valid",)
     final_splits = ("test",)
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, offline: bool = False) -> None:
         self.cfg = cfg
+        self.offline = offline  # a Hugging Face corpus from the local cache only
         self.memory: list[Any] | None = None
         self._task: Task | None = None
 
@@ -77,7 +78,7 @@ class SequenceTask(SkeletonTask):
     def build(self, accelerator: Accelerator) -> Parts:
         cfg = self.cfg
         with accelerator.main_process_first():  # the main process tokenizes a corpus once; the others read its cache
-            self._task = build_task(cfg)
+            self._task = build_task(cfg, offline=self.offline)
         optim = cfg.optim
         self.throughput = ("tokens", optim.batch_size * self.task.seq_len)
         model = build_model(cfg, self.task.vocab_size)
@@ -131,15 +132,18 @@ def lm_settings(cfg: Config, name: str) -> TrainSettings:
     return train_settings(cfg, name, cfg.optim.steps, cfg.is_deq, resumable=RESUMABLE_CHANGES)
 
 
-def train(cfg: Config, output_dir: Path, name: str = "custom", resume: bool = False) -> dict[str, Any]:
+def train(
+    cfg: Config, output_dir: Path, name: str = "custom", resume: bool = False, offline: bool = False
+) -> dict[str, Any]:
     """Run (or resume) training in ``output_dir`` on the training skeleton (:func:`deq_core.train.trainer.train`),
-    locked for the run; return the summary (step, last train loss and NFE, valid/test loss and metric).
+    locked for the run; return the summary (step, last train loss and NFE, valid/test loss and metric). ``offline``:
+    a Hugging Face corpus is read from the local cache only, never downloaded (as with HF_HUB_OFFLINE=1).
 
     Raises:
         RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
     """
-    return run_skeleton(SequenceTask(cfg), lm_settings(cfg, name), Path(output_dir), resume=resume)
+    return run_skeleton(SequenceTask(cfg, offline), lm_settings(cfg, name), Path(output_dir), resume=resume)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--data-dir", type=Path, default=None,
         help="language modeling: a directory with train.txt, valid.txt, test.txt (sets data.data_dir; default: the "
-        "corpus from the local Hugging Face cache). Copy memory generates its data.",
+        "corpus from Hugging Face, downloaded once into its cache). Copy memory generates its data.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--offline", action="store_true",
+        help="language modeling: read a Hugging Face corpus from the local cache only, never download (as "
+        "HF_HUB_OFFLINE=1 does)",
     )  # fmt: skip
     parser.add_argument(
         "--tokenizer", choices=["word", "sentencepiece"], default=None, help="language modeling: sets data.tokenizer"
@@ -172,8 +181,9 @@ def _configure(args: argparse.Namespace) -> Config:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 for a user error, printed on one line)."""
     return run_training_cli(
-        build_parser(), argv, _configure, lambda cfg, out, args: train(cfg, out, name=args.config, resume=args.resume)
-    )
+        build_parser(), argv, _configure,
+        lambda cfg, out, args: train(cfg, out, name=args.config, resume=args.resume, offline=args.offline),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -35,10 +35,10 @@ class DataConfig:
 
     task: "copy_memory" or "lm" (word-level language modeling).
     Copy memory: T: the horizon (sequences have T + 20 positions); n_valid, n_test: sizes of the fixed evaluation sets.
-    Language modeling: corpus: "ptb", "wikitext-103", "wikitext-103-raw" (found in the local Hugging Face cache unless
-    data_dir is set), "pydoc" / "pythondocs" (written offline from Python's documentation), or any name for a
+    Language modeling: corpus: "ptb", "wikitext-103", "wikitext-103-raw" (from Hugging Face, downloaded and cached,
+    unless data_dir is set), "pydoc" / "pythondocs" (written offline from Python's documentation), or any name for a
     directory given by data_dir (PTB is lowercased). data_dir: directory with train.txt, valid.txt, test.txt ("": the
-    Hugging Face cache). cache_dir: where the tokenized splits are cached ("": DATA_DIR/.deq_lm_cache, or
+    Hugging Face dataset). cache_dir: where the tokenized splits are cached ("": DATA_DIR/.deq_lm_cache, or
     ~/.cache/deq_lm for Hugging Face corpora). tokenizer: "word" (the papers) or "sentencepiece". vocab_size:
     sentencepiece pieces (required), or word level the most frequent words kept (0: all). min_freq: rarer training
     words become <unk>. tgt_len: positions per training segment; eval_tgt_len: per evaluation segment (0: tgt_len);

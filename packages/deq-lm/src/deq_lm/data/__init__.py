@@ -1,6 +1,6 @@
 """Data for deq-lm tasks: the copy-memory generator and the word-level corpora (PTB, WikiText-103, local text).
 
-Corpora: ``corpus_source`` finds the text (a directory with train/valid/test.txt, or the local Hugging Face cache),
+Corpora: ``corpus_source`` finds the text (a directory with train/valid/test.txt, or a Hugging Face dataset),
 ``load_corpus`` tokenizes it (word level or SentencePiece) with an on-disk cache, ``OrderedLMBatches`` cuts a split
 into ordered segments and ``perplexity`` turns summed NLL into perplexity.
 """
@@ -15,7 +15,7 @@ from .copy_memory import (
     step_generator,
 )
 from .corpus import Corpus, Tokenizer, encode_split, load_corpus
-from .errors import CorpusError, CorpusNotFoundError
+from .errors import CorpusDownloadError, CorpusError, CorpusNotFoundError
 from .lm_batches import OrderedLMBatches, batchify, perplexity
 from .sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from .sources import HF_CORPORA, CorpusSource, HFSource, TextDirSource, corpus_source, hf_offline, load_hf_source
@@ -29,6 +29,7 @@ __all__ = [
     "N_SYMBOLS",
     "UNK",
     "Corpus",
+    "CorpusDownloadError",
     "CorpusError",
     "CorpusNotFoundError",
     "CorpusSource",

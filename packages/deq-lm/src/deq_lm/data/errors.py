@@ -10,14 +10,18 @@ class CorpusError(UsageError, ValueError):
 
 
 class CorpusNotFoundError(UsageError, FileNotFoundError):
-    """No corpus where one was asked for (missing file, dataset not in the local Hugging Face cache)."""
+    """No corpus where one was asked for (missing file, dataset not in the local Hugging Face cache in offline mode,
+    dataset not found on the Hugging Face Hub)."""
+
+
+class CorpusDownloadError(UsageError, ConnectionError):
+    """A Hugging Face corpus could not be downloaded: the Hub did not answer (no network, proxy, timeout)."""
 
 
 HOW_TO_GET_DATA = (
-    "Nothing can be downloaded on this machine. Either (1) on a machine with network run "
-    "`python -c \"import datasets; datasets.load_dataset('ptb_text_only')\"` (or "
-    "`datasets.load_dataset('wikitext', 'wikitext-103-v1')`) and copy its Hugging Face cache "
-    "(~/.cache/huggingface, or $HF_HOME) to this machine, keeping the same path or pointing HF_HOME at the copy; "
-    "or (2) put train.txt, valid.txt and test.txt (UTF-8, one sentence or paragraph per line, the classic "
-    "PTB / WikiText format) in one directory and pass it with --data-dir DIR."
+    "Either (1) on a machine with network, leave out --data-dir and --offline (and HF_HUB_OFFLINE / "
+    "HF_DATASETS_OFFLINE): `datasets` downloads the corpus into the Hugging Face cache (~/.cache/huggingface, or "
+    "$HF_HOME), which can be copied to a machine without network (same path, or HF_HOME pointing at the copy); or "
+    "(2) put train.txt, valid.txt and test.txt (UTF-8, one sentence or paragraph per line, the classic PTB / "
+    "WikiText format) in one directory and pass it with --data-dir DIR."
 )

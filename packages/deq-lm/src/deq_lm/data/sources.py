@@ -1,6 +1,7 @@
 """Where the text of a word-level corpus comes from: a local directory in the classic format (train.txt, valid.txt,
-test.txt) or a Hugging Face dataset already in the local cache. A source yields the lines of each split and a
-fingerprint that changes when the text does (the key of the tokenized cache)."""
+test.txt) or a Hugging Face dataset (downloaded and cached by ``datasets``; only from the local cache in offline mode).
+A source yields the lines of each split and a fingerprint that changes when the text does (the key of the tokenized
+cache)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import HOW_TO_GET_DATA, CorpusError, CorpusNotFoundError
+from .errors import HOW_TO_GET_DATA, CorpusDownloadError, CorpusError, CorpusNotFoundError
 
 SPLITS = ("train", "valid", "test")
 HF_SPLIT_NAMES = {"train": ("train",), "valid": ("validation", "valid"), "test": ("test",)}
+# Offline mode when either is set to one of these values (any case), as ``datasets`` and ``huggingface_hub`` read them.
+OFFLINE_ENV_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+ENV_TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
 
 
 class CorpusSource(Protocol):
@@ -148,7 +152,8 @@ class HFSource:
 
 @dataclass(frozen=True)
 class HFCorpusSpec:
-    """How to find a corpus in the Hugging Face cache: the dataset names to try, the config, the text column."""
+    """How to find a corpus on the Hugging Face Hub or in its cache: the dataset names to try, the config, the text
+    column."""
 
     paths: tuple[str, ...]
     config: str | None
@@ -193,43 +198,88 @@ def hf_offline() -> Iterator[None]:
         huggingface_hub.constants.HF_HUB_OFFLINE = saved[3]
 
 
-def load_hf_source(name: str, cache_dir: Path | None = None) -> HFSource:
-    """The corpus ``name`` ("ptb", "wikitext-103", "wikitext-103-raw") from the local Hugging Face cache only.
+def offline_requested(offline: bool = False) -> bool:
+    """Whether Hugging Face corpora come from the local cache only: ``offline`` (the ``--offline`` option) or
+    HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set to 1, ON, YES or TRUE in the environment."""
+    return offline or any(os.environ.get(var, "").upper() in ENV_TRUE_VALUES for var in OFFLINE_ENV_VARS)
+
+
+def _network_failure(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it was raised from, means that the Hub could not be reached: ConnectionError
+    (``datasets`` raises it for a failed connection) or TimeoutError, or httpx's / requests' errors of that kind."""
+    names = {"TransportError", "ConnectionError", "Timeout"}  # httpx's base class, requests' (not OSError's) ones
+    while error is not None:
+        if isinstance(error, (ConnectionError, TimeoutError)) or names & {c.__name__ for c in type(error).__mro__}:
+            return True
+        error = error.__cause__
+    return False
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}"
+
+
+def load_hf_source(name: str, cache_dir: Path | None = None, offline: bool = False) -> HFSource:
+    """The corpus ``name`` ("ptb", "wikitext-103", "wikitext-103-raw") with ``datasets.load_dataset``: downloaded and
+    cached the first time, read from the cache after; in offline mode (``offline``, or HF_HUB_OFFLINE /
+    HF_DATASETS_OFFLINE set in the environment: :func:`offline_requested`) from the local cache only, inside
+    :func:`hf_offline`.
 
     Args:
         name: a key of ``HF_CORPORA``.
         cache_dir: the ``datasets`` cache directory (None: the default, ~/.cache/huggingface/datasets or $HF_HOME).
+        offline: read the local cache only, never the network (the ``--offline`` option).
 
     Raises:
-        CorpusNotFoundError: the dataset is not in the cache (raised at once; the message says how to get it).
+        CorpusNotFoundError: offline, the dataset is not in the cache (raised at once); online, no name of the dataset
+            could be loaded. The message says how to get the corpus.
+        CorpusDownloadError: online, the Hub could not be reached (after ``huggingface_hub``'s retries, ~25 s).
     """
     if name not in HF_CORPORA:
         raise CorpusError(f"unknown corpus {name!r}; choose one of {list(HF_CORPORA)} or pass a directory.")
     spec = HF_CORPORA[name]
     import datasets
 
+    offline = offline_requested(offline)
     failures: list[str] = []
     hf_cache = None if cache_dir is None else str(cache_dir)
-    with hf_offline():
+    config = f", config {spec.config!r}" if spec.config else ""
+    with hf_offline() if offline else contextlib.nullcontext():
         for path in spec.paths:
             try:
                 dataset = datasets.load_dataset(path, spec.config, cache_dir=hf_cache)
-            except (OSError, ValueError) as error:
-                first_line = str(error).splitlines()[0] if str(error) else ""
-                failures.append(f"{path}: {type(error).__name__}: {first_line}")
+            except Exception as error:
+                if not offline and _network_failure(error):  # the other names would wait for the network again
+                    raise CorpusDownloadError(
+                        f"could not download corpus {name!r} (Hugging Face dataset {path!r}{config}): "
+                        f"{_first_line(error)}; check the network connection (or proxy), or run with --offline to use "
+                        "a copy already in the local Hugging Face cache, or pass --data-dir DIR with train.txt, "
+                        "valid.txt and test.txt."
+                    ) from error
+                if not isinstance(error, (OSError, ValueError)):
+                    raise
+                failures.append(f"{path}: {_first_line(error)}")
                 continue
             return HFSource(dataset, spec.text_column, label=name, lower=spec.lower)
-    config = f", config {spec.config!r}" if spec.config else ""
+    tried = f"tried {list(spec.paths)}{config}; {'; '.join(failures)}"
+    if offline:
+        raise CorpusNotFoundError(
+            f"corpus {name!r} is not in the local Hugging Face cache ({tried}), and offline mode (--offline, "
+            f"HF_HUB_OFFLINE or HF_DATASETS_OFFLINE) downloads nothing. {HOW_TO_GET_DATA}"
+        )
     raise CorpusNotFoundError(
-        f"corpus {name!r} is not in the local Hugging Face cache (tried {list(spec.paths)}{config}; "
-        f"{'; '.join(failures)}). {HOW_TO_GET_DATA}"
+        f"could not load corpus {name!r} from the Hugging Face Hub ({tried}). Pass --data-dir DIR with train.txt, "
+        "valid.txt and test.txt (UTF-8, one sentence or paragraph per line, the classic PTB / WikiText format) instead."
     )
 
 
-def corpus_source(name: str, data_dir: Path | None = None, hf_cache_dir: Path | None = None) -> CorpusSource:
+def corpus_source(
+    name: str, data_dir: Path | None = None, hf_cache_dir: Path | None = None, offline: bool = False
+) -> CorpusSource:
     """The source of corpus ``name``: the directory ``data_dir`` when given (PTB lowercased when ``name`` is "ptb"),
-    else the Hugging Face cache."""
+    else the Hugging Face dataset (:func:`load_hf_source`; ``offline``: from the local cache only)."""
     if data_dir is not None:
         lower = HF_CORPORA[name].lower if name in HF_CORPORA else False
         return TextDirSource(Path(data_dir), lower=lower)
-    return load_hf_source(name, hf_cache_dir)
+    return load_hf_source(name, hf_cache_dir, offline=offline)
