@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+import torch.utils.checkpoint
 
 import deq_core
 from conftest import scaled_to_norm
@@ -55,6 +56,107 @@ def test_backward_result_stays_none_without_an_adjoint_solve(backward):
     (z.sum() + info.jacobian_loss).backward()
     assert x.grad is not None and info.backward is None
     assert "jacobian_loss" in info.summary() and "jacobian_loss=" in repr(info)
+
+
+class _Cell(torch.nn.Module):
+    """f(z) = tanh(W z + U x): the parameters live in the module, not in the layer's arguments."""
+
+    def __init__(self, dim: int = 6) -> None:
+        super().__init__()
+        self.w = torch.nn.Linear(dim, dim, bias=False, dtype=torch.float64)
+        self.u = torch.nn.Linear(dim, dim, dtype=torch.float64)
+        with torch.no_grad():
+            self.w.weight.copy_(scaled_to_norm(self.w.weight, 0.8))
+
+    def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.w(z) + self.u(x))
+
+
+_BACKWARDS = [Implicit(), Phantom(steps=3), JFB()]
+
+
+@pytest.mark.parametrize("backward", _BACKWARDS, ids=["implicit", "phantom", "jfb"])
+@pytest.mark.parametrize("state", ["tensor", "tuple"])
+def test_no_gradient_needed_gives_a_plain_tensor(backward, state):
+    """Frozen parameters and an input without grad: z_out is a plain tensor (no graph, no adjoint solve), as a
+    PyTorch op's output would be, with the value of the tracked call f(z*)."""
+    torch.manual_seed(0)
+    cell = _Cell().requires_grad_(False)
+    x = torch.randn(4, 6, dtype=torch.float64)
+    deq = deq_core.DEQ(tol=1e-10, max_iter=60, backward=backward)
+    if state == "tensor":
+        z, info = deq(lambda z: cell(z, x), torch.zeros(4, 6, dtype=torch.float64))
+        outputs = (z,)
+    else:
+        z, info = deq(lambda s: (cell(s[0], x), 0.5 * s[0]), (torch.zeros(4, 6, dtype=torch.float64),) * 2)
+        outputs = z
+    for out in outputs:
+        assert not out.requires_grad and out.grad_fn is None
+    torch.testing.assert_close(outputs[0], cell(info.forward.z if state == "tensor" else info.forward.z[0], x))
+    z, info = deq(lambda z: cell(z, x), torch.zeros(4, 6, dtype=torch.float64), jacobian_loss=True)
+    assert not z.requires_grad and z.grad_fn is None
+    assert info.jacobian_loss is not None and float(info.jacobian_loss) > 0 and not info.jacobian_loss.requires_grad
+    z, info = deq(lambda z: cell(z, x), torch.zeros(4, 6, dtype=torch.float64), unroll=3, jacobian_loss=True)
+    assert not z.requires_grad and not info.jacobian_loss.requires_grad
+
+
+@pytest.mark.parametrize("backward", _BACKWARDS, ids=["implicit", "phantom", "jfb"])
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_no_gradient_under_no_grad(backward, context):
+    cell, x = _Cell(), torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    with context():
+        z, _ = deq_core.DEQ(backward=backward)(lambda z: cell(z, x), torch.zeros(4, 6, dtype=torch.float64))
+    assert not z.requires_grad and z.grad_fn is None
+
+
+@pytest.mark.parametrize("backward", _BACKWARDS, ids=["implicit", "phantom", "jfb"])
+def test_a_parameter_or_an_input_that_needs_grad_gets_it(backward):
+    """Only the module's parameters (not passed to the layer), or only the input, require grad: z_out does."""
+    torch.manual_seed(0)
+    cell = _Cell()
+    x = torch.randn(4, 6, dtype=torch.float64)
+    deq = deq_core.DEQ(tol=1e-10, max_iter=60, backward=backward)
+    z, _ = deq(lambda z: cell(z, x), torch.zeros(4, 6, dtype=torch.float64))
+    assert z.requires_grad
+    z.sum().backward()
+    assert cell.w.weight.grad is not None and cell.u.bias.grad is not None
+    cell.requires_grad_(False)
+    x.requires_grad_()
+    z, _ = deq(lambda z: cell(z, x), torch.zeros(4, 6, dtype=torch.float64))
+    assert z.requires_grad
+    z.sum().backward()
+    assert x.grad is not None and float(x.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_unrolling_from_a_learned_initial_state_keeps_its_gradient(steps):
+    """Frozen f, but z0 is a leaf that requires grad (a learned initial state): the unrolled output keeps the graph
+    to it, also when the Jacobian term makes the last step's input a leaf of the layer's own."""
+    cell, x = _Cell().requires_grad_(False), torch.randn(4, 6, dtype=torch.float64)
+    z0 = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    z, info = deq_core.DEQ()(lambda z: cell(z, x), z0, unroll=steps, jacobian_loss=True)
+    assert z.requires_grad and info.jacobian_loss.requires_grad
+    (z.sum() + info.jacobian_loss).backward()
+    assert z0.grad is not None and float(z0.grad.abs().sum()) > 0
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad=True:UserWarning")  # the solve's calls
+@pytest.mark.parametrize("backward", [Phantom(steps=3), JFB()], ids=["phantom", "jfb"])
+def test_parameters_hidden_from_the_graph_still_get_gradients(backward):
+    """A reentrant checkpoint inside f hides the parameters it uses from the graph (its node links to its inputs
+    only, and its backward reruns the cell); the layer cannot see that they need a gradient, so it keeps the graph
+    of any custom autograd Function. (Reentrant checkpoints cannot take the implicit backward's autograd.grad.)"""
+    torch.manual_seed(0)
+    cell = _Cell()
+    x = torch.randn(4, 6, dtype=torch.float64)
+
+    def f(z: torch.Tensor) -> torch.Tensor:
+        return torch.utils.checkpoint.checkpoint(cell, z, x, use_reentrant=True)
+
+    z, _ = deq_core.DEQ(tol=1e-10, max_iter=60, backward=backward)(f, torch.zeros(4, 6, dtype=torch.float64))
+    assert z.requires_grad
+    z.sum().backward()
+    assert cell.w.weight.grad is not None and float(cell.w.weight.grad.abs().sum()) > 0
 
 
 def test_unrolled_info_is_a_fixed_point_run():

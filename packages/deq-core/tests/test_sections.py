@@ -5,9 +5,11 @@ training skeleton's settings built from the sections."""
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 
+from deq_core.train.checks import SEED_LIMIT, check_at_least, check_finite
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import config_from_dict, replace_config, resolve_key
@@ -60,6 +62,11 @@ class _Clash:
         (OptimConfig, {"batch_size": 0}, "optim.batch_size must be a number >= 1, got 0"),
         (OptimConfig, {"grad_clip": -1.0}, "optim.grad_clip must be a number >= 0, got -1.0"),
         (OptimConfig, {"batch_size": 30, "grad_accum": 4}, "optim.batch_size (30) must be divisible by grad_accum (4)"),
+        (OptimConfig, {"lr": float("nan")}, "optim.lr must be a finite number, got nan (nan and inf are not allowed; "),
+        (OptimConfig, {"grad_clip": float("inf")}, "optim.grad_clip must be a finite number, got inf"),
+        (RunConfig, {"seed": -1}, "run.seed must be an integer from 0 to 2**32 - 1 = 4294967295"),
+        (RunConfig, {"seed": 2**32}, "run.seed must be an integer from 0 to 2**32 - 1 = 4294967295 (what NumPy's and"),
+        (RunConfig, {"seed": 1.0}, "run.seed must be an integer from 0 to 2**32 - 1"),
     ],
 )
 def test_sections_name_the_bad_setting(cls, changes, message):
@@ -137,3 +144,57 @@ def test_train_settings_from_the_sections():
     once = train_settings(replace_config(cfg, {"eval_every": 0}), "name", 40, is_deq=False)
     assert once.eval_every == 40  # 0: only at the last step
     assert train_settings(cfg, "name", 40, is_deq=False, eval_every=7).eval_every == 7  # a task's own value wins
+
+
+def _float_keys(config: object) -> list[str]:
+    """Dotted names of the fields annotated float (or float | None) in every section of the config ``config``."""
+    keys = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if not dataclasses.is_dataclass(value):
+            continue
+        hints = typing.get_type_hints(type(value))
+        keys += [f"{field.name}.{f.name}" for f in dataclasses.fields(value)
+                 if float in (hints[f.name], *typing.get_args(hints[f.name]))]  # fmt: skip
+    return keys
+
+
+def test_the_float_settings_of_the_shared_sections_are_all_found():
+    assert set(_float_keys(_Config())) == {
+        "optim.lr", "optim.weight_decay", "optim.grad_clip", "deq.tol", "deq.eval_tol", "deq.backward_tol",
+        "deq.phantom_damping", "deq.jac_weight", "deq.jac_prob", "deq.jac_growth",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("key", _float_keys(_Config()))
+def test_every_float_setting_refuses_nan_and_inf_naming_it(key, value):
+    with pytest.raises(ValueError) as info:
+        apply_overrides(_Config(), [f"{key}={value}"])
+    assert f"{key} must be a finite number" in str(info.value) and f"got {value}" in str(info.value)
+
+
+def test_seeds_are_those_numpy_and_torch_accept():
+    assert SEED_LIMIT == 2**32
+    assert apply_overrides(_Config(), [f"run.seed={2**32 - 1}"]).run.seed == 2**32 - 1
+    with pytest.raises(ValueError, match=r"^run\.seed must be an integer from 0 to 2\*\*32 - 1 .*, got 4294967296"):
+        apply_overrides(_Config(), [f"run.seed={2**32}"])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Numbers:
+    rate: float = 0.5
+    limit: float | None = None
+    count: int = 3
+
+
+def test_the_checks_refuse_nan_and_inf_with_the_default():
+    check_finite(_Numbers(limit=2.0))  # finite values pass
+    with pytest.raises(ValueError, match=r"^rate must be a finite number, got nan \(.*; the default is 0\.5\)\.$"):
+        check_finite(_Numbers(rate=float("nan")))
+    with pytest.raises(ValueError, match=r"^limit must be a finite number or none, got -inf \(.*default is none\)"):
+        check_finite(_Numbers(limit=float("-inf")))
+    with pytest.raises(ValueError, match=r"^rate must be a finite number, got nan"):
+        check_at_least(_Numbers(rate=float("nan")), 0, "rate")  # nan < 0 is False: refused all the same
+    with pytest.raises(ValueError, match=r"^rate must be a finite number, got inf"):
+        check_at_least(_Numbers(rate=float("inf")), 0, "rate")

@@ -1,11 +1,15 @@
 import dataclasses
+import typing
+from pathlib import Path
 
 import pytest
 import torch
 
+from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import replace_config
 from deq_lm.configs import MODELS, PAPER_RESULTS, PRESETS, Config, get_config
 from deq_lm.models import build_model, count_parameters
+from deq_lm.train import main
 
 PTB_VOCAB, WT103_VOCAB = 10_000, 267_735
 
@@ -145,3 +149,52 @@ def test_backward_mode_reaches_the_deq_layer(overrides):
     cfg = apply_overrides(get_config("tiny-deq-transformer"), overrides)
     expected = JFB() if cfg.deq.backward == "jfb" else Phantom(steps=3, damping=0.7)
     assert build_model(cfg, 10).body.deq.backward == expected
+
+
+def _float_keys(cfg: Config) -> list[str]:
+    """Dotted names of the fields annotated float (or float | None) in every section of ``cfg``."""
+    keys = []
+    for section in dataclasses.fields(cfg):
+        value = getattr(cfg, section.name)
+        hints = typing.get_type_hints(type(value))
+        keys += [f"{section.name}.{f.name}" for f in dataclasses.fields(value)
+                 if float in (hints[f.name], *typing.get_args(hints[f.name]))]  # fmt: skip
+    return keys
+
+
+FLOAT_KEYS = _float_keys(Config())
+
+
+def test_the_float_settings_of_every_section_are_found():
+    assert set(FLOAT_KEYS) == {
+        "model.dropout", "deq.tol", "deq.eval_tol", "deq.backward_tol", "deq.phantom_damping", "deq.jac_weight",
+        "deq.jac_prob", "deq.jac_growth", "optim.lr", "optim.weight_decay", "optim.grad_clip", "optim.min_lr_ratio",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_every_float_setting_refuses_nan_and_inf_naming_it(key: str, value: str) -> None:
+    with pytest.raises(ValueError) as info:
+        apply_overrides(get_config("tiny-deq-transformer"), [f"{key}={value}"])
+    assert f"{key} must be a finite number" in str(info.value) and f"got {value}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("lr=nan", "optim.lr must be a finite number, got nan"),
+        ("lr=inf", "optim.lr must be a finite number, got inf"),
+        ("deq.tol=inf", "deq.tol must be a finite number, got inf"),
+        ("weight_decay=nan", "optim.weight_decay must be a finite number, got nan"),
+        ("grad_clip=nan", "optim.grad_clip must be a finite number, got nan"),
+        ("run.seed=4294967296", "run.seed must be an integer from 0 to 2**32 - 1 = 4294967295"),
+    ],
+)
+def test_bad_numbers_on_the_command_line_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, message: str
+) -> None:
+    assert main(["--config", "tiny-deq-transformer", "--output-dir", str(tmp_path / "run"), override]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m deq_lm.train: error: {message}"), err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()

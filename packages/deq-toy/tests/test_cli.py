@@ -123,6 +123,13 @@ def test_reproduce_synthetic_table(tmp_path):
         (["--config", "arith-fc-tiny", "length=30"], "data.length and long_length must be odd and >= 3"),
         (["--config", "arith-fc-tiny", "readout=last"], "model.readout=last applies to the GRU models only"),
         (["--config", "arith-fc-tiny", "model=lstm"], "'model=lstm': Invalid value 'lstm'"),
+        (["--config", "synthetic-tiny", "lr=nan"], "optim.lr must be a finite number, got nan"),
+        (["--config", "synthetic-tiny", "lr=inf"], "optim.lr must be a finite number, got inf"),
+        (["--config", "synthetic-tiny", "deq.tol=inf"], "deq.tol must be a finite number, got inf"),
+        (["--config", "synthetic-tiny", "noise_std=inf"], "data.noise_std must be a finite number, got inf"),
+        (["--config", "arith-fc-tiny", "weight_decay=nan"], "optim.weight_decay must be a finite number, got nan"),
+        (["--config", "arith-fc-tiny", "grad_clip=nan"], "optim.grad_clip must be a finite number, got nan"),
+        (["--config", "arith-fc-tiny", "run.seed=4294967296"], "run.seed must be an integer from 0 to 2**32 - 1"),
     ],
 )
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):

@@ -3,6 +3,7 @@ name resolves), each section's checks naming its dotted key, short and dotted na
 skeleton's settings of a preset."""
 
 import dataclasses
+import typing
 
 import pytest
 
@@ -74,3 +75,42 @@ def test_eval_every_0_is_once_per_epoch_in_both_tasks():
     arithmetic = load_config("arith-deq-tiny", ["eval_every=0", "max_steps=3"])  # 128 rows, batch 32; cut at 3
     settings = toy_settings(arithmetic, "a", None, progress=False)
     assert (settings.eval_every, settings.steps) == (4, 3)
+
+
+def _float_keys(config: object) -> list[str]:
+    """Dotted names of the fields annotated float (or float | None) in every section of ``config``."""
+    keys = []
+    for section in dataclasses.fields(config):
+        value = getattr(config, section.name)
+        hints = typing.get_type_hints(type(value))
+        keys += [f"{section.name}.{f.name}" for f in dataclasses.fields(value)
+                 if float in (hints[f.name], *typing.get_args(hints[f.name]))]  # fmt: skip
+    return keys
+
+
+_SHARED = {"deq.tol", "deq.eval_tol", "deq.backward_tol", "deq.phantom_damping", "deq.jac_weight", "deq.jac_prob",
+           "deq.jac_growth", "optim.lr", "optim.weight_decay", "optim.grad_clip"}  # fmt: skip
+FLOAT_KEYS = [("synthetic-tiny", key) for key in _float_keys(SyntheticConfig())]
+FLOAT_KEYS += [("arith-deq-tiny", key) for key in _float_keys(ArithmeticConfig())]
+
+
+def test_the_float_settings_of_every_section_are_found():
+    assert set(_float_keys(SyntheticConfig())) == _SHARED | {"data.noise_std"}
+    assert set(_float_keys(ArithmeticConfig())) == _SHARED
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize(("preset", "key"), FLOAT_KEYS)
+def test_every_float_setting_refuses_nan_and_inf_naming_it(preset, key, value):
+    with pytest.raises(UsageError) as info:
+        load_config(preset, [f"{key}={value}"])
+    assert f"{key} must be a finite number" in str(info.value) and f"got {value}" in str(info.value)
+
+
+@pytest.mark.parametrize("preset", ["synthetic-tiny", "arith-deq-tiny"])
+def test_seeds_are_those_numpy_and_torch_accept(preset):
+    config = load_config(preset, [f"run.seed={2**32 - 1}", f"data.data_seed={2**32 - 1}"])
+    assert config.run.seed == config.data.data_seed == 2**32 - 1
+    for key in ("run.seed", "data.data_seed"):
+        with pytest.raises(UsageError, match=rf"{key} must be an integer from 0 to 2\*\*32 - 1 = 4294967295"):
+            load_config(preset, [f"{key}={2**32}"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from deq_core.train.run_config import (
 )
 from deq_core.train.sections import train_settings
 from deq_vision.configs import PRESETS, Config, get_config
-from deq_vision.train import RESUMABLE_CHANGES
+from deq_vision.train import RESUMABLE_CHANGES, main
 
 
 def test_paper_presets() -> None:
@@ -189,3 +190,60 @@ def test_a_run_folder_of_version_040_loads_and_resumes(tmp_path: Path) -> None:
     assert allowed == {"run.stop_after": (3, 0)}  # resumes with the preset: only stop_after changed
     with pytest.raises(ValueError, match=r"--resume with a different config .*: optim\.lr: 0\.003 -> 0\.01"):
         check_resume_config(tmp_path, replace_config(current, {"lr": 0.01}), RESUMABLE_CHANGES)
+
+
+def _float_keys(cfg: Config) -> list[str]:
+    """Dotted names of the fields annotated float (or float | None) in every section of ``cfg``."""
+    keys = []
+    for section in dataclasses.fields(cfg):
+        value = getattr(cfg, section.name)
+        hints = typing.get_type_hints(type(value))
+        keys += [f"{section.name}.{f.name}" for f in dataclasses.fields(value)
+                 if float in (hints[f.name], *typing.get_args(hints[f.name]))]  # fmt: skip
+    return keys
+
+
+FLOAT_KEYS = _float_keys(Config())
+
+
+def test_the_float_settings_of_every_section_are_found() -> None:
+    assert set(FLOAT_KEYS) == {
+        "data.scale_min", "data.hflip", "data.color_jitter", "data.mixup", "data.cutmix", "data.label_smoothing",
+        "model.dropout", "model.drop_rate", "deq.tol", "deq.eval_tol", "deq.backward_tol", "deq.phantom_damping",
+        "deq.jac_weight", "deq.jac_prob", "deq.jac_growth", "optim.lr", "optim.weight_decay", "optim.grad_clip",
+        "optim.momentum", "optim.warmup_lr", "optim.min_lr", "optim.ema_decay",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_every_float_setting_refuses_nan_and_inf_naming_it(key: str, value: str) -> None:
+    with pytest.raises(ValueError) as info:
+        apply_overrides(get_config("tiny-mdeq"), [f"{key}={value}"])
+    assert f"{key} must be a finite number" in str(info.value) and f"got {value}" in str(info.value)
+
+
+def test_color_jitter_is_checked_like_the_other_augmentation_strengths() -> None:
+    with pytest.raises(ValueError, match=r"data\.color_jitter must be a number >= 0, got -0\.1"):
+        apply_overrides(get_config("tiny-mdeq"), ["color_jitter=-0.1"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("lr=nan", "optim.lr must be a finite number, got nan"),
+        ("lr=inf", "optim.lr must be a finite number, got inf"),
+        ("deq.tol=inf", "deq.tol must be a finite number, got inf"),
+        ("weight_decay=nan", "optim.weight_decay must be a finite number, got nan"),
+        ("grad_clip=nan", "optim.grad_clip must be a finite number, got nan"),
+        ("mixup=nan", "data.mixup must be a finite number, got nan"),
+        ("run.seed=4294967296", "run.seed must be an integer from 0 to 2**32 - 1 = 4294967295"),
+    ],
+)
+def test_bad_numbers_on_the_command_line_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, message: str
+) -> None:
+    assert main(["--config", "tiny-mdeq", "--output-dir", str(tmp_path / "run"), override]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m deq_vision.train: error: {message}"), err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()

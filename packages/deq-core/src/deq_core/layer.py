@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import BackwardCFunction
 
 from ._solvers import resolve_solver
 from ._solvers._options import check_int
@@ -51,6 +54,14 @@ class DEQ(nn.Module):
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
     does not grow with the number of solver iterations. In eval mode z_out is still differentiable when autograd
     is enabled; under torch.no_grad() no extra call of f is made.
+
+    Gradients: the layer holds no list of f's parameters; it learns what f depends on from the autograd graph of the
+    tracked call f(z*). When that graph reaches no tensor that requires grad besides z* itself (f's parameters are
+    frozen and its inputs need no gradient), z_out is returned as PyTorch ops return such results: with
+    ``requires_grad=False``, no graph and no backward strategy attached (so nothing can start a useless adjoint
+    solve), its value the tracked call's; ``info.jacobian_loss`` is then detached too. A graph with a custom
+    autograd Function in it (which may use tensors its graph does not show, e.g. a reentrant checkpoint) counts as
+    needing gradients.
     """
 
     def __init__(
@@ -155,10 +166,14 @@ class DEQ(nn.Module):
         fz = f(rebuild(z0, z_star))
         check_output(fz, state_spec(z0), f, "f(z*)")
         fz_t = as_tensors(fz)
+        needed = _needs_grad(fz_t, z_star)
         if jacobian_loss:
             per_sample = frobenius_from_graph(fz_t, z_star, self.jacobian_samples)
             kept = per_sample if bad is None else per_sample[~bad]
-            info.jacobian_loss = kept.mean() if kept.numel() else kept.sum()  # no sample left: 0, not NaN
+            loss = kept.mean() if kept.numel() else kept.sum()  # no sample left: 0, not NaN
+            info.jacobian_loss = loss if needed else loss.detach()
+        if not needed:  # nothing f computes with needs a gradient: a plain tensor, no graph, no backward strategy
+            return tuple(t.detach() for t in fz_t)
         return self.backward._output(f, z0, z_star, fz_t, info, self._report_unconverged, self.compile_step)
 
     def _unrolled(
@@ -168,14 +183,19 @@ class DEQ(nn.Module):
             raise ValueError(f"unroll must be an int >= 1, got {steps!r}.")
         spec = state_spec(z0)
         z, prev = z0, z0
+        made: tuple[Tensor, ...] = ()  # leaves made here for the Jacobian: no gradient of the caller's flows there
         for i in range(steps):
             if jacobian_loss and i == steps - 1:  # the last step's input must be in the graph to take J there
-                z = rebuild(z0, tuple(t if t.requires_grad else t.detach().requires_grad_() for t in as_tensors(z)))
+                given = as_tensors(z)
+                z = rebuild(z0, tuple(t if t.requires_grad else t.detach().requires_grad_() for t in given))
+                made = tuple(new for new, old in zip(as_tensors(z), given) if new is not old)
             prev, z = z, f(z)
             check_output(z, spec, f)
         jac = None
         if jacobian_loss:
             jac = frobenius_from_graph(as_tensors(z), as_tensors(prev), self.jacobian_samples).mean()
+            if made and not _needs_grad(as_tensors(z), made):  # as in a solve: no gradient needed, no graph kept
+                z, jac = rebuild(z0, tuple(t.detach() for t in as_tensors(z))), jac.detach()
         tol = self.tol if self.training else self._eval_limits()[1]
         return z, DEQInfo.from_unrolled(prev, z, steps, stop_mode=self.stop_mode, tol=tol, jacobian_loss=jac)
 
@@ -221,6 +241,39 @@ class DEQ(nn.Module):
                 stacklevel=3,
             )
         return res.nonfinite
+
+
+def _needs_grad(outputs: Sequence[Tensor], leaves: Sequence[Tensor]) -> bool:
+    """Whether the autograd graph of ``outputs`` reaches a tensor that requires grad other than ``leaves`` (the
+    leaves the layer made, e.g. z*): a parameter or input of f, directly or through other operations.
+
+    The graph is walked breadth-first from the outputs' ``grad_fn`` back to its leaves (``AccumulateGrad`` nodes)
+    and stops at the first other leaf, so that a training step (a parameter a few nodes from the output) pays little.
+    A custom autograd Function node counts as needing a gradient: it may use tensors that its graph does not show (a
+    reentrant checkpoint reruns the module in its backward; the module's parameters are not among its inputs).
+    """
+    own = {id(t) for t in leaves}
+    queue: deque[Any] = deque()
+    for t in outputs:
+        if t.grad_fn is not None:
+            queue.append(t.grad_fn)
+        elif t.requires_grad and id(t) not in own:  # f returned a tensor that is itself a leaf needing grad
+            return True
+    seen: set[Any] = set()  # the nodes themselves (hashed by identity), kept alive so that none is visited twice
+    while queue:
+        node = queue.popleft()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, BackwardCFunction):
+            return True
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node: a leaf tensor that requires grad
+        if variable is not None:
+            if id(variable) not in own:
+                return True
+            continue
+        queue.extend(child for child, _ in node.next_functions if child is not None)
+    return False
 
 
 def _rows_mask(rows: Tensor, like: Tensor) -> Tensor:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .checks import check_at_least, check_choice, check_fraction, in_section
+from .checks import check_at_least, check_choice, check_finite, check_fraction, in_section
 from .schedules import JacobianSchedule, PretrainSchedule
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ class DEQConfig:
         jac_weight, jac_prob, jac_growth, jac_every, jac_stop: Jacobian regularization with weight gamma
             ``jac_weight`` applied with probability ``jac_prob``, gamma += ``jac_growth`` every ``jac_every`` steps,
             off from step ``jac_stop`` (0: never switched off).
+
+    Every float setting must be a finite number (NaN and inf are refused when the section is built; no tolerance,
+    weight or probability here means anything at infinity).
     """
 
     solver: str = "anderson"
@@ -119,6 +122,7 @@ class DEQConfig:
 
 def _check_deq_config(config: DEQConfig) -> None:
     """Raise ValueError naming the first bad setting (its key without the ``deq.`` prefix) and the valid values."""
+    check_finite(config)
     check_choice(config, "stop_mode", "backward_stop_mode", "backward", "on_nonfinite")
     check_at_least(config, 1, "max_iter", "backward_max_iter", "pretrain_depth", "phantom_steps", "jacobian_samples")
     check_at_least(config, 0, "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop")

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from .checks import check_at_least, check_choice, in_section
+from .checks import check_at_least, check_choice, check_finite, check_seed, in_section
 from .task import TrainSettings
 
 __all__ = ["OptimConfig", "RunConfig", "section", "train_settings"]
@@ -28,12 +28,12 @@ class RunConfig:
     """A task config's ``run`` section: how a run is carried out and recorded (nothing here changes the model or its
     optimization, except ``seed``).
 
-    seed: the global seed (weights, data order, dropout, Jacobian draws). mixed_precision: "no", "fp16" or "bf16"
-    (Accelerate). log_every: optimizer steps between metrics lines. eval_every: steps between evaluations (0: the
-    task's default, e.g. once per epoch; always also at the last step). save_every: steps between checkpoints (0: only
-    at the end); keep_checkpoints: how many to keep. stop_after: stop with a checkpoint after this step as if
-    interrupted (0: never; for resume tests). save_grads_at: write the synchronized gradients of this step to
-    OUTPUT_DIR (0: never; for tests).
+    seed: the global seed (weights, data order, dropout, Jacobian draws), an int from 0 to 2**32 - 1 (NumPy's limit).
+    mixed_precision: "no", "fp16" or "bf16" (Accelerate). log_every: optimizer steps between metrics lines.
+    eval_every: steps between evaluations (0: the task's default, e.g. once per epoch; always also at the last step).
+    save_every: steps between checkpoints (0: only at the end); keep_checkpoints: how many to keep. stop_after: stop
+    with a checkpoint after this step as if interrupted (0: never; for resume tests). save_grads_at: write the
+    synchronized gradients of this step to OUTPUT_DIR (0: never; for tests).
     """
 
     seed: int = 0
@@ -57,7 +57,9 @@ class OptimConfig:
 
     batch_size: rows per optimizer step over all processes and micro-batches. grad_accum: micro-batches per step.
     lr: the peak learning rate. weight_decay: decoupled or L2 weight decay, as the task's optimizer applies it.
-    grad_clip: maximum global gradient norm (0: off).
+    grad_clip: maximum global gradient norm (0: off; inf is refused rather than read as "no clipping", which 0 says).
+    Every float setting, here and in a task's subclass, must be a finite number
+    (:func:`~deq_core.train.checks.check_finite`).
     """
 
     batch_size: int = 32
@@ -72,12 +74,15 @@ class OptimConfig:
 
 
 def _check_run(config: RunConfig) -> None:
+    check_finite(config)
     check_choice(config, "mixed_precision")
+    check_seed(config, "seed")
     check_at_least(config, 1, "log_every", "keep_checkpoints")
-    check_at_least(config, 0, "seed", "eval_every", "save_every", "stop_after", "save_grads_at")
+    check_at_least(config, 0, "eval_every", "save_every", "stop_after", "save_grads_at")
 
 
 def _check_optim(config: OptimConfig) -> None:
+    check_finite(config)
     check_at_least(config, 1, "batch_size", "grad_accum")
     check_at_least(config, 0, "weight_decay", "grad_clip")
     if isinstance(config.lr, bool) or not isinstance(config.lr, (int, float)) or config.lr <= 0:

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, check_fraction, in_section
+from deq_core.train.checks import check_at_least, check_choice, check_finite, check_fraction, in_section
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.sections import OptimConfig, RunConfig, section
 
@@ -159,6 +159,7 @@ class Config:
 
 
 def _check_data(data: DataConfig) -> None:
+    check_finite(data)
     check_choice(data, "task", "tokenizer")
     check_at_least(data, 1, "T", "n_valid", "n_test", "min_freq", "tgt_len", "eval_batch_size")
     check_at_least(data, 0, "vocab_size", "eval_tgt_len")
@@ -171,6 +172,7 @@ def _check_data(data: DataConfig) -> None:
 
 
 def _check_model(model: ModelConfig) -> None:
+    check_finite(model)
     check_choice(model, "name", "head")
     check_at_least(model, 1, "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers", "kernel", "dilation")
     check_at_least(model, 1, "div_val")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, in_section
+from deq_core.train.checks import check_at_least, check_choice, check_finite, check_seed, in_section
 from deq_core.train.deq_config import DEQConfig, deq_section, deq_settings
 from deq_core.train.run_config import replace_config
 from deq_core.train.sections import section
@@ -34,6 +34,8 @@ class ArithmeticDataConfig:
 
     def __post_init__(self) -> None:
         with in_section("data"):
+            check_finite(self)
+            check_seed(self, "data_seed")
             check_choice(self, "task", "variant")
             check_at_least(self, 1, "length", "long_length", "n_train", "n_valid", "n_test")
             if self.length % 2 == 0 or self.long_length % 2 == 0 or self.length < 3:
@@ -53,6 +55,7 @@ class ArithmeticModelConfig:
 
     def __post_init__(self) -> None:
         with in_section("model"):
+            check_finite(self)
             check_choice(self, "name", "readout")
             check_at_least(self, 1, "hidden", "repeats")
             if self.name == "fc" and self.readout != "flatten":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, in_section
+from deq_core.train.checks import check_at_least, check_choice, check_finite, check_seed, in_section
 from deq_core.train.deq_config import DEQConfig, deq_section, deq_settings
 from deq_core.train.run_config import replace_config
 from deq_core.train.sections import section
@@ -26,6 +26,8 @@ class SyntheticDataConfig:
 
     def __post_init__(self) -> None:
         with in_section("data"):
+            check_finite(self)
+            check_seed(self, "data_seed")
             check_choice(self, "task")
             check_at_least(self, 1, "n_train", "n_valid")
             check_at_least(self, 0, "noise_std")
@@ -41,6 +43,7 @@ class SyntheticModelConfig:
 
     def __post_init__(self) -> None:
         with in_section("model"):
+            check_finite(self)
             check_at_least(self, 1, "width")
 
 

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, check_fraction, in_section
+from deq_core.train.checks import check_at_least, check_choice, check_finite, check_fraction, in_section
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.sections import OptimConfig, RunConfig, section
 
@@ -64,9 +64,11 @@ class DataConfig:
 
 
 def _check_data(data: DataConfig) -> None:
+    check_finite(data)
     check_choice(data, "dataset")
     check_at_least(data, 1, "image_size")
-    check_at_least(data, 0, "num_classes", "train_limit", "eval_limit", "num_workers", "mixup", "cutmix")
+    check_at_least(data, 0, "num_classes", "train_limit", "eval_limit", "num_workers")
+    check_at_least(data, 0, "color_jitter", "mixup", "cutmix")
     check_fraction(data, "scale_min", "hflip", "label_smoothing")
     fixed = NUM_CLASSES.get(data.dataset) if data.dataset not in IMAGE_FOLDERS else None
     if fixed is not None and data.num_classes not in (0, fixed):
@@ -90,6 +92,7 @@ class ModelConfig:
 
 
 def _check_model(model: ModelConfig) -> None:
+    check_finite(model)
     if not isinstance(model.name, str) or not model.name.strip():
         raise ValueError(f"name must be a timm model name, e.g. mdeq_tiny_cifar10 or resnet18, got {model.name!r}.")
     check_at_least(model, 0, "drop_rate")
@@ -124,6 +127,7 @@ class VisionOptimConfig(OptimConfig):
 
 
 def _check_optim(optim: VisionOptimConfig) -> None:
+    check_finite(optim)
     check_at_least(optim, 1, "steps")
     check_at_least(optim, 0, "warmup_steps", "momentum", "warmup_lr", "min_lr")
     check_fraction(optim, "ema_decay")
