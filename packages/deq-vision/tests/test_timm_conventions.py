@@ -1,6 +1,6 @@
 """timm conventions of the registered models (the MDEQs and the ResNet twin): discovery by name, pretrained_cfg for
 the data each model is for, forward_features / forward_head, drop_path_rate, group_matcher (layer-wise lr decay),
-get_classifier / reset_classifier."""
+get_classifier / reset_classifier, forward_intermediates, set_grad_checkpointing, no_weight_decay."""
 
 from __future__ import annotations
 
@@ -217,6 +217,53 @@ def test_reset_classifier_changes_the_head(name: str) -> None:
 def test_reset_classifier_rejects_other_pooling() -> None:
     with pytest.raises(ValueError, match="global_pool must be 'avg'"):
         timm.create_model("mdeq_mini").reset_classifier(3, global_pool="max")
+
+
+@pytest.mark.parametrize("name", ["mdeq_mini", "mdeq_tiny_cifar10"])
+def test_forward_intermediates_are_the_branch_states(name: str) -> None:
+    """One map per branch, the equilibrium state z*_i at 1 / 2^i of the stem's resolution (feature_info), and the
+    final map equal to forward_features; int indices take the last n, negative ones count from the end."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, deq=default_deq(max_iter=4)).eval()
+    x = _eval_input(name)
+    with torch.no_grad():
+        final, maps = model.forward_intermediates(x)
+        torch.testing.assert_close(final, model.forward_features(x), rtol=0, atol=0)
+        z, _ = model.equilibrium(x)
+        only = model.forward_intermediates(x, indices=1, intermediates_only=True)
+        picked = model.forward_intermediates(x, indices=[-2], intermediates_only=True)
+    side = x.shape[-1]
+    assert [m.shape for m in maps] == [(3, c, side >> i, side >> i) for i, c in enumerate(model.channels)]
+    assert [info["num_chs"] for info in model.feature_info] == list(model.channels)
+    assert [info["reduction"] for info in model.feature_info] == [2**i for i in range(len(model.channels))]
+    for got, want in zip(maps, z):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert len(only) == 1 and torch.equal(only[0], maps[-1]) and torch.equal(picked[0], maps[-2])
+    with pytest.raises(ValueError, match="out of range"):
+        model.forward_intermediates(x, indices=[len(model.channels)])
+    with pytest.raises(ValueError, match="NCHW"):
+        model.forward_intermediates(x, output_fmt="NHWC")
+
+
+def test_grad_checkpointing_is_refused_in_one_line() -> None:
+    model = timm.create_model("mdeq_mini")
+    model.set_grad_checkpointing(False)  # nothing to switch off
+    with pytest.raises(NotImplementedError, match="implicit backward keeps no activations") as err:
+        model.set_grad_checkpointing()
+    assert "\n" not in str(err.value)
+
+
+def test_no_weight_decay_leaves_timms_rule() -> None:
+    """no_weight_decay() names nothing: timm's optimizer factory exempts the 1-D parameters (biases, norm affines)
+    and decays every conv and linear weight, the weight-norm magnitudes g included (the optimizer of the presets is
+    unchanged)."""
+    model = timm.create_model("mdeq_mini")
+    assert model.no_weight_decay() == set()
+    optimizer = create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05)
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in decayed}
+    assert names == {n for n, p in model.named_parameters() if p.ndim > 1}
+    assert "blocks.0.conv1.parametrizations.weight.original0" in names
 
 
 def test_package_version_matches_pyproject() -> None:
