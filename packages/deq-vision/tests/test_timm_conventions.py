@@ -1,6 +1,7 @@
 """timm conventions of the registered models (the MDEQs and the ResNet twin): discovery by name, pretrained_cfg for
 the data each model is for, forward_features / forward_head, drop_path_rate, group_matcher (layer-wise lr decay),
-get_classifier / reset_classifier, forward_intermediates, set_grad_checkpointing, no_weight_decay."""
+get_classifier / reset_classifier, forward_intermediates / features_only, set_grad_checkpointing, no_weight_decay.
+Loading trained weights through timm: tests/test_timm_weights.py."""
 
 from __future__ import annotations
 
@@ -66,12 +67,14 @@ def test_timm_has_no_plugin_discovery_and_import_deq_vision_registers_the_models
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
-def test_pretrained_cfg_has_no_weights_and_pretrained_true_is_a_clear_error(name: str) -> None:
+def test_pretrained_cfg_has_no_weights_and_pretrained_true_is_timms_error(name: str) -> None:
+    """No weights are published: pretrained=True without a source is timm's own error (a trained run's weights load
+    with a source, tests/test_timm_weights.py)."""
     cfg = timm.get_pretrained_cfg(name)
     assert not cfg.has_weights and cfg.architecture == name
     assert cfg.num_classes in (10, 1000) and cfg.classifier and cfg.first_conv
     assert not timm.is_model_pretrained(name)
-    with pytest.raises(ValueError, match=f"{name} has no pretrained weights .* pretrained=False"):
+    with pytest.raises(RuntimeError, match=f"No pretrained weights exist for {name}. Use `pretrained=False`"):
         timm.create_model(name, pretrained=True)
 
 
@@ -243,6 +246,33 @@ def test_forward_intermediates_are_the_branch_states(name: str) -> None:
         model.forward_intermediates(x, indices=[len(model.channels)])
     with pytest.raises(ValueError, match="NCHW"):
         model.forward_intermediates(x, output_fmt="NHWC")
+
+
+def test_features_only_gives_the_branch_maps_without_the_head() -> None:
+    """timm.create_model(..., features_only=True): timm's FeatureGetterNet over forward_intermediates, every branch
+    by default (out_indices picks), feature_info as timm's, no head parameters left (all are trained by a loss on the
+    maps); the ImageNet models report their stem's stride 4."""
+    torch.manual_seed(0)
+    full = timm.create_model("mdeq_mini").eval()
+    backbone = timm.create_model("mdeq_mini", features_only=True).eval()
+    assert backbone.feature_info.channels() == [16, 32] and backbone.feature_info.reduction() == [1, 2]
+    assert not any(name.startswith("model.head.") for name, _ in backbone.named_parameters())
+    backbone.model.load_state_dict(full.state_dict(), strict=False)  # the same weights as the full model
+    x = _eval_input("mdeq_mini")
+    with torch.no_grad():
+        maps = backbone(x)
+        _, expected = full.forward_intermediates(x)
+    for got, want in zip(maps, expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    backbone.train()
+    sum(m.square().mean() for m in backbone(x)).backward()  # gradients through the implicit backward
+    assert all(p.grad is not None for p in backbone.parameters())
+    last = timm.create_model("mdeq_mini", features_only=True, out_indices=(1,))
+    assert last.feature_info.channels() == [32] and len(last(x)) == 1
+    with pytest.raises(RuntimeError, match="head was pruned"):
+        backbone.model.forward_features(x)
+    large = timm.create_model("mdeq_small_imagenet", features_only=True, deq=default_deq(max_iter=2))
+    assert large.feature_info.reduction() == [4, 8, 16, 32] and large.feature_info.channels() == [32, 64, 128, 256]
 
 
 def test_grad_checkpointing_is_refused_in_one_line() -> None:
