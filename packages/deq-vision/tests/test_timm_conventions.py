@@ -1,6 +1,7 @@
 """timm conventions of the registered models (the MDEQs and the ResNet twin): discovery by name, pretrained_cfg for
 the data each model is for, forward_features / forward_head, drop_path_rate, group_matcher (layer-wise lr decay),
-get_classifier / reset_classifier."""
+get_classifier / reset_classifier, forward_intermediates / features_only, set_grad_checkpointing, no_weight_decay.
+Loading trained weights through timm: tests/test_timm_weights.py."""
 
 from __future__ import annotations
 
@@ -66,12 +67,14 @@ def test_timm_has_no_plugin_discovery_and_import_deq_vision_registers_the_models
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
-def test_pretrained_cfg_has_no_weights_and_pretrained_true_is_a_clear_error(name: str) -> None:
+def test_pretrained_cfg_has_no_weights_and_pretrained_true_is_timms_error(name: str) -> None:
+    """No weights are published: pretrained=True without a source is timm's own error (a trained run's weights load
+    with a source, tests/test_timm_weights.py)."""
     cfg = timm.get_pretrained_cfg(name)
     assert not cfg.has_weights and cfg.architecture == name
     assert cfg.num_classes in (10, 1000) and cfg.classifier and cfg.first_conv
     assert not timm.is_model_pretrained(name)
-    with pytest.raises(ValueError, match=f"{name} has no pretrained weights .* pretrained=False"):
+    with pytest.raises(RuntimeError, match=f"No pretrained weights exist for {name}. Use `pretrained=False`"):
         timm.create_model(name, pretrained=True)
 
 
@@ -217,6 +220,80 @@ def test_reset_classifier_changes_the_head(name: str) -> None:
 def test_reset_classifier_rejects_other_pooling() -> None:
     with pytest.raises(ValueError, match="global_pool must be 'avg'"):
         timm.create_model("mdeq_mini").reset_classifier(3, global_pool="max")
+
+
+@pytest.mark.parametrize("name", ["mdeq_mini", "mdeq_tiny_cifar10"])
+def test_forward_intermediates_are_the_branch_states(name: str) -> None:
+    """One map per branch, the equilibrium state z*_i at 1 / 2^i of the stem's resolution (feature_info), and the
+    final map equal to forward_features; int indices take the last n, negative ones count from the end."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, deq=default_deq(max_iter=4)).eval()
+    x = _eval_input(name)
+    with torch.no_grad():
+        final, maps = model.forward_intermediates(x)
+        torch.testing.assert_close(final, model.forward_features(x), rtol=0, atol=0)
+        z, _ = model.equilibrium(x)
+        only = model.forward_intermediates(x, indices=1, intermediates_only=True)
+        picked = model.forward_intermediates(x, indices=[-2], intermediates_only=True)
+    side = x.shape[-1]
+    assert [m.shape for m in maps] == [(3, c, side >> i, side >> i) for i, c in enumerate(model.channels)]
+    assert [info["num_chs"] for info in model.feature_info] == list(model.channels)
+    assert [info["reduction"] for info in model.feature_info] == [2**i for i in range(len(model.channels))]
+    for got, want in zip(maps, z):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert len(only) == 1 and torch.equal(only[0], maps[-1]) and torch.equal(picked[0], maps[-2])
+    with pytest.raises(ValueError, match="out of range"):
+        model.forward_intermediates(x, indices=[len(model.channels)])
+    with pytest.raises(ValueError, match="NCHW"):
+        model.forward_intermediates(x, output_fmt="NHWC")
+
+
+def test_features_only_gives_the_branch_maps_without_the_head() -> None:
+    """timm.create_model(..., features_only=True): timm's FeatureGetterNet over forward_intermediates, every branch
+    by default (out_indices picks), feature_info as timm's, no head parameters left (all are trained by a loss on the
+    maps); the ImageNet models report their stem's stride 4."""
+    torch.manual_seed(0)
+    full = timm.create_model("mdeq_mini").eval()
+    backbone = timm.create_model("mdeq_mini", features_only=True).eval()
+    assert backbone.feature_info.channels() == [16, 32] and backbone.feature_info.reduction() == [1, 2]
+    assert not any(name.startswith("model.head.") for name, _ in backbone.named_parameters())
+    backbone.model.load_state_dict(full.state_dict(), strict=False)  # the same weights as the full model
+    x = _eval_input("mdeq_mini")
+    with torch.no_grad():
+        maps = backbone(x)
+        _, expected = full.forward_intermediates(x)
+    for got, want in zip(maps, expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    backbone.train()
+    sum(m.square().mean() for m in backbone(x)).backward()  # gradients through the implicit backward
+    assert all(p.grad is not None for p in backbone.parameters())
+    last = timm.create_model("mdeq_mini", features_only=True, out_indices=(1,))
+    assert last.feature_info.channels() == [32] and len(last(x)) == 1
+    with pytest.raises(RuntimeError, match="head was pruned"):
+        backbone.model.forward_features(x)
+    large = timm.create_model("mdeq_small_imagenet", features_only=True, deq=default_deq(max_iter=2))
+    assert large.feature_info.reduction() == [4, 8, 16, 32] and large.feature_info.channels() == [32, 64, 128, 256]
+
+
+def test_grad_checkpointing_is_refused_in_one_line() -> None:
+    model = timm.create_model("mdeq_mini")
+    model.set_grad_checkpointing(False)  # nothing to switch off
+    with pytest.raises(NotImplementedError, match="implicit backward keeps no activations") as err:
+        model.set_grad_checkpointing()
+    assert "\n" not in str(err.value)
+
+
+def test_no_weight_decay_leaves_timms_rule() -> None:
+    """no_weight_decay() names nothing: timm's optimizer factory exempts the 1-D parameters (biases, norm affines)
+    and decays every conv and linear weight, the weight-norm magnitudes g included (the optimizer of the presets is
+    unchanged)."""
+    model = timm.create_model("mdeq_mini")
+    assert model.no_weight_decay() == set()
+    optimizer = create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05)
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in decayed}
+    assert names == {n for n, p in model.named_parameters() if p.ndim > 1}
+    assert "blocks.0.conv1.parametrizations.weight.original0" in names
 
 
 def test_package_version_matches_pyproject() -> None:

@@ -5,6 +5,7 @@
     f(z; u) = fusion(block_0(z_0, u), block_1(z_1), ..., block_{n-1}(z_{n-1}))
     features = head bottlenecks(z*)           (B, final_channels, H / 2^(n-1), W / 2^(n-1))   forward_features
     logits = classifier(mean over h, w)       (B, num_classes)                                forward_head
+    z*_i, one per branch                      (B, C_i, H / 2^i, W / 2^i)                       forward_intermediates
 
 The solve and its implicit backward come from :class:`deq_core.DEQ` with a tuple state (one tensor per resolution).
 """
@@ -84,6 +85,7 @@ class MDEQ(nn.Module):
             raise ValueError(f"drop_path_rate must be in [0, 1), got {drop_path_rate}.")
         self.channels = tuple(int(c) for c in channels)
         self.num_classes = num_classes
+        self.in_chans = in_chans
         self.stem = nn.Sequential(
             conv_bn_relu(in_chans, self.channels[0], 3, stem_strides[0]),
             conv_bn_relu(self.channels[0], self.channels[0], 3, stem_strides[1]),
@@ -95,10 +97,17 @@ class MDEQ(nn.Module):
         if deq is not None and not isinstance(deq, deq_core.DEQ):
             raise TypeError(f"deq must be a deq_core.DEQ layer (or None for default_deq()), got {type(deq).__name__}.")
         self.deq = default_deq() if deq is None else deq
-        self.head = ClassificationHead(self.channels, head_channels, final_channels, num_classes)
+        self.head: ClassificationHead | None = ClassificationHead(
+            self.channels, head_channels, final_channels, num_classes
+        )
         self.head_drop = nn.Dropout(drop_rate)
         self.drop_rate = drop_rate
         self.num_features = self.head_hidden_size = final_channels
+        # timm's feature maps (features_only=True, forward_intermediates): the equilibrium state of each branch.
+        stride = stem_strides[0] * stem_strides[1]
+        self.feature_info = [
+            dict(num_chs=c, reduction=stride * 2**i, module=f"blocks.{i}") for i, c in enumerate(self.channels)
+        ]
 
     def cell(self, z: Sequence[Tensor], injection: Tensor) -> tuple[Tensor, ...]:
         """f(z; u): the equilibrium map. z: one (B, C_i, h_i, w_i) per branch; injection: (B, C_0, h_0, w_0)."""
@@ -136,19 +145,27 @@ class MDEQ(nn.Module):
             )
         return tuple(z), info
 
+    def _head(self) -> ClassificationHead:
+        if self.head is None:
+            raise RuntimeError(
+                "this MDEQ's head was pruned (features_only=True / prune_intermediate_layers): it gives the branch "
+                "states only, forward_intermediates(x, intermediates_only=True)."
+            )
+        return self.head
+
     def forward_features(self, x: Tensor) -> Tensor:
         """Images (B, in_chans, H, W) -> unpooled features (B, final_channels, h, w) after the equilibrium solve (at
         the layer's training / eval limits): the head's last map, at the coarsest branch's resolution,
         h = H / (s 2^(n-1)) with s the stem's total stride and n the number of branches (e.g. (B, 1680, 4, 4) for
         mdeq_large_cifar10 at 32x32, (B, 2048, 7, 7) for the ImageNet models at 224x224)."""
         z, _ = self.equilibrium(x)
-        return self.head.features(z)
+        return self._head().features(z)
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
         """Unpooled features (B, final_channels, h, w) -> logits (B, num_classes); with ``pre_logits`` the pooled
         features (B, final_channels) after ``drop_rate`` dropout, before the classifier."""
         pooled = self.head_drop(x.mean(dim=(2, 3)))
-        return pooled if pre_logits else self.head.classifier(pooled)
+        return pooled if pre_logits else self._head().classifier(pooled)
 
     def forward(
         self,
@@ -168,8 +185,66 @@ class MDEQ(nn.Module):
             jacobian_loss: also estimate ||J_f(z*)||_F^2 / D (``info.jacobian_loss``) for Jacobian regularization.
         """
         z, info = self.equilibrium(x, max_iter=max_iter, unroll=unroll, jacobian_loss=jacobian_loss)
-        logits = self.forward_head(self.head.features(z))
+        logits = self.forward_head(self._head().features(z))
         return (logits, info) if return_info else logits
+
+    def forward_intermediates(
+        self,
+        x: Tensor,
+        indices: int | Sequence[int] | None = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[Tensor] | tuple[Tensor, list[Tensor]]:
+        """timm's multi-scale features: the equilibrium state f(z*) of the branches ``indices`` (None: all; an int n:
+        the last n; a sequence: those, negative from the end), branch i as (B, C_i, h / 2^i, w / 2^i) with (h, w) the
+        stem's output (``feature_info``: channels and reduction per branch); with the unpooled
+        :meth:`forward_features` map unless ``intermediates_only``. One solve at the layer's training / eval limits
+        gives every branch (the cell couples all resolutions), so ``stop_early`` saves nothing and is ignored, as is
+        ``norm`` (the MDEQ has no final norm). ``timm.create_model(name, features_only=True)`` returns these maps.
+        """
+        if output_fmt != "NCHW":
+            raise ValueError(f"the MDEQ's feature maps are NCHW, got output_fmt={output_fmt!r}.")
+        take = _take_indices(len(self.channels), indices)
+        z, _ = self.equilibrium(x)
+        intermediates = [z[i] for i in take]
+        if intermediates_only:
+            return intermediates
+        return self._head().features(z), intermediates
+
+    def prune_intermediate_layers(
+        self, indices: int | Sequence[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Keep what :meth:`forward_intermediates` needs for ``indices`` (timm's features_only does this): with
+        ``prune_head`` the classification head (bottlenecks, final conv, classifier) is removed, so the model gives
+        feature maps only. Every branch stays (the equilibrium couples them); there is no norm to prune. Returns the
+        absolute indices."""
+        take = _take_indices(len(self.channels), indices)
+        if prune_head:
+            self.head = None
+            self.head_drop = nn.Identity()
+            self.num_classes = 0
+        return take
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Refused with ``enable=True`` (NotImplementedError; ``False`` is a no-op): gradient checkpointing trades
+        stored activations for recomputation, and the MDEQ stores none across its solve: the implicit backward
+        (``deq_core.Implicit``) keeps one tracked call of f at z*, whatever the number of solver iterations, and
+        solves for the gradient instead of replaying them. Lower the memory with a smaller batch or
+        ``deq_core.JFB()``."""
+        if enable:
+            raise NotImplementedError(
+                "the MDEQ has no gradient checkpointing: its implicit backward keeps no activations of the solver's "
+                "iterations (one tracked call of f), so there is nothing to recompute."
+            )
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names timm's optimizer factory exempts from weight decay beyond its own rule (biases and other
+        1-D parameters: the GroupNorm / BatchNorm affines): none. The weight-norm magnitudes g
+        (``...parametrizations.weight.original0``, shape (C_out, 1, 1, 1)) are each conv's scale, the only part of
+        w = g v / ||v|| that decay can shrink, so they are decayed like a plain conv weight."""
+        return set()
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
         """Parameter groups from input to output, as timm's regex matchers (for ``timm.optim``'s layer-wise learning
@@ -193,7 +268,7 @@ class MDEQ(nn.Module):
 
     def get_classifier(self) -> nn.Module:
         """The linear classifier (nn.Identity when num_classes is 0)."""
-        return self.head.classifier
+        return self._head().classifier
 
     @torch.no_grad()
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
@@ -203,5 +278,22 @@ class MDEQ(nn.Module):
             raise ValueError(
                 f"the MDEQ pools by the spatial mean: global_pool must be 'avg' or None, not {global_pool}."
             )
+        head = self._head()
         self.num_classes = num_classes
-        self.head.classifier = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+        head.classifier = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+
+
+def _take_indices(count: int, indices: int | Sequence[int] | None) -> list[int]:
+    """timm's selection of feature maps among ``count``: None all, an int n the last n, a sequence those (negative
+    from the end); ValueError out of range."""
+    if indices is None:
+        return list(range(count))
+    if isinstance(indices, int):
+        if not 0 < indices <= count:
+            raise ValueError(f"the MDEQ has {count} feature maps; cannot take the last {indices}.")
+        return list(range(count - indices, count))
+    taken = [i + count if i < 0 else i for i in indices]
+    bad = [i for i, t in zip(indices, taken) if not 0 <= t < count]
+    if bad:
+        raise ValueError(f"feature indices {bad} out of range for the MDEQ's {count} feature maps (0 to {count - 1}).")
+    return taken

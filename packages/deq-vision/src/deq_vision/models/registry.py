@@ -4,18 +4,30 @@ After ``import deq_vision`` (timm has no plugin discovery: the models exist in t
 imported): ``timm.create_model("mdeq_large_cifar10")``, ``"mdeq_tiny_cifar10"``, ``"mdeq_small_imagenet"``,
 ``"mdeq_large_imagenet"``, and the CPU-scale ``"mdeq_mini"`` and ``"resnet_mini"``. Keyword arguments (num_classes,
 in_chans, dropout, drop_path_rate, ...) override the defaults below; ``deq=deq_core.DEQ(...)`` replaces the
-architecture's default DEQ layer (solvers, limits, backward mode). Each model carries a
-``pretrained_cfg`` describing the data it is for (input size, mean / std, crop, classes); no pretrained weights
-exist, so ``pretrained=True`` is an error.
+architecture's default DEQ layer (solvers, limits, backward mode), and so does ``deq=dict(...)``, the layer's settings
+as plain data (:func:`layer_settings`; what an exported run's config.json holds). Each model carries a
+``pretrained_cfg`` describing the data it is for (input size, mean / std, crop, classes).
+
+No weights are published, so ``pretrained=True`` alone is timm's error (no pretrained weights exist); with a source it
+loads a trained run's weights as for any timm model: ``timm.create_model("local-dir:OUT", pretrained=True)`` (a folder
+written by ``python -m deq_vision.export``), ``"hf-hub:USER/REPO"``, or
+``pretrained_cfg_overlay=dict(file=".../model.safetensors")`` / ``dict(hf_hub_id=...)``. Weights are read from
+safetensors files only: a weight file of another format (a pickle, which can hold code), a folder without
+``model.safetensors`` or a url (timm reads those with torch.load) is refused with a ValueError before anything is read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model, resolve_pretrained_cfg
 from timm.models.resnet import BasicBlock, ResNet
+
+import deq_core
+from deq_core.train.deq_config import DEQConfig
 
 from .mdeq import MDEQ, default_deq
 
@@ -94,19 +106,90 @@ default_cfgs = generate_default_cfgs(
 )  # fmt: skip
 
 
-def _no_pretrained(name: str, pretrained: bool) -> None:
-    if pretrained:
+# The DEQConfig fields that make the layer (DEQConfig.layer_settings); the rest of the ``deq`` section schedules
+# training (jittered limit, pretraining, Jacobian loss) and is not part of a model.
+LAYER_KEYS: tuple[str, ...] = (
+    "solver", "solver_options", "max_iter", "tol", "stop_mode", "eval_max_iter", "eval_tol", "backward",
+    "backward_solver", "backward_options", "backward_max_iter", "backward_tol", "backward_stop_mode", "phantom_steps",
+    "phantom_damping", "jacobian_samples", "on_nonfinite",
+)  # fmt: skip
+WEIGHTS_FILE = "model.safetensors"  # the weights of a local-dir / hf-hub folder (timm's name)
+
+
+def layer_settings(deq: DEQConfig) -> dict[str, Any]:
+    """The DEQ layer of a config's ``deq`` section as JSON data (``LAYER_KEYS``; tuples as lists): what
+    ``deq=`` takes as a dict, and what an export writes to config.json's ``model_args``."""
+    return {key: list(v) if isinstance(v := getattr(deq, key), tuple) else v for key in LAYER_KEYS}
+
+
+def layer_from_settings(settings: Mapping[str, Any]) -> deq_core.DEQ:
+    """The :class:`deq_core.DEQ` layer of plain settings (:func:`layer_settings`; keys left out take
+    ``DEQConfig``'s defaults).
+
+    Raises:
+        ValueError: an unknown key, a bad value, or a solver that is not one of deq-core's built-ins: settings read as
+            data (a config.json) never import code, so a layer with a user's solver ("package.module:Class") is
+            built by the user, ``deq=deq_core.DEQ(solver=...)``.
+    """
+    unknown = sorted(set(settings) - set(LAYER_KEYS))
+    if unknown:
+        raise ValueError(f"deq: unknown layer settings {unknown}; valid: {', '.join(LAYER_KEYS)}.")
+    builtin = sorted(str(cls.name) for cls in (deq_core.FixedPoint, deq_core.Anderson, deq_core.Broyden))
+    for key in ("solver", "backward_solver"):
+        if key in settings and settings[key] not in builtin:
+            raise ValueError(
+                f"deq: {key} {settings[key]!r} is not one of deq-core's solvers {builtin}; settings read as data "
+                "never import code: build that layer yourself and pass deq=deq_core.DEQ(solver=...)."
+            )
+    values = {key: tuple(v) if isinstance(v, list) else v for key, v in settings.items()}
+    return DEQConfig(**values).layer()
+
+
+def _deq_layer(name: str, deq: Any) -> deq_core.DEQ:
+    """``deq`` as a layer: None the architecture's default, a dict by :func:`layer_from_settings`, a layer as is."""
+    if deq is None:
+        return default_deq(**DEFAULT_DEQ_LIMITS[name])
+    if isinstance(deq, Mapping):
+        return layer_from_settings(deq)
+    return deq  # MDEQ checks that it is a deq_core.DEQ
+
+
+def _weights_source(name: str, kwargs: dict[str, Any]) -> None:
+    """Refuse (ValueError) a pretrained source that is not a safetensors file, before timm reads it; an hf-hub
+    source without a file name gets ``model.safetensors`` (timm would fall back to ``pytorch_model.bin``). No source
+    at all is left to timm's own error."""
+    overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
+    cfg = resolve_pretrained_cfg(name, kwargs.get("pretrained_cfg"), overlay).to_dict()
+    source = cfg.get("source") or ""
+    hint = f"{name} loads weights from safetensors files only (other formats are pickles, which can run code)"
+    if source == "local-dir":
+        if not (Path(cfg["file"]) / WEIGHTS_FILE).is_file():
+            raise ValueError(f"{cfg['file']} has no {WEIGHTS_FILE}: {hint}; write it with python -m deq_vision.export.")
+    elif source != "hf-hub" and cfg.get("state_dict") is not None:
+        return  # tensors given in memory
+    elif source != "hf-hub" and cfg.get("file"):
+        if not str(cfg["file"]).endswith(".safetensors"):
+            raise ValueError(f"pretrained file {cfg['file']}: {hint}.")
+    elif cfg.get("hf_hub_id"):
+        filename = cfg.get("hf_hub_filename")
+        if filename is None:
+            kwargs["pretrained_cfg_overlay"] = {**overlay, "hf_hub_filename": WEIGHTS_FILE}
+        elif not str(filename).endswith(".safetensors"):
+            raise ValueError(f"pretrained hf_hub_filename {filename}: {hint}.")
+    elif cfg.get("url"):
         raise ValueError(
-            f"{name} has no pretrained weights (none are published): use pretrained=False, and load a trained run "
-            "with deq_vision.evaluate.load_model(RUN_DIR)."
+            f"pretrained url {cfg['url']}: {hint}; download it and pass pretrained_cfg_overlay=dict(file=...)."
         )
 
 
 def _build_mdeq(name: str, pretrained: bool, kwargs: dict[str, Any]) -> MDEQ:
-    _no_pretrained(name, pretrained)
-    if kwargs.get("deq") is None:
-        kwargs["deq"] = default_deq(**DEFAULT_DEQ_LIMITS[name])
-    return build_model_with_cfg(MDEQ, name, pretrained=False, **{**ARCHITECTURES[name], **kwargs})
+    if pretrained:
+        _weights_source(name, kwargs)
+    kwargs["deq"] = _deq_layer(name, kwargs.get("deq"))
+    settings = {**ARCHITECTURES[name], **kwargs}
+    # features_only=True: timm's FeatureGetterNet over forward_intermediates, one map per branch by default.
+    features = dict(out_indices=tuple(range(len(settings["channels"]))), feature_cls="getter")
+    return build_model_with_cfg(MDEQ, name, pretrained=pretrained, feature_cfg=features, **settings)
 
 
 @register_model
@@ -142,6 +225,7 @@ def mdeq_mini(pretrained: bool = False, **kwargs: Any) -> MDEQ:
 @register_model
 def resnet_mini(pretrained: bool = False, **kwargs: Any) -> ResNet:
     """timm's ResNet with one BasicBlock per stage, widths 8-64 (about 80K parameters), for CPU-scale runs."""
-    _no_pretrained("resnet_mini", pretrained)
+    if pretrained:
+        _weights_source("resnet_mini", kwargs)
     settings: dict[str, Any] = dict(block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), stem_width=8)
-    return build_model_with_cfg(ResNet, "resnet_mini", pretrained=False, **{**settings, **kwargs})
+    return build_model_with_cfg(ResNet, "resnet_mini", pretrained=pretrained, **{**settings, **kwargs})

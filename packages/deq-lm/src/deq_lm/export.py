@@ -1,0 +1,141 @@
+"""Export a trained run's model: ``python -m deq_lm.export RUN OUT [--data-dir DIR]``; load it back with
+:func:`load_pretrained`.
+
+RUN is a run directory (its newest complete checkpoint) or ``RUN/checkpoints/step_N``, loaded as
+``python -m deq_lm.evaluate`` loads it (:func:`deq_lm.evaluate.load_model`; a language model needs its corpus, at the
+directory saved in the run or ``--data-dir``, for its vocabulary size). OUT gets the layout timm uses for image
+models: ``model.safetensors`` (the weights; tied weights stored once) and ``config.json``::
+
+    {"architecture": "deq_transformer", "vocab_size": 10, "task": "copy_memory",
+     "model": {the run's model section}, "deq": {the run's deq section (DEQ models only)}, "deq_lm_version": ...}
+
+``deq_lm.export.load_pretrained(OUT)`` rebuilds the model from these and returns it in eval mode; its outputs equal
+those of the model evaluate loads. Loading reads JSON and safetensors only and imports nothing named in the file: a
+``deq`` section whose solver is an import path is refused (pass ``deq=`` a layer you built). The tokenizer is not
+exported: a language model's vocabulary stays with its corpus cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_model as load_safetensors
+from safetensors.torch import save_model
+
+import deq_core
+from deq_core.train.checkpoints import load_checked, read_json
+from deq_core.train.cli import usage_error
+from deq_core.train.run_config import config_from_dict
+
+from . import __version__
+from .configs import Config
+from .evaluate import load_model
+from .models import SequenceModel, build_model
+
+__all__ = ["export_run", "load_pretrained"]
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+PARTIAL_SUFFIX = ".partial"  # OUT is written as OUT.partial, renamed when complete
+_SOLVER_KEYS = ("solver", "backward_solver")
+
+
+def export_run(run: str | Path, out: str | Path, data_dir: str | Path | None = None) -> Path:
+    """Write the model of ``run`` (a run directory or one of its checkpoint folders) to ``out``:
+    ``model.safetensors`` + ``config.json``; returns ``out``. ``data_dir``: the corpus directory, if it moved
+    (language modeling). Written into ``OUT.partial`` and renamed when complete.
+
+    Raises:
+        FileNotFoundError: ``run`` is not a run or checkpoint folder.
+        CheckpointError: (a ValueError) the checkpoint holds something else than tensors and plain data.
+        FileExistsError: ``out`` exists and is not an empty folder.
+    """
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder: export into a new one.")
+    cfg, task, model, _ = load_model(Path(run), None if data_dir is None else Path(data_dir))
+    config: dict[str, Any] = {
+        "architecture": cfg.model.name, "vocab_size": task.vocab_size, "task": cfg.data.task,
+        "model": dataclasses.asdict(cfg.model),
+    }  # fmt: skip
+    if cfg.is_deq:
+        config["deq"] = dataclasses.asdict(cfg.deq)
+    config["deq_lm_version"] = __version__
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    save_model(model, str(partial / WEIGHTS_FILE))
+    (partial / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+    return out
+
+
+def _check_solvers(deq: Mapping[str, Any]) -> None:
+    """ValueError unless every solver named in the ``deq`` settings is one of deq-core's built-ins."""
+    builtin = sorted(str(cls.name) for cls in (deq_core.FixedPoint, deq_core.Anderson, deq_core.Broyden))
+    for key in _SOLVER_KEYS:
+        if key in deq and deq[key] not in builtin:
+            raise ValueError(
+                f"config.json: deq.{key} {deq[key]!r} is not one of deq-core's solvers {builtin}; loading never "
+                "imports code named in a file: build that layer yourself and pass load_pretrained(..., deq=layer)."
+            )
+
+
+def load_pretrained(folder: str | Path, deq: deq_core.DEQ | None = None) -> SequenceModel:
+    """The model exported to ``folder`` by :func:`export_run`, with its weights, in eval mode.
+
+    Args:
+        folder: holds ``config.json`` and ``model.safetensors``.
+        deq: a DEQ layer to use instead of the one config.json describes (needed when the run's solver was given by
+            import path, which loading does not import).
+
+    Raises:
+        FileNotFoundError: no config.json or model.safetensors in ``folder``.
+        ValueError: config.json is not an export of deq-lm, or names a solver by import path (``deq`` not given).
+        CheckpointError: (a ValueError) a file holds something else than JSON / tensors.
+    """
+    folder = Path(folder)
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name} does not exist: write the folder with python -m deq_lm.export.")
+    config = read_json(folder / CONFIG_FILE)
+    if not isinstance(config, dict) or not isinstance(config.get("model"), dict) or "vocab_size" not in config:
+        raise ValueError(f"{folder / CONFIG_FILE} is not a deq-lm export (no model section and vocab_size).")
+    values: dict[str, Any] = {"data": {"task": config.get("task", "copy_memory")}, "model": config["model"]}
+    if deq is None and isinstance(config.get("deq"), dict):
+        _check_solvers(config["deq"])
+        values["deq"] = config["deq"]
+    cfg = config_from_dict(Config, values)
+    model = build_model(cfg, int(config["vocab_size"]))
+    if deq is not None and cfg.is_deq:
+        model.body.deq = deq  # type: ignore[union-attr]
+    load_checked(folder / WEIGHTS_FILE, lambda path: load_safetensors(model, str(path)))
+    return model.eval()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; a user error (not a run, an unreadable checkpoint, OUT not empty) is one line and exit status 2."""
+    parser = argparse.ArgumentParser(prog="python -m deq_lm.export", description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a run directory or RUN/checkpoints/step_N")
+    parser.add_argument("out", type=Path, help="the folder to write model.safetensors and config.json to")
+    parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
+    args = parser.parse_args(argv)
+    try:
+        out = export_run(args.run, args.out, args.data_dir)
+    except (FileNotFoundError, FileExistsError, ValueError) as err:
+        return usage_error(parser.prog, err)
+    print(f"wrote {out / WEIGHTS_FILE} and {out / CONFIG_FILE}; load with deq_lm.export.load_pretrained({str(out)!r})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

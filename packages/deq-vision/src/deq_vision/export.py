@@ -1,0 +1,98 @@
+"""Export a trained run for timm: ``python -m deq_vision.export RUN OUT``.
+
+RUN is a run directory (its newest complete checkpoint) or ``RUN/checkpoints/step_N``, loaded as
+``python -m deq_vision.evaluate`` loads it (:func:`deq_vision.evaluate.load_model`). OUT gets timm's layout, written by
+timm's own ``save_for_hf``: ``model.safetensors`` (the model's weights) and ``config.json`` (``architecture``,
+``num_classes``, ``model_args``: the keywords that rebuild the same model, the DEQ layer among them as plain settings,
+and ``pretrained_cfg``: the run's eval preprocessing, input size, mean / std, crop, interpolation). Then, after
+``import deq_vision``::
+
+    timm.create_model("local-dir:OUT", pretrained=True)
+
+gives the run's model (its logits equal those of the model evaluate loads), and
+``timm.data.resolve_data_config(model=model)`` its eval transform. OUT may be an empty folder; anything in it is
+refused. The model weights are exported, not the EMA's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from timm.data import DEFAULT_CROP_PCT
+from timm.models import save_for_hf
+
+from deq_core.train.cli import usage_error
+
+from .configs import Config
+from .configs.config import IMAGE_FOLDERS
+from .data import NORMALIZATION
+from .evaluate import load_model
+from .models.registry import layer_settings
+
+__all__ = ["export_run"]
+
+PARTIAL_SUFFIX = ".partial"  # OUT is written as OUT.partial, renamed when complete
+
+
+def data_config(cfg: Config) -> dict[str, Any]:
+    """The run's eval preprocessing in timm's terms (as ``deq_vision.data.build_transform(cfg, training=False)``
+    builds it): input size, mean / std, center crop fraction, bilinear resize."""
+    mean, std = NORMALIZATION[cfg.data.dataset]
+    size = cfg.data.image_size
+    crop_pct = DEFAULT_CROP_PCT if cfg.data.dataset in IMAGE_FOLDERS else 1.0
+    return dict(
+        input_size=(cfg.in_chans, size, size), mean=mean, std=std, crop_pct=crop_pct, crop_mode="center",
+        interpolation="bilinear",
+    )  # fmt: skip
+
+
+def export_run(run: str | Path, out: str | Path) -> Path:
+    """Write the model of ``run`` (a run directory or one of its checkpoint folders) to ``out`` in timm's layout,
+    ``model.safetensors`` + ``config.json``; returns ``out``. Written into ``OUT.partial`` and renamed when complete.
+
+    Raises:
+        FileNotFoundError: ``run`` is not a run or checkpoint folder.
+        CheckpointError: (a ValueError) the checkpoint holds something else than tensors and plain data.
+        FileExistsError: ``out`` exists and is not an empty folder.
+    """
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder: export into a new one.")
+    cfg, model, _ = load_model(Path(run))
+    model_args = {"deq": layer_settings(cfg.deq)} if cfg.is_deq else {}
+    description = f"{cfg.model.name} trained by deq-vision on {cfg.data.dataset} ({cfg.head_classes} classes)"
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    save_for_hf(
+        model, partial, model_config={"pretrained_cfg": {"description": description}}, model_args=model_args,
+        safe_serialization=True, data_config=data_config(cfg),
+    )  # fmt: skip
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; a user error (not a run, an unreadable checkpoint, OUT not empty) is one line and exit status 2."""
+    parser = argparse.ArgumentParser(prog="python -m deq_vision.export", description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a run directory or RUN/checkpoints/step_N")
+    parser.add_argument("out", type=Path, help="the folder to write model.safetensors and config.json to")
+    args = parser.parse_args(argv)
+    try:
+        out = export_run(args.run, args.out)
+    except (FileNotFoundError, FileExistsError, ValueError) as err:
+        return usage_error(parser.prog, err)
+    print(f"wrote {out / 'model.safetensors'} and {out / 'config.json'}")
+    print(f'load with: import deq_vision; timm.create_model("local-dir:{out}", pretrained=True)')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
