@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -148,9 +148,12 @@ class Run:
         return objects
 
 
-def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: bool) -> Run:
+def setup_run(
+    task: Task, settings: TrainSettings, output_dir: Path, resume: bool, trusted_modules: Collection[str] = ()
+) -> Run:
     """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
-    ``output_dir`` (refusing a config that changes what is computed). Call it holding the folder's RunLock."""
+    ``output_dir`` (refusing a config that changes what is computed, or whose solver import path names a module
+    outside ``trusted_modules``: see :mod:`~deq_core.train.trust`). Call it holding the folder's RunLock."""
     accelerator = build_accelerator(settings.mixed_precision, settings.find_unused_parameters)
     world, accum = accelerator.num_processes, settings.grad_accum
     if settings.batch_size % (world * accum):
@@ -160,7 +163,11 @@ def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: boo
         )
     found = check_run_dir(output_dir, resume)
     extra = dict(settings.config_extra)
-    changes = check_resume_config(output_dir, settings.config, settings.resumable, **extra) if resume else {}
+    changes: dict[str, tuple[Any, Any]] = {}
+    if resume:
+        changes = check_resume_config(
+            output_dir, settings.config, settings.resumable, trusted_modules=trusted_modules, **extra
+        )
     set_seed(settings.seed)
     parts = task.build(accelerator)
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
@@ -306,19 +313,27 @@ def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:
     return postfix
 
 
-def train(task: Task, settings: TrainSettings, output_dir: str | Path, resume: bool = False) -> dict[str, Any]:
+def train(
+    task: Task,
+    settings: TrainSettings,
+    output_dir: str | Path,
+    resume: bool = False,
+    trusted_modules: Collection[str] = (),
+) -> dict[str, Any]:
     """Run (or resume) training of ``task`` in ``output_dir``, locked for the run; return the summary (step,
     parameters, train loss and NFE of the last logged step, ``{split}_{key}`` of the last evaluations, seconds spent
     in training steps this session, "results" of :meth:`Task.finish`), also written to OUTPUT_DIR/summary.json.
+    ``trusted_modules``: the modules whose solvers the saved config.json may name by import path (``resume``).
 
     Raises:
         RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
         ResumeConfigError: ``resume`` with a config that changes what is computed.
+        UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
     """
     main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     with RunLock(output_dir) if main else contextlib.nullcontext():
-        run = setup_run(task, settings, Path(output_dir), resume)
+        run = setup_run(task, settings, Path(output_dir), resume, trusted_modules)
         return _loop(run)
 
 
