@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_model as load_safetensors
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
-from deq_core.train.cli import usage_error
+from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
@@ -28,11 +28,19 @@ from .train import evaluate_split
 SWEEP_FILE = "sweep.json"  # RUN_DIR/sweep.json: the rows of the last sweep (split, and per limit: loss, metric, NFE)
 
 
-def load_model(checkpoint: Path, data_dir: Path | None = None) -> tuple[Config, Task, SequenceModel, Path]:
+def load_model(
+    checkpoint: Path, data_dir: Path | None = None, trusted_modules: Collection[str] = ()
+) -> tuple[Config, Task, SequenceModel, Path]:
     """(config, task, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
-    folder; ``data_dir`` replaces the corpus directory saved in the config (e.g. the corpus moved)."""
+    folder; ``data_dir`` replaces the corpus directory saved in the config (e.g. the corpus moved);
+    ``trusted_modules``: the modules whose solvers the saved config may name by import path (none else is imported).
+
+    Raises:
+        FileNotFoundError: not a run / checkpoint folder.
+        ValueError: a config or checkpoint that cannot be used, among them an UntrustedImportError.
+    """
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
-    _, cfg = load_config(run_dir, Config)
+    _, cfg = load_config(run_dir, Config, trusted_modules)
     if data_dir is not None:
         cfg = replace_config(cfg, {"data.data_dir": str(data_dir)})
     weights = checkpoint_weights(folder)
@@ -110,9 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tols", type=lambda s: _numbers(s, float), default=[1e-1, 1e-2, 1e-3, 1e-4])
     parser.add_argument("--no-sweep", action="store_true", help="only the metric at the config's eval limits")
     parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
+    add_trust_option(parser)
     args = parser.parse_args(argv)
     try:
-        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir)
+        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir, args.trust_solver)
     except (FileNotFoundError, ValueError) as err:
         return usage_error(parser.prog, err)
     for warning in task.data_warnings():
