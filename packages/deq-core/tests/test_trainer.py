@@ -4,6 +4,7 @@ bit-exactly, accumulates gradients exactly, and joins two CPU processes under ``
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import subprocess
@@ -70,6 +71,42 @@ def test_resume_refuses_a_changed_config(tmp_path):
     run(TinyConfig(steps=4, stop_after=2), tmp_path / "r")
     with pytest.raises(ResumeConfigError, match="lr: 0.03 -> 0.1"):
         run(TinyConfig(steps=4, lr=0.1), tmp_path / "r", resume=True)
+
+
+def _config_json(run_dir: Path) -> dict:
+    return json.loads((run_dir / "config.json").read_text())
+
+
+def test_the_thread_count_is_recorded_and_a_resume_with_another_is_said_in_one_line(tmp_path, capsys):
+    """Issue 25, item 9: the thread count changes the rounding, so the run records it (config.json
+    "torch_threads"), and a resume with another count is recorded in "resumed" and said in one line."""
+    threads, run_dir = torch.get_num_threads(), tmp_path / "r"
+    try:
+        torch.set_num_threads(1)
+        run(TinyConfig(steps=6, stop_after=2), run_dir)
+        assert _config_json(run_dir)["torch_threads"] == 1
+        run(TinyConfig(steps=6, stop_after=3), run_dir, resume=True)  # the same count: nothing recorded or said
+        assert _config_json(run_dir)["resumed"] == [{"step": 2, "changes": {"stop_after": [2, 3]}}]
+        assert "torch thread" not in capsys.readouterr().out
+        torch.set_num_threads(2)
+        run(TinyConfig(steps=6, stop_after=4), run_dir, resume=True)
+        lines = [line for line in capsys.readouterr().out.splitlines() if "torch thread" in line]
+        assert lines == [
+            "resuming with 2 torch thread(s) where the run used 1: bit-identical resumption is lost (the rounding "
+            "differs; recorded in config.json under 'resumed'); resume with 1 thread(s) to keep it"
+        ]
+        saved = _config_json(run_dir)
+        assert saved["resumed"][-1] == {"step": 3, "changes": {"stop_after": [2, 4], "torch_threads": [1, 2]}}
+        assert saved["torch_threads"] == 1  # the count the run started with
+        del saved["torch_threads"]  # a run written before the count was recorded
+        (run_dir / "config.json").write_text(json.dumps(saved))
+        torch.set_num_threads(1)
+        run(TinyConfig(steps=6), run_dir, resume=True)
+        lines = [line for line in capsys.readouterr().out.splitlines() if "torch thread" in line]
+        assert len(lines) == 1 and "the run did not record the count it ran with" in lines[0], lines
+        assert _config_json(run_dir)["resumed"][-1]["changes"]["torch_threads"] == [None, 1]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_gradient_accumulation_matches_the_full_batch(tmp_path):

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import checkpoint_path
@@ -73,6 +74,27 @@ def test_resume_with_another_data_dir_keeps_the_config_and_records_the_change(tm
     assert after["config"] == saved["config"]
     changes = {"run.stop_after": [3, 0], "data.data_dir": [corpus[1], str(moved)]}
     assert after["resumed"] == [{"step": 3, "changes": changes}]
+
+
+def test_resume_with_another_thread_count_is_recorded_and_said_in_one_line(tmp_path: Path, corpus, capsys) -> None:
+    """Issue 25, item 9: --threads changes the rounding; the run records torch's thread count, and a resume with
+    another one is recorded in "resumed" with one console line (bit-identical resumption is lost)."""
+    out, threads = tmp_path / "run", torch.get_num_threads()
+    try:
+        assert main([*ARGS, "stop_after=3", *corpus, "--output-dir", str(out), "--threads", "1"]) == 0
+        assert json.loads((out / "config.json").read_text())["torch_threads"] == 1
+        capsys.readouterr()
+        assert main([*ARGS, *corpus, "--output-dir", str(out), "--resume", "--threads", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "torch thread" in line]
+    assert lines == [
+        "resuming with 2 torch thread(s) where the run used 1: bit-identical resumption is lost (the rounding "
+        "differs; recorded in config.json under 'resumed'); resume with 1 thread(s) to keep it"
+    ]
+    after = json.loads((out / "config.json").read_text())
+    assert after["resumed"] == [{"step": 3, "changes": {"run.stop_after": [3, 0], "torch_threads": [1, 2]}}]
+    assert after["torch_threads"] == 1
 
 
 def test_a_half_written_metrics_line_and_an_interrupted_save_do_not_stop_a_resume(

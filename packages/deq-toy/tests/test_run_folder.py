@@ -72,7 +72,8 @@ def test_config_is_written_after_the_data_are_checked(tmp_path: Path, capsys) ->
 
 def test_resume_accepts_the_run_settings_and_records_them_by_dotted_name(tmp_path: Path, capsys) -> None:
     """``run.threads`` and ``run.save_every`` may change on --resume (short or dotted names); the change is recorded
-    in config.json by its dotted name; a change of another section is refused, naming its dotted key."""
+    in config.json by its dotted name; a change of another section is refused, naming its dotted key. Another thread
+    count is also recorded as torch's (``torch_threads``) and said in one line (bit-identical resumption is lost)."""
     out = tmp_path / "run"
     args = ["--output-dir", str(out), *ARGS]  # the overrides last
     assert train.main([*args, "--stop-after", "5"]) == 0
@@ -80,4 +81,7 @@ def test_resume_accepts_the_run_settings_and_records_them_by_dotted_name(tmp_pat
     _one_line_error(capsys, "optim.lr: 0.005 -> 0.1")
     assert train.main(["--resume", *args, "threads=2", "run.save_every=3"]) == 0
     resumed = json.loads((out / "config.json").read_text())["resumed"]
-    assert resumed == [{"step": 5, "changes": {"run.threads": [1, 2], "run.save_every": [10, 3]}}]
+    changes = {"run.threads": [1, 2], "run.save_every": [10, 3], "torch_threads": [1, 2]}
+    assert resumed == [{"step": 5, "changes": changes}]
+    said = [line for line in capsys.readouterr().out.splitlines() if "torch thread" in line]
+    assert len(said) == 1 and "where the run used 1: bit-identical resumption is lost" in said[0], said

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_model as load_safetensors
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
-from deq_core.train.cli import usage_error
+from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import load_config, replace_config
 
@@ -30,13 +30,19 @@ SWEEP_FILE = "sweep.json"  # RUN_DIR/sweep.json: the rows of the last sweep (spl
 
 
 def load_model(
-    checkpoint: Path, data_dir: Path | None = None, offline: bool = False
+    checkpoint: Path, data_dir: Path | None = None, offline: bool = False, trusted_modules: Collection[str] = ()
 ) -> tuple[Config, Task, SequenceModel, Path]:
     """(config, task, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
     folder; ``data_dir`` replaces the corpus directory saved in the config (e.g. the corpus moved); ``offline``: a
-    Hugging Face corpus from the local cache only."""
+    Hugging Face corpus from the local cache only; ``trusted_modules``: the modules whose solvers the saved config
+    may name by import path (none else is imported).
+
+    Raises:
+        FileNotFoundError: not a run / checkpoint folder.
+        ValueError: a config or checkpoint that cannot be used, among them an UntrustedImportError.
+    """
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
-    _, cfg = load_config(run_dir, Config)
+    _, cfg = load_config(run_dir, Config, trusted_modules)
     if data_dir is not None:
         cfg = replace_config(cfg, {"data.data_dir": str(data_dir)})
     weights = checkpoint_weights(folder)
@@ -116,9 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
     parser.add_argument("--offline", action="store_true", help="language modeling: a Hugging Face corpus from the "
                         "local cache only, never downloaded (as HF_HUB_OFFLINE=1)")  # fmt: skip
+    add_trust_option(parser)
     args = parser.parse_args(argv)
     try:
-        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir, offline=args.offline)
+        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir, args.offline, args.trust_solver)
     except (FileNotFoundError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
     for warning in task.data_warnings():

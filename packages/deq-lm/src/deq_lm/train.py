@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,17 +133,27 @@ def lm_settings(cfg: Config, name: str) -> TrainSettings:
 
 
 def train(
-    cfg: Config, output_dir: Path, name: str = "custom", resume: bool = False, offline: bool = False
+    cfg: Config,
+    output_dir: Path,
+    name: str = "custom",
+    resume: bool = False,
+    offline: bool = False,
+    trusted_modules: Collection[str] = (),
 ) -> dict[str, Any]:
     """Run (or resume) training in ``output_dir`` on the training skeleton (:func:`deq_core.train.trainer.train`),
     locked for the run; return the summary (step, last train loss and NFE, valid/test loss and metric). ``offline``:
-    a Hugging Face corpus is read from the local cache only, never downloaded (as with HF_HUB_OFFLINE=1).
+    a Hugging Face corpus is read from the local cache only, never downloaded (as with HF_HUB_OFFLINE=1);
+    ``trusted_modules``: the modules whose solvers the saved config.json may name by import path (``resume``).
 
     Raises:
         RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
+        UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
     """
-    return run_skeleton(SequenceTask(cfg, offline), lm_settings(cfg, name), Path(output_dir), resume=resume)
+    return run_skeleton(
+        SequenceTask(cfg, offline), lm_settings(cfg, name), Path(output_dir), resume=resume,
+        trusted_modules=trusted_modules,
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,10 +190,12 @@ def _configure(args: argparse.Namespace) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 for a user error, printed on one line)."""
-    return run_training_cli(
-        build_parser(), argv, _configure,
-        lambda cfg, out, args: train(cfg, out, name=args.config, resume=args.resume, offline=args.offline),
-    )  # fmt: skip
+
+    def run(cfg: Config, output_dir: Path, args: argparse.Namespace) -> None:
+        train(cfg, output_dir, name=args.config, resume=args.resume, offline=args.offline,
+              trusted_modules=args.trust_solver)  # fmt: skip
+
+    return run_training_cli(build_parser(), argv, _configure, run)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from deq_core.train.cli import usage_error
+from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
 from deq_core.train.reports import markdown_table
@@ -26,12 +26,20 @@ from .tasks.arithmetic import ArithmeticTask, load_tensors
 
 
 def load_task(
-    checkpoint: str | Path, data_dir: str | Path = "data", changes: Mapping[str, Any] | None = None
+    checkpoint: str | Path,
+    data_dir: str | Path = "data",
+    changes: Mapping[str, Any] | None = None,
+    trusted_modules: Collection[str] = (),
 ) -> tuple[Config, Any]:
     """The task of a run with its trained weights (settings in ``changes`` replaced, by dotted name, e.g.
-    ``{"deq.max_iter": 10}``)."""
+    ``{"deq.max_iter": 10}``); ``trusted_modules``: the modules whose solvers the saved config may name by import
+    path (none else is imported).
+
+    Raises:
+        UsageError: no usable checkpoint, or (UntrustedImportError) a solver of a module not in ``trusted_modules``.
+    """
     state = load_checkpoint(checkpoint)
-    config = replace_config(config_from_dict(state["config"]), changes or {})
+    config = replace_config(config_from_dict(state["config"], trusted_modules), changes or {})
     task = build_task(config, Path(data_dir))
     task.model.load_state_dict(state["model"])
     task.model.eval()
@@ -43,10 +51,11 @@ def evaluate_run(
     data_dir: str | Path = "data",
     split: str = "valid",
     changes: Mapping[str, Any] | None = None,
+    trusted_modules: Collection[str] = (),
 ) -> dict[str, float]:
     """Metrics of a trained run on ``split`` ("valid", or "test" for arithmetic) with optional config changes (by
-    dotted name, as :func:`load_task`)."""
-    config, task = load_task(checkpoint, data_dir, changes)
+    dotted name) and the modules a saved solver import path may name, as :func:`load_task`."""
+    config, task = load_task(checkpoint, data_dir, changes, trusted_modules)
     if split == "valid":
         return task.evaluate()
     if isinstance(config, ArithmeticConfig) and split == "test":
@@ -58,13 +67,19 @@ def evaluate_run(
 
 
 def sweep(
-    checkpoint: str | Path, data_dir: str | Path, split: str, max_iters: Sequence[int], tols: Sequence[float]
+    checkpoint: str | Path,
+    data_dir: str | Path,
+    split: str,
+    max_iters: Sequence[int],
+    tols: Sequence[float],
+    trusted_modules: Collection[str] = (),
 ) -> list[dict[str, Any]]:
-    """One row per (max_iter, tol): the settings and the metrics."""
+    """One row per (max_iter, tol): the settings and the metrics (``trusted_modules`` as for :func:`load_task`)."""
     rows = []
     for max_iter in max_iters:
         for tol in tols:
-            metrics = evaluate_run(checkpoint, data_dir, split, deq_settings(max_iter=max_iter, tol=tol))
+            changes = deq_settings(max_iter=max_iter, tol=tol)
+            metrics = evaluate_run(checkpoint, data_dir, split, changes, trusted_modules)
             rows.append({"max_iter": max_iter, "tol": tol, **metrics})
     return rows
 
@@ -90,16 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-iters", default="", help="comma-separated solver iteration limits to sweep")
     parser.add_argument("--tols", default="", help="comma-separated solver tolerances to sweep")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")
+    add_trust_option(parser)
     args = parser.parse_args(argv)
+    trusted = args.trust_solver
     try:
         torch.set_num_threads(1)
-        result: dict[str, Any] = {"metrics": evaluate_run(args.checkpoint, args.data_dir, args.split)}
+        result: dict[str, Any] = {"metrics": evaluate_run(args.checkpoint, args.data_dir, args.split, None, trusted)}
         print(json.dumps(result["metrics"], indent=2))
         if args.max_iters or args.tols:
-            config = config_from_dict(load_checkpoint(args.checkpoint)["config"])
+            config = config_from_dict(load_checkpoint(args.checkpoint)["config"], trusted)
             max_iters = _numbers(args.max_iters, int) or [config.deq.max_iter]
             tols = _numbers(args.tols, float) or [config.deq.tol]
-            rows = sweep(args.checkpoint, args.data_dir, args.split, max_iters, tols)
+            rows = sweep(args.checkpoint, args.data_dir, args.split, max_iters, tols, trusted)
             result["sweep"] = rows
             keys = ["max_iter", "tol"] + [k for k in rows[0] if k not in ("max_iter", "tol")]
             print(markdown(rows, keys))

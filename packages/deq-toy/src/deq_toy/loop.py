@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,7 @@ def run_training(
     stop_after: int | None = None,
     progress: bool = True,
     name: str = "custom",
+    trusted_modules: Collection[str] = (),
 ) -> dict[str, Any]:
     """Train ``config`` on the training skeleton and write OUTPUT_DIR/{config.json, metrics.jsonl,
     checkpoints/step_N/, summary.json, training.png, results.json, task figures}, holding the folder's lock.
@@ -109,6 +110,7 @@ def run_training(
         stop_after: stop (with a checkpoint) once this many steps are done in all, without the final evaluation;
             a later call with ``resume=True`` continues. None: run to the end.
         progress: show a progress bar (when stderr is a terminal).
+        trusted_modules: the modules whose solvers the saved config.json may name by import path (``resume``).
 
     Returns:
         the task's final results (empty when stopped early by ``stop_after``).
@@ -116,9 +118,12 @@ def run_training(
     Raises:
         UsageError: a bad folder (locked, holding a run without ``resume``, nothing to resume: RunDirError), a
             checkpoint that is not tensors and plain data (CheckpointError), another config on resume
-            (ResumeConfigError), or bad data.
+            (ResumeConfigError), a saved solver of a module not in ``trusted_modules`` (UntrustedImportError), or
+            bad data.
     """
     torch.set_num_threads(config.run.threads)
     settings = toy_settings(config, name, stop_after, progress)
-    summary = train(ToyRun(config, Path(data_dir)), settings, Path(output_dir), resume=resume)
+    summary = train(
+        ToyRun(config, Path(data_dir)), settings, Path(output_dir), resume=resume, trusted_modules=trusted_modules
+    )
     return summary.get("results", {})

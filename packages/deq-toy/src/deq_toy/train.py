@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _train(config: Config, output_dir: Path, args: argparse.Namespace) -> None:
     """Train ``config`` in ``output_dir`` and print the final results as JSON."""
     results = run_training(config, output_dir, args.data_dir, resume=args.resume, stop_after=args.stop_after,
-                           progress=not args.no_progress, name=args.config)  # fmt: skip
+                           progress=not args.no_progress, name=args.config,
+                           trusted_modules=args.trust_solver)  # fmt: skip
     if results:
         print(json.dumps(results, indent=2))
 

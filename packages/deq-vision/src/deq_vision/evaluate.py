@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
-from deq_core.train.cli import usage_error
+from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.run_config import load_config, replace_config
 
 from .claims_vision import paper_nfe
@@ -30,14 +30,16 @@ from .data import DatasetError, build_datasets
 from .train import build_model, evaluate_loader, finish_eval
 
 
-def load_model(checkpoint: Path) -> tuple[Config, nn.Module, Path]:
-    """(config, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint folder.
+def load_model(checkpoint: Path, trusted_modules: Collection[str] = ()) -> tuple[Config, nn.Module, Path]:
+    """(config, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint folder;
+    ``trusted_modules``: the modules whose solvers the saved config may name by import path (none else is imported).
 
     Raises:
         FileNotFoundError: not a run / checkpoint folder, or the checkpoint has no model.safetensors.
+        UntrustedImportError: (a ValueError) the config names a solver of a module not in ``trusted_modules``.
     """
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
-    _, cfg = load_config(run_dir, Config)
+    _, cfg = load_config(run_dir, Config, trusted_modules)
     weights = checkpoint_weights(folder)
     model = build_model(cfg)
     model.load_state_dict(load_checked(weights, lambda path: load_file(str(path))))
@@ -115,11 +117,12 @@ def _evaluate(argv: Sequence[str] | None) -> int:
     )
     parser.add_argument("--no-sweep", action="store_true", help="only the accuracy at the config's limits")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    add_trust_option(parser)
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        cfg, model, run_dir = load_model(args.checkpoint)
+        cfg, model, run_dir = load_model(args.checkpoint, args.trust_solver)
         if args.limit is not None:
             cfg = replace_config(cfg, {"data.eval_limit": args.limit})
         _, eval_set = build_datasets(cfg, args.data_dir)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,18 +231,22 @@ def train(
     resume: bool = False,
     data_dir: Path | None = None,
     download: bool = False,
+    trusted_modules: Collection[str] = (),
 ) -> dict[str, Any]:
     """Run (or resume) training in ``output_dir`` on the training skeleton (:func:`deq_core.train.trainer.train`),
     locked for the run; return the final summary (step, train loss, eval loss/accuracy, NFE, seconds spent in
-    training steps in this session), also written to OUTPUT_DIR/summary.json.
+    training steps in this session), also written to OUTPUT_DIR/summary.json. ``trusted_modules``: the modules whose
+    solvers the saved config.json may name by import path (``resume``).
 
     Raises:
         RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
+        UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
     """
     cfg = resolve_num_classes(cfg, data_dir)  # dataset=folder: the head from DATA_DIR/train; checked before any file
     task = VisionTask(cfg, data_dir, download)
-    return run_skeleton(task, vision_settings(cfg, name, data_dir), Path(output_dir), resume=resume)
+    settings = vision_settings(cfg, name, data_dir)
+    return run_skeleton(task, settings, Path(output_dir), resume=resume, trusted_modules=trusted_modules)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 for a user error, printed on one line)."""
 
     def run(cfg: Config, output_dir: Path, args: argparse.Namespace) -> None:
-        train(cfg, output_dir, name=args.config, resume=args.resume, data_dir=args.data_dir, download=args.download)
+        train(cfg, output_dir, name=args.config, resume=args.resume, data_dir=args.data_dir, download=args.download,
+              trusted_modules=args.trust_solver)  # fmt: skip
 
     return run_training_cli(
         build_parser(), argv, lambda args: apply_overrides(get_config(args.config), args.overrides), run

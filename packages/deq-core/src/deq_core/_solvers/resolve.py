@@ -21,6 +21,15 @@ def _shorthands() -> dict[str, type[Solver]]:
     return {str(cls.name): cls for cls in BUILTIN}
 
 
+def import_path_module(solver: object) -> str | None:
+    """The module that resolving ``solver`` would import: ``"pkg.module"`` for the import path
+    ``"pkg.module:Class"``; None for anything that imports nothing (a built-in's shorthand, a Solver class or object,
+    an unknown name without ``:``, a value that is not a string)."""
+    if not isinstance(solver, str) or solver in _shorthands() or ":" not in solver:
+        return None
+    return solver.partition(":")[0]
+
+
 def _imported(path: str) -> Any:
     """The object at ``"package.module:Name"``."""
     module_name, _, attr = path.partition(":")
@@ -39,7 +48,7 @@ def _solver_class(solver: str | type[Solver]) -> type[Solver] | Solver:
     shorthands = _shorthands()
     if solver in shorthands:
         return shorthands[solver]
-    if ":" not in solver:
+    if import_path_module(solver) is None:
         raise ValueError(
             f"unknown solver {solver!r}; choose one of {sorted(shorthands)}, give a deq_core.Solver object, or an "
             "import path 'package.module:Class'."

@@ -19,6 +19,7 @@
   resume check.
 - :mod:`~deq_core.train.reports`, :mod:`~deq_core.train.plots`: Markdown tables and the training plot.
 - :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
+- :mod:`~deq_core.train.trust`: which solver import paths a config read from a file may name (``--trust-solver``).
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
 - :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts.
 - :mod:`~deq_core.train.steptime`: where a DEQ training step's time goes (inside f or outside it).

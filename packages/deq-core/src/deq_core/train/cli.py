@@ -1,12 +1,15 @@
 """The command line every task package's ``train`` module shares:
 
-    python -m deq_X.train --config NAME [--output-dir DIR] [--resume] [--threads N] [TASK OPTIONS] [key=value ...]
+    python -m deq_X.train --config NAME [--output-dir DIR] [--resume] [--threads N] [--trust-solver MODULE ...]
+        [TASK OPTIONS] [key=value ...]
 
 :func:`training_parser` builds the parser (the task adds its own options, e.g. ``--data-dir``), and
 :func:`run_training_cli` runs it: the config from the preset and the overrides, the thread count, the output folder
 (default ``runs/CONFIG``), then the task's training; a bad setting or any :class:`~deq_core.train.errors.UsageError`
 is one line ``PROG: error: ...`` and exit status 2, never a traceback. :func:`usage_error` prints that line and gives
-that status, also for the task packages' ``evaluate`` and ``reproduce`` command lines.
+that status, also for the task packages' ``evaluate`` and ``reproduce`` command lines. :func:`add_trust_option` adds
+``--trust-solver MODULE``, the modules whose solvers a run's saved config.json may name by import path (on
+``--resume`` and in ``evaluate``; :mod:`~deq_core.train.trust`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 import torch
 
 from .errors import UsageError
+from .trust import TRUST_OPTION
 
-__all__ = ["run_training_cli", "training_parser", "usage_error"]
+__all__ = ["add_trust_option", "module_name", "run_training_cli", "training_parser", "usage_error"]
 
 _OVERRIDES_HELP = (
     "settings by dotted name, e.g. optim.steps=200 optim.lr=3e-4 deq.max_iter=12; a name only one section has may "
@@ -34,7 +38,8 @@ def training_parser(
 ) -> argparse.ArgumentParser:
     """The shared options: ``--config`` (one of ``presets``; ``default`` when given, else required),
     ``--output-dir``, ``--resume``, ``--threads`` (unless ``threads`` is False, for a task whose config sets its
-    threads) and the ``key=value`` overrides. Add the task's own options to the returned parser."""
+    threads), ``--trust-solver`` (:func:`add_trust_option`; pass ``args.trust_solver`` to the skeleton's ``train``)
+    and the ``key=value`` overrides. Add the task's own options to the returned parser."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     names = ", ".join(presets)
     if default is None:
@@ -48,6 +53,7 @@ def training_parser(
             "--threads", type=int, default=0, help="torch threads per process (default: torch's choice); 1 is "
             "often fastest for small models on a busy machine",
         )  # fmt: skip
+    add_trust_option(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help=_OVERRIDES_HELP)
     return parser
 
@@ -81,3 +87,28 @@ def usage_error(prog: str, err: Exception | str) -> int:
     status 2, for a command line's ``main()`` to return: ``return usage_error(parser.prog, err)``."""
     print(f"{prog}: error: {err}", file=sys.stderr)
     return 2
+
+
+def module_name(text: str) -> str:
+    """``text`` if it is a dotted module name (``pkg.module``): the type of the ``--trust-solver`` option.
+
+    Raises:
+        argparse.ArgumentTypeError: an import path with ``:Class``, or anything else that is not a module name.
+    """
+    if ":" in text:
+        module = text.partition(":")[0]
+        raise argparse.ArgumentTypeError(f"give the module of the import path, {module!r}, not {text!r}")
+    if not all(part.isidentifier() for part in text.split(".")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a module name such as my_pkg.my_solvers")
+    return text
+
+
+def add_trust_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--trust-solver MODULE`` (repeatable; ``args.trust_solver``, a list) to ``parser``: the modules whose
+    solvers a run's saved config.json may name by import path (``MODULE:Class``). A saved config imports no other
+    module; the built-in solvers need none."""
+    parser.add_argument(
+        TRUST_OPTION, dest="trust_solver", type=module_name, action="append", default=[], metavar="MODULE",
+        help="allow the run's saved config.json to name a solver of MODULE by import path (MODULE:Class) on --resume "
+        "or in evaluate; a saved config imports no other module (repeatable; the built-in solvers need none)",
+    )  # fmt: skip

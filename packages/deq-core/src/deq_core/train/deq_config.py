@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .checks import check_at_least, check_choice, check_finite, check_fraction, in_section
 from .schedules import JacobianSchedule, PretrainSchedule
+from .trust import import_path_field
 
 if TYPE_CHECKING:
     from .. import DEQ
@@ -32,7 +33,8 @@ class DEQConfig:
         solver, solver_options: the forward solver: a deq-core shorthand ("anderson", "broyden", "fixed_point") or
             the import path of a user's ``deq_core.Solver`` ("my_pkg.my_module:MySolver"), with its own options as
             ``key=value`` strings (``("m=6", "beta=0.8")`` for Anderson, ``("memory=10",)`` for Broyden), checked by
-            the solver.
+            the solver. Building the section imports the module of an import path; a config read from a file
+            imports only the modules the user allows (:mod:`~deq_core.train.trust`).
         max_iter, tol, stop_mode: forward limits: at most ``max_iter`` iterations, converged when the "rel"
             (||f(z) - z|| / ||f(z)||) or "abs" residual is <= ``tol``. eval_max_iter, eval_tol: the limits in eval
             mode (None: the training ones).
@@ -54,7 +56,7 @@ class DEQConfig:
     weight or probability here means anything at infinity).
     """
 
-    solver: str = "anderson"
+    solver: str = import_path_field("anderson")
     solver_options: tuple[str, ...] = ()
     max_iter: int = 30
     tol: float = 1e-4
@@ -62,7 +64,7 @@ class DEQConfig:
     eval_max_iter: int | None = None
     eval_tol: float | None = None
     backward: Literal["implicit", "phantom", "jfb"] = "implicit"
-    backward_solver: str = "broyden"
+    backward_solver: str = import_path_field("broyden")
     backward_options: tuple[str, ...] = ()
     backward_max_iter: int = 30
     backward_tol: float = 1e-6

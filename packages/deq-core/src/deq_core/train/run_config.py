@@ -5,7 +5,11 @@ sections as objects), "resumed": [changes, ...]}. :func:`save_config`, :func:`lo
 
 Task configs are frozen dataclasses whose sections (e.g. ``deq``, a :class:`~deq_core.train.deq_config.DEQConfig`)
 are nested dataclasses; a setting's name is its dotted path, ``deq.max_iter``, in changes, resume checks and on the
-command line."""
+command line.
+
+A config read from a file imports no module the user did not allow: :func:`config_from_dict` (and so
+:func:`load_config` and :func:`check_resume_config`) refuses an import path naming a module outside
+``trusted_modules`` before anything is built (:mod:`~deq_core.train.trust`)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Any, TypeVar
 
 from .checkpoints import CONFIG_FILE, PARTIAL_SUFFIX, read_json
 from .errors import UsageError
+from .trust import UntrustedImportError, check_import_paths
 
 __all__ = [
     "ResumeConfigError",
@@ -57,18 +62,23 @@ def save_config(cfg: Any, output_dir: str | Path, name: str, **extra: Any) -> Pa
     return path
 
 
-def load_config(run_dir: str | Path, config_cls: type[C]) -> tuple[str, C]:
+def load_config(run_dir: str | Path, config_cls: type[C], trusted_modules: Collection[str] = ()) -> tuple[str, C]:
     """(preset name, config) saved in ``run_dir/config.json``, as an instance of the dataclass ``config_cls``
-    (:func:`config_from_dict`: older flat layouts are read too).
+    (:func:`config_from_dict`: older flat layouts are read too; import paths only of ``trusted_modules``).
 
     Raises:
         FileNotFoundError: no config.json (not a run directory).
+        UntrustedImportError: (a UsageError and ValueError) the config names a solver by import path whose module is
+            not in ``trusted_modules``; nothing was imported.
     """
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} the output directory of a training run?")
     data = read_json(path)
-    return data.get("name", "?"), config_from_dict(config_cls, data["config"])
+    try:
+        return data.get("name", "?"), config_from_dict(config_cls, data["config"], trusted_modules)
+    except UntrustedImportError as err:
+        raise UntrustedImportError(f"{path}: {err}") from None
 
 
 def _sections(config_cls: type) -> dict[str, dataclasses.Field[Any]]:
@@ -83,13 +93,21 @@ def _section_default(field: dataclasses.Field[Any]) -> Any:
     return field.default
 
 
-def config_from_dict(config_cls: type[C], values: Mapping[str, Any]) -> C:
+def config_from_dict(config_cls: type[C], values: Mapping[str, Any], trusted_modules: Collection[str] = ()) -> C:
     """An instance of the dataclass ``config_cls`` from ``values`` as saved by :func:`save_config` (sections as
     nested dicts). Keys the class no longer has are dropped, fields the dict lacks take their defaults (a section's
     missing keys: the section's defaults in ``config_cls``), and JSON lists become tuples (configs are frozen).
     Earlier, flatter layouts are read too: a section's keys found at the top level (run folders written before the
     task config had that section) are moved into it, and a section found as a plain value (``"model":
-    "deq_transformer"``, the field the section replaced) becomes its ``name``."""
+    "deq_transformer"``, the field the section replaced) becomes its ``name``.
+
+    ``values`` are data (e.g. read from a file): a field that may hold an import path
+    (:func:`~deq_core.train.trust.import_path_field`, e.g. ``deq.solver``) may name only a module of
+    ``trusted_modules``, checked before anything is built, so that nothing else is imported.
+
+    Raises:
+        UntrustedImportError: (a UsageError and ValueError) an import path whose module is not in ``trusted_modules``.
+    """
     sections = _sections(config_cls)
     names = {f.name for f in dataclasses.fields(config_cls)}  # type: ignore[arg-type]
     values = dict(values)
@@ -101,6 +119,11 @@ def config_from_dict(config_cls: type[C], values: Mapping[str, Any]) -> C:
         flat = {k: values.pop(k) for k in list(values) if k in keys}
         if flat or nested is not None:
             values[name] = {**flat, **(nested or {})}
+    trusted = frozenset(trusted_modules)
+    check_import_paths(config_cls, values, trusted)
+    for name, field in sections.items():
+        if isinstance(values.get(name), Mapping):
+            check_import_paths(type(_section_default(field)), values[name], trusted, prefix=f"{name}.")
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
         if key not in names:
@@ -211,19 +234,27 @@ class ResumeConfigError(UsageError, ValueError):
 
 
 def check_resume_config(
-    run_dir: str | Path, current: Any, resumable: Collection[str] = (), **extra: Any
+    run_dir: str | Path,
+    current: Any,
+    resumable: Collection[str] = (),
+    *,
+    trusted_modules: Collection[str] = (),
+    **extra: Any,
 ) -> dict[str, tuple[Any, Any]]:
     """Before resuming in ``run_dir``: refuse a config that changes what the saved run computes; return the allowed
     changes ({key: (saved, current)} of ``resumable`` settings and of ``extra`` top-level entries such as
-    ``data_dir``), for :func:`record_resume`. Nothing to check when the directory has no config.json.
+    ``data_dir``), for :func:`record_resume`. Nothing to check when the directory has no config.json. The saved
+    config is read by :func:`load_config` with ``trusted_modules``.
 
     Raises:
         ResumeConfigError: (a ValueError) listing each refused key as ``key: saved -> current``.
+        UntrustedImportError: (a UsageError and ValueError) the saved config names a solver by import path whose
+            module is not in ``trusted_modules``; nothing was imported.
     """
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         return {}
-    _, saved = load_config(run_dir, type(current))
+    _, saved = load_config(run_dir, type(current), trusted_modules)
     changes = config_changes(saved, current, resumable)
     if changes:
         listed = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())

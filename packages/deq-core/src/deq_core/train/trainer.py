@@ -7,6 +7,10 @@ the DEQ step (:func:`plan_step`), the metrics file, the progress bar and console
 (:mod:`deq_core.train.state`: written aside, renamed when complete, tensors and plain data only) with bit-exact
 resume, and the training plot. Files of OUTPUT_DIR: config.json, metrics.jsonl, checkpoints/step_N/, summary.json,
 training.png (and what :meth:`Task.finish` writes).
+
+config.json records torch's intra-op thread count (``torch_threads``): it changes the floating-point rounding of
+reductions, so a run resumed with another count is not bit-identical to an uninterrupted one; such a resume is
+recorded in the ``resumed`` list of config.json and said in one console line.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ from .state import TrainState, load_training_checkpoint, save_training_checkpoin
 from .task import Forward, StepPlan, Task, TrainSettings
 
 __all__ = [
+    "THREADS_KEY",
     "Run",
     "StepStats",
     "build_accelerator",
@@ -53,10 +58,13 @@ __all__ = [
     "save_gradients",
     "setup_run",
     "step_scheduler",
+    "threads_line",
     "train",
     "train_record",
     "train_step",
 ]
+
+THREADS_KEY = "torch_threads"  # the top-level entry of config.json with torch's intra-op thread count
 
 
 def build_accelerator(mixed_precision: str = "no", find_unused_parameters: bool = False) -> Accelerator:
@@ -148,9 +156,15 @@ class Run:
         return objects
 
 
-def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: bool) -> Run:
+def setup_run(
+    task: Task, settings: TrainSettings, output_dir: Path, resume: bool, trusted_modules: Collection[str] = ()
+) -> Run:
     """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
-    ``output_dir`` (refusing a config that changes what is computed). Call it holding the folder's RunLock."""
+    ``output_dir`` (refusing a config that changes what is computed, or whose solver import path names a module
+    outside ``trusted_modules``: see :mod:`~deq_core.train.trust`). Call it holding the folder's RunLock.
+
+    config.json gets the ``config_extra`` entries and torch's thread count (``torch_threads``); a resume with another
+    thread count is recorded in its ``resumed`` list and said in one line (the run is no longer bit-identical)."""
     accelerator = build_accelerator(settings.mixed_precision, settings.find_unused_parameters)
     world, accum = accelerator.num_processes, settings.grad_accum
     if settings.batch_size % (world * accum):
@@ -159,8 +173,12 @@ def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: boo
             "change batch_size, grad_accum or the number of processes."
         )
     found = check_run_dir(output_dir, resume)
-    extra = dict(settings.config_extra)
-    changes = check_resume_config(output_dir, settings.config, settings.resumable, **extra) if resume else {}
+    extra = {**settings.config_extra, THREADS_KEY: torch.get_num_threads()}
+    changes: dict[str, tuple[Any, Any]] = {}
+    if resume:
+        changes = check_resume_config(
+            output_dir, settings.config, settings.resumable, trusted_modules=trusted_modules, **extra
+        )
     set_seed(settings.seed)
     parts = task.build(accelerator)
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
@@ -181,12 +199,28 @@ def setup_run(task: Task, settings: TrainSettings, output_dir: Path, resume: boo
     if run.main:
         if found is not None:
             record_resume(output_dir, run.state.step, changes)
+            if THREADS_KEY in changes:
+                print(threads_line(*changes[THREADS_KEY]), flush=True)
             if run.log.resume_at(run.state.metrics_lines):
                 print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
         elif run.log.path.exists():
             run.log.path.unlink()
     accelerator.wait_for_everyone()
     return run
+
+
+def threads_line(saved: Any, current: int) -> str:
+    """The console line of a resume with ``current`` torch threads where the run recorded ``saved`` (None: a run
+    written before the count was recorded)."""
+    if saved is None:
+        return (
+            f"resuming with {current} torch thread(s); the run did not record the count it ran with, so the result may "
+            "not be bit-identical to an uninterrupted run (recorded in config.json under 'resumed')"
+        )
+    return (
+        f"resuming with {current} torch thread(s) where the run used {saved}: bit-identical resumption is lost (the "
+        f"rounding differs; recorded in config.json under 'resumed'); resume with {saved} thread(s) to keep it"
+    )
 
 
 def train_step(run: Run, batches: Iterator[Any]) -> StepStats:
@@ -306,19 +340,27 @@ def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:
     return postfix
 
 
-def train(task: Task, settings: TrainSettings, output_dir: str | Path, resume: bool = False) -> dict[str, Any]:
+def train(
+    task: Task,
+    settings: TrainSettings,
+    output_dir: str | Path,
+    resume: bool = False,
+    trusted_modules: Collection[str] = (),
+) -> dict[str, Any]:
     """Run (or resume) training of ``task`` in ``output_dir``, locked for the run; return the summary (step,
     parameters, train loss and NFE of the last logged step, ``{split}_{key}`` of the last evaluations, seconds spent
     in training steps this session, "results" of :meth:`Task.finish`), also written to OUTPUT_DIR/summary.json.
+    ``trusted_modules``: the modules whose solvers the saved config.json may name by import path (``resume``).
 
     Raises:
         RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
         ResumeConfigError: ``resume`` with a config that changes what is computed.
+        UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
     """
     main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     with RunLock(output_dir) if main else contextlib.nullcontext():
-        run = setup_run(task, settings, Path(output_dir), resume)
+        run = setup_run(task, settings, Path(output_dir), resume, trusted_modules)
         return _loop(run)
 
 

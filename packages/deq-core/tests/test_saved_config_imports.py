@@ -1,0 +1,147 @@
+"""A config read from a file imports no module the user did not allow (issue 25, item 1): a solver named by import
+path in a saved config (``deq.solver="pkg.module:Class"``) is refused with one line naming the path and the option
+that allows it, before anything is imported, unless its module is trusted; built-in shorthands are always read. The
+task packages' tests run the same through ``python -m ... evaluate`` / ``train --resume`` in a run folder."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import deq_core
+from deq_core.train.cli import add_trust_option, module_name, training_parser
+from deq_core.train.deq_config import DEQConfig, deq_section
+from deq_core.train.errors import UsageError
+from deq_core.train.run_config import check_resume_config, config_from_dict, load_config, save_config
+from deq_core.train.trust import UntrustedImportError, check_import_paths, import_path_fields
+
+MODULE = "saved_config_payload"  # written into tmp_path by the fixture; importing it writes MARKER
+MARKER = "imported.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskConfig:
+    lr: float = 1e-3
+    deq: DEQConfig = deq_section(max_iter=8)
+
+
+@pytest.fixture
+def payload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A module MODULE on sys.path that records its import in tmp_path/MARKER and defines a valid solver, Relaxed."""
+    source = f"""
+import dataclasses
+from pathlib import Path
+
+import deq_core
+
+Path({str(tmp_path / MARKER)!r}).write_text("imported")
+
+
+@dataclasses.dataclass(frozen=True)
+class Relaxed(deq_core.Solver):
+    damping: float = 0.5
+
+    def init(self, z, fz, g, loop):
+        return None
+
+    def step(self, state, z, fz, g, loop):
+        return deq_core.Step(z + self.damping * g, state, temporary=True)
+"""
+    (tmp_path / f"{MODULE}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, MODULE, raising=False)
+    yield tmp_path / MARKER
+    sys.modules.pop(MODULE, None)
+
+
+def test_the_solver_fields_are_marked_as_import_paths():
+    assert import_path_fields(DEQConfig) == ("solver", "backward_solver")
+    assert import_path_fields(_TaskConfig) == ()
+
+
+@pytest.mark.parametrize("field", ["solver", "backward_solver"])
+def test_an_untrusted_import_path_is_refused_before_it_is_imported(payload: Path, field: str):
+    values = {"lr": 0.1, "deq": {field: f"{MODULE}:Relaxed"}}
+    with pytest.raises(UntrustedImportError) as info:
+        config_from_dict(_TaskConfig, values)
+    message = str(info.value)
+    assert message == (
+        f"deq.{field} is the import path '{MODULE}:Relaxed', and a saved config imports no module the command line "
+        f"does not allow; if you trust the module '{MODULE}', add --trust-solver {MODULE}."
+    )
+    assert isinstance(info.value, UsageError) and isinstance(info.value, ValueError)
+    with pytest.raises(UntrustedImportError):  # another module trusted is not this one
+        config_from_dict(_TaskConfig, values, trusted_modules=["other", f"{MODULE}.sub"])
+    assert not payload.exists() and MODULE not in sys.modules
+
+
+def test_a_trusted_module_is_imported_and_built(payload: Path):
+    cfg = config_from_dict(_TaskConfig, {"deq": {"solver": f"{MODULE}:Relaxed"}}, trusted_modules=[MODULE])
+    assert cfg.deq.solver == f"{MODULE}:Relaxed" and payload.exists()
+    assert type(cfg.deq.layer().solver).__name__ == "Relaxed"
+
+
+def test_built_in_names_and_solvers_need_no_trust():
+    for name in ("anderson", "broyden", "fixed_point"):
+        cfg = config_from_dict(_TaskConfig, {"deq": {"solver": name, "backward_solver": name}})
+        assert cfg.deq.solver == name and cfg.deq.backward_solver == name
+    with pytest.raises(ValueError, match="unknown solver 'newton'"):  # an unknown name imports nothing either
+        config_from_dict(_TaskConfig, {"deq": {"solver": "newton"}})
+
+
+def test_the_flat_layout_of_earlier_versions_is_checked_too(payload: Path):
+    with pytest.raises(UntrustedImportError, match=f"deq.solver is the import path '{MODULE}:Relaxed'"):
+        config_from_dict(_TaskConfig, {"lr": 0.1, "solver": f"{MODULE}:Relaxed"})
+    assert not payload.exists()
+
+
+def test_load_config_and_the_resume_check_name_the_file(payload: Path, tmp_path: Path):
+    run = tmp_path / "run"
+    save_config(_TaskConfig(), run, "task")
+    data = json.loads((run / "config.json").read_text())
+    data["config"]["deq"]["solver"] = f"{MODULE}:Relaxed"
+    (run / "config.json").write_text(json.dumps(data))
+    for read in (lambda: load_config(run, _TaskConfig), lambda: check_resume_config(run, _TaskConfig())):
+        with pytest.raises(UntrustedImportError) as info:
+            read()
+        assert str(info.value).startswith(f"{run / 'config.json'}: deq.solver is the import path ")
+        assert "\n" not in str(info.value)
+        assert not payload.exists()
+    with pytest.raises(ValueError, match=f"deq.solver: '{MODULE}:Relaxed' -> 'anderson'"):  # trusted: read, compared
+        check_resume_config(run, _TaskConfig(), trusted_modules=[MODULE])
+    assert payload.exists()
+
+
+def test_a_config_built_from_the_command_line_may_name_a_user_solver(payload: Path):
+    """The documented "write your own solver" path: an import path the user gives for a new run is imported."""
+    cfg = DEQConfig(solver=f"{MODULE}:Relaxed")
+    assert payload.exists() and type(cfg.layer().solver).__name__ == "Relaxed"
+
+
+def test_check_import_paths_ignores_values_that_import_nothing():
+    check_import_paths(DEQConfig, {"solver": 3, "backward_solver": None, "max_iter": "x:y"}, ())
+
+
+def test_the_trust_option_takes_module_names():
+    parser = argparse.ArgumentParser()
+    add_trust_option(parser)
+    assert parser.parse_args([]).trust_solver == []
+    args = parser.parse_args(["--trust-solver", "a.b", "--trust-solver", "c"])
+    assert args.trust_solver == ["a.b", "c"]
+    assert training_parser("p", "d", ["x"], default="x").parse_args(["--trust-solver", "m"]).trust_solver == ["m"]
+    assert module_name("pkg.mod_1") == "pkg.mod_1"
+    with pytest.raises(argparse.ArgumentTypeError, match="give the module of the import path, 'pkg.mod', not"):
+        module_name("pkg.mod:Cls")
+    for bad in ("", "pkg..mod", "1pkg", "pkg/mod"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a module name"):
+            module_name(bad)
+
+
+def test_resolve_solver_in_python_still_imports_a_path():
+    """Python code naming a solver by import path is the user's own code: deq_core.resolve_solver imports it."""
+    assert deq_core.resolve_solver("deq_core:Anderson") == deq_core.Anderson()

@@ -1,0 +1,126 @@
+"""A run folder cannot run code through its config.json (issue 25, item 1): a solver named there by import path
+(``deq.solver="payload:Evil"``) is imported neither by ``evaluate`` nor by ``train --resume``, although ``python -m``
+puts the working directory (here the run folder, holding payload.py) on sys.path: one line, exit status 2. A module
+the user allows with ``--trust-solver`` is read; an import path given on the command line for a new run is the user's
+own choice and needs no option."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import learnable_images, write_cifar_folder
+from deq_vision import train
+
+ARGS = ["--config", "tiny-mdeq"]
+PAYLOAD = """from pathlib import Path
+
+Path(__file__).with_name("ran").write_text("payload.py was imported")
+
+
+class Evil:
+    pass
+"""
+SOLVERS = """import dataclasses
+from pathlib import Path
+
+import deq_core
+
+Path(__file__).with_name("imported").write_text("my_solvers.py was imported")
+
+
+@dataclasses.dataclass(frozen=True)
+class Relaxed(deq_core.Solver):
+    damping: float = 0.9
+
+    def init(self, z, fz, g, loop):
+        return None
+
+    def step(self, state, z, fz, g, loop):
+        return deq_core.Step(z + self.damping * g, state, temporary=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    images, labels = learnable_images(96)
+    folder = tmp_path_factory.mktemp("vision") / "cifar"
+    write_cifar_folder(folder, images, labels)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory: pytest.TempPathFactory, data_dir: str) -> Path:
+    run = tmp_path_factory.mktemp("vision") / "run"
+    assert train.main([*ARGS, "--data-dir", data_dir, "--output-dir", str(run), "run.stop_after=2"]) == 0
+    return run
+
+
+def _python_m(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` in ``cwd`` (which Python puts first on sys.path)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def _commands(data_dir: str) -> dict[str, list[str]]:
+    return {
+        "evaluate": ["deq_vision.evaluate", "--checkpoint", ".", "--data-dir", data_dir, "--no-sweep"],
+        "resume": ["deq_vision.train", *ARGS, "--data-dir", data_dir, "--output-dir", ".", "--resume"],
+    }
+
+
+def _set_solver(run: Path, field: str, solver: str) -> None:
+    path = run / "config.json"
+    data = json.loads(path.read_text())
+    data["config"]["deq"][field] = solver
+    path.write_text(json.dumps(data, indent=2))
+
+
+@pytest.mark.parametrize(("command", "field"), [("evaluate", "solver"), ("evaluate", "backward_solver"),
+                                                ("resume", "solver")])  # fmt: skip
+def test_a_solver_import_path_in_config_json_runs_no_code(
+    stopped_run: Path, data_dir: str, tmp_path: Path, command: str, field: str
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    (run / "payload.py").write_text(PAYLOAD)
+    _set_solver(run, field, "payload:Evil")
+    module, *args = _commands(data_dir)[command]
+    done = _python_m(module, *args, cwd=run)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"python -m {module}: error: config.json: deq.{field} is the import path "
+                           "'payload:Evil', and a saved config imports no module"), line  # fmt: skip
+    assert line.endswith("if you trust the module 'payload', add --trust-solver payload."), line
+    assert not (run / "ran").exists()
+
+
+def test_a_trusted_user_solver_module_is_read(tmp_path: Path, data_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_solvers.py").write_text(SOLVERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
+    user_solver = "deq.solver=my_solvers:Relaxed"
+    # a new run: the import path on the command line is the user's choice (the README's "write your own solver")
+    new_run = [*ARGS, "--data-dir", data_dir, "--output-dir", str(tmp_path / "run"), "run.stop_after=2", user_solver]
+    assert train.main(new_run) == 0
+    sys.modules.pop("my_solvers", None)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["deq"]["solver"] == "my_solvers:Relaxed"
+    (tmp_path / "imported").unlink()
+    trust = ["--trust-solver", "my_solvers"]
+    resume = ["--data-dir", data_dir, "--output-dir", "run", "--resume", user_solver, *trust]
+    done = _python_m("deq_vision.train", *ARGS, *resume, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "resumed from" in done.stdout and "final (step 4)" in done.stdout
+    assert (tmp_path / "imported").exists()
+    (tmp_path / "imported").unlink()
+    done = _python_m("deq_vision.evaluate", "--checkpoint", "run", "--data-dir", data_dir, "--no-sweep", *trust,
+                     cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("eval (") and (tmp_path / "imported").exists()
