@@ -262,6 +262,16 @@ def test_no_grad_states_are_the_same_values_without_a_graph():
         torch.testing.assert_close(s, t, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("backward", ["implicit", "phantom"])
+def test_states_are_plain_tensors_when_nothing_needs_a_gradient(backward):
+    """As the output: f's parameters frozen and inputs without grad give states with requires_grad=False."""
+    cell = Cell()
+    for leaf in cell.leaves:
+        leaf.requires_grad_(False)
+    z, info = deq_core.DEQ(max_iter=30, backward=backward)(cell.flat_map, zeros("tensor"), n_states=3)
+    assert not any(s.requires_grad for s in info.states) and info.states[-1] is z
+
+
 @pytest.mark.parametrize("backward", ["implicit", "jfb", "phantom"])
 def test_nan_sample_is_excluded_from_every_state(backward):
     """Sample 1's input is NaN (on_nonfinite="ignore"): every state is finite, and the gradient of a loss over all
