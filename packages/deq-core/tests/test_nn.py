@@ -1,6 +1,8 @@
-"""VariationalDropout, weight_norm and cached_weights."""
+"""VariationalDropout, weight_norm, spectral_norm and cached_weights."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -201,3 +203,113 @@ def test_cached_weights_without_parametrizations_is_harmless():
         assert lin.weight is lin.weight
         out = lin(torch.ones(1, 3))
     assert out.shape == (1, 3)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# spectral_norm
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _with_singular_values(lin: nn.Linear, values: list[float]) -> nn.Linear:
+    """``lin`` (float64) with a weight of the given singular values and random singular vectors."""
+    rows, cols = lin.weight.shape
+    left = torch.linalg.qr(torch.randn(rows, rows, dtype=torch.float64))[0]
+    right = torch.linalg.qr(torch.randn(cols, cols, dtype=torch.float64))[0]
+    diag = torch.zeros(rows, cols, dtype=torch.float64)
+    diag[range(len(values)), range(len(values))] = torch.tensor(values, dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(left @ diag @ right.T)
+    return lin
+
+
+def _top_singular_value(w: torch.Tensor) -> float:
+    return float(torch.linalg.matrix_norm(w.detach(), ord=2))
+
+
+def test_spectral_norm_excess_shrinks_at_the_power_iteration_rate():
+    """||W / sigma||_2 = sigma_1 / sigma >= 1, and its excess over 1 shrinks by (sigma_2 / sigma_1)^4 per step (one
+    step per access in training mode, after the 16 at registration)."""
+    ratio = 0.9  # sigma_2 / sigma_1; the other singular values are <= sigma_1 / 3: their share has died out by step 17
+    lin = deq_core.spectral_norm(_with_singular_values(nn.Linear(8, 6).double(), [3.0, 3.0 * ratio, 1.0, 0.5, 0.2]))
+    excess = [_top_singular_value(lin.weight) - 1.0 for _ in range(25)]
+    assert min(excess) > 0.0  # the power iteration's estimate of sigma_1 never exceeds it
+    measured = [b / a for a, b in zip(excess, excess[1:]) if b > 1e-10]  # above the rounding of matrix_norm
+    assert len(measured) >= 20
+    for rate in measured:
+        assert rate == pytest.approx(ratio**4, rel=1e-2)
+
+
+@pytest.mark.parametrize("n_power_iterations", [1, 4])
+def test_spectral_norm_top_singular_value_is_one_after_enough_steps(n_power_iterations):
+    lin = _with_singular_values(nn.Linear(8, 6).double(), [2.0, 1.0, 0.5, 0.3, 0.1])
+    lin = deq_core.spectral_norm(lin, n_power_iterations=n_power_iterations)
+    _ = lin.weight  # 15 + 2 n steps so far (15 + n at registration)
+    # The excess is about tan^2(theta_0) (sigma_2 / sigma_1)^(4 k) = tan^2(theta_0) 2^-68 at k = 17: below 1e-12 unless
+    # the random start vector is within 1e-6 rad of orthogonal to the top singular vector.
+    assert _top_singular_value(lin.weight) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_spectral_norm_passes_n_power_iterations_and_eval_stops_them():
+    three = deq_core.spectral_norm(
+        _with_singular_values(nn.Linear(6, 5).double(), [1.0, 0.95, 0.9]), n_power_iterations=3
+    )
+    one = copy.deepcopy(three)
+    one.parametrizations.weight[0].n_power_iterations = 1
+    for _ in range(3):
+        w_one = one.weight
+    torch.testing.assert_close(three.weight, w_one, rtol=1e-14, atol=0)  # one access of 3 steps = 3 accesses of 1
+    assert not torch.equal(three.weight, w_one)  # training mode: every access runs more steps
+    three.eval()
+    assert torch.equal(three.weight, three.weight)  # eval mode: none
+
+
+def test_spectral_norm_gradient_is_that_of_w_over_sigma():
+    """With the power iteration's vectors fixed (eval mode), autograd's gradient of W / (u^T W v) against finite
+    differences."""
+    lin = deq_core.spectral_norm(nn.Linear(5, 4).double()).eval()
+    normalize = lin.parametrizations.weight[0]
+    w = lin.parametrizations.weight.original.detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(normalize, (w,))
+
+
+def test_spectral_norm_runs_one_power_iteration_per_deq_call_with_cached_weights():
+    lin = deq_core.spectral_norm(nn.Linear(5, 5, bias=False).double())
+    computed = _count_weight_computations(lin)
+    reference = copy.deepcopy(lin)
+    x = torch.randn(3, 5, dtype=torch.float64)
+    deq = deq_core.DEQ(solver="anderson", max_iter=100, tol=1e-10)
+    with deq_core.cached_weights(lin):
+        _, info = deq(lambda z: torch.tanh(0.5 * lin(z) + x), torch.zeros(3, 5, dtype=torch.float64))
+    assert info.nfe > 3
+    assert computed.calls == 1
+    _ = reference.weight  # one power-iteration step
+    torch.testing.assert_close(lin.parametrizations.weight[0]._u, reference.parametrizations.weight[0]._u)
+
+
+def test_spectral_norm_deq_is_a_contraction_with_the_exact_implicit_gradient():
+    """f(z) = tanh(c W_sn z + x) with c = 0.9 and a weight of norm 4: fixed-point iteration contracts at rate <= c
+    (up to the power iteration's error), and the implicit gradient to the unnormalized weight is the exact one."""
+    c, dim = 0.9, 6
+    lin = deq_core.spectral_norm(_with_singular_values(nn.Linear(dim, dim, bias=False).double(), [4.0, 2.0, 1.0]))
+    original = lin.parametrizations.weight.original
+    x = 2.0 * torch.randn(5, dim, dtype=torch.float64)
+    z0 = torch.zeros(5, dim, dtype=torch.float64)
+    deq = deq_core.DEQ(
+        solver="fixed_point", max_iter=400, tol=1e-10, stop_mode="abs", backward=deq_core.Implicit(tol=1e-12)
+    )
+    with deq_core.cached_weights(lin):
+        rate = c * _top_singular_value(lin.weight)
+        z, info = deq(lambda z: torch.tanh(c * lin(z) + x), z0)
+        z.square().sum().backward()
+    assert rate == pytest.approx(c, rel=1e-8)  # 17 steps at sigma_2 / sigma_1 = 1/2
+    assert bool(info.converged.all())
+    # residual of iterate k = ||z_{k+1} - z_k|| <= rate^k ||z_1 - z_0|| (plus rounding once it is tiny)
+    trace = info.forward.trace
+    bound = rate ** torch.arange(len(trace), dtype=torch.float64)[:, None] * trace[0] * (1 + 1e-9) + 1e-14
+    assert bool((trace <= bound).all())
+
+    lin.eval()  # the same normalized weight from now on (no more power-iteration steps)
+    z_star = deq_core.solve(lambda z: torch.tanh(c * lin(z) + x), z0, tol=1e-14, max_iter=500, stop_mode="abs").z
+    exact = exact_fixed_point_layer(lambda z: torch.tanh(c * lin(z) + x), z_star)
+    (expected,) = torch.autograd.grad(exact.square().sum(), [original])
+    assert rel_err(original.grad, expected) < 1e-8

@@ -98,3 +98,60 @@ def test_one_host_transfer_per_iteration(monkeypatch, method):
     assert len(flags) == res.iterations
     # Broyden adds one (B,) transfer per update for the rows to zero on the CPU; nothing else syncs
     assert len(calls) - len(flags) <= (res.iterations if method == "broyden" else 0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# states_at: the best iterate after chosen iterations
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rowwise", [True, False])
+@pytest.mark.parametrize("method", METHODS)
+def test_states_at_are_the_best_iterates_of_shorter_solves(monkeypatch, method, rowwise):
+    """On the mixed batch (samples converging at different iterations, one failing with NaN), the state kept after
+    iteration i is the z of the same solve stopped at max_iter=i, for every sample; past the stop it is the z."""
+    monkeypatch.setattr(_run, "rowwise_copies", lambda t: rowwise)
+    f = _mixed_batch_map(8, 6)
+    z0 = torch.zeros(8, 6, dtype=torch.float64)
+    keep = (1, 2, 5, 13, 30, 60)
+    res = deq_core.solve(f, z0, solver=method, max_iter=60, tol=1e-8, stop_mode="abs", states_at=keep)
+    assert res.iterations > 13 and res.nonfinite.any() and res.converged.any()
+    assert method == "fixed_point" or res.iterations < 30  # Anderson and Broyden stop before 30 and 60
+    assert len(res.states) == len(keep) and torch.equal(res.states[0], z0)  # iteration 1 evaluates z0
+    for state, i in zip(res.states, keep):
+        shorter = deq_core.solve(f, z0, solver=method, max_iter=i, tol=1e-8, stop_mode="abs")
+        assert torch.equal(state, shorter.z), i
+    assert torch.equal(res.states[-1], res.z)
+
+
+def test_states_at_keeps_the_structure_and_handles_an_empty_batch():
+    f = lambda z: (0.5 * z[0] + 1.0, 0.5 * z[1] - 1.0)
+    z0 = (torch.zeros(3, 2), torch.zeros(3, 4, 5))
+    res = deq_core.solve(f, z0, solver="fixed_point", max_iter=20, tol=1e-6, states_at=[2])
+    assert isinstance(res.states[0], tuple) and res.states[0][1].shape == (3, 4, 5)
+    torch.testing.assert_close(res.states[0][0], torch.ones(3, 2))  # f(z0), the best of z0 and f(z0)
+    assert deq_core.solve(f, z0, max_iter=20).states is None
+    empty = deq_core.solve(f, (torch.zeros(0, 2), torch.zeros(0, 4, 5)), states_at=(2, 3))
+    assert len(empty.states) == 2 and empty.states[1][1].shape == (0, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("states_at", "error"), [((0, 2), ValueError), ((3, 3), ValueError), ((21,), ValueError), (5, TypeError)]
+)
+def test_bad_states_at_raises(states_at, error):
+    with pytest.raises(error, match="states_at must be strictly increasing ints in 1..max_iter=20"):
+        deq_core.solve(torch.cos, torch.zeros(2, 3), max_iter=20, states_at=states_at)
+
+
+@pytest.mark.parametrize("max_iter", [20, 200])
+def test_states_at_keeps_state_sized_copies_whatever_max_iter(max_iter):
+    """Peak memory of a solve grows by the kept copies (3 states here) and no more, at max_iter 20 or 200."""
+    w = torch.randn(256, 256)
+    w *= 0.999 / torch.linalg.matrix_norm(w, ord=2)
+    x = torch.randn(8, 256)
+    f = lambda z: torch.tanh(z @ w.T + x)
+    run = lambda **states: deq_core.solve(f, torch.zeros(8, 256), max_iter=max_iter, tol=1e-6, **states)
+    plain, peak = deq_core.peak_live_bytes(run)
+    kept, peak_kept = deq_core.peak_live_bytes(lambda: run(states_at=(3, 6, 9)))
+    assert kept.iterations == plain.iterations > 9
+    assert peak_kept - peak <= 3 * 8 * 256 * 4  # three float32 states

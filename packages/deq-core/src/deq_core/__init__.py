@@ -10,7 +10,7 @@ Public API::
         -> (z_out, DEQInfo)   # info.forward / info.backward: SolverResults; info.summary()
     deq_core.jacobian_frobenius(f, z, n_samples=1)   # Hutchinson ||J_f(z)||_F^2 / D, differentiable
     deq_core.spectral_radius(f, z, n_iters=20)       # rho(J_f(z)) per sample
-    deq_core.weight_norm, deq_core.cached_weights, deq_core.VariationalDropout
+    deq_core.weight_norm, deq_core.spectral_norm, deq_core.cached_weights, deq_core.VariationalDropout
     deq_core.saved_tensor_bytes(fn, exclude=(), batch_size=None) -> (fn(), bytes saved for backward)
     deq_core.peak_live_bytes(fn) -> (fn(), peak bytes of the storages fn creates)
 """
@@ -20,7 +20,7 @@ from .backward import JFB, Implicit, Phantom
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
 from .layer import DEQ
-from .nn import VariationalDropout, cached_weights, weight_norm
+from .nn import VariationalDropout, cached_weights, spectral_norm, weight_norm
 from .profiling import peak_live_bytes, saved_tensor_bytes
 from .solve import SolverResult, solve
 
@@ -48,6 +48,7 @@ __all__ = [
     "saved_tensor_bytes",
     "solve",
     "solver_options",
+    "spectral_norm",
     "spectral_radius",
     "weight_norm",
 ]

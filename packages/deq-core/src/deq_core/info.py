@@ -25,6 +25,8 @@ class DEQInfo:
         backward: the implicit backward's SolverResult (the adjoint solve), set once the backward has run; None
             before, and always None with ``Phantom`` / ``JFB``.
         jacobian_loss: scalar batch mean of ||J_f(z*)||_F^2 / D when asked for, else None.
+        states: with ``n_states`` / ``states_at`` (fixed-point correction, see :meth:`DEQ.forward`), the layer's
+            differentiable states, first to last, the last being the output itself; else None.
 
     Shortcuts: ``nfe``, ``iterations``, ``residual``, ``converged``, ``nonfinite`` (forward) and ``nfe_backward``,
     ``residual_backward``, ``converged_backward`` (None until the backward has run).
@@ -34,6 +36,7 @@ class DEQInfo:
     mode: str = "solve"
     backward: SolverResult | None = None
     jacobian_loss: Tensor | None = None
+    states: list[State] | None = None
 
     @property
     def nfe(self) -> int:

@@ -16,6 +16,7 @@ from ._solvers import resolve_solver
 from ._solvers._options import check_int
 from ._solvers.resolve import SolverLike
 from ._state import State, as_tensors, check_output, detached_leaves, rebuild, state_spec
+from ._trajectory import sampled_iterations, tracked_states, untracked_states
 from .backward import Backward, resolve_backward
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph
@@ -114,6 +115,8 @@ class DEQ(nn.Module):
         tol: float | None = None,
         unroll: int | None = None,
         jacobian_loss: bool = False,
+        n_states: int | None = None,
+        states_at: Sequence[int] | None = None,
     ) -> tuple[State, DEQInfo]:
         """Solve and return (f(z*), info).
 
@@ -127,15 +130,32 @@ class DEQ(nn.Module):
                 learned initial state); info.residual is that of the last-but-one iterate.
             jacobian_loss: also set ``info.jacobian_loss``, the Hutchinson estimate of ||J_f(z*)||_F^2 / D computed
                 from the same tracked call f(z*) (no extra call of f). Needs autograd.
+            n_states: fixed-point correction (Bai et al. 2022; TorchDEQ's ``n_states``): also return, in
+                ``info.states``, K = n_states differentiable states of the solve, the last being the output, spaced
+                over this call's max_iter (or ``unroll``) as TorchDEQ spaces them: at iterations
+                max_iter - (K - k) * (max_iter // K), k = 1..K (max_iter 30, K 4: 9, 16, 23, 30). Loss:
+                ``sum(w * crit(head(s)) for w, s in zip(weights, info.states))``. The state at iteration i is f(z_i),
+                z_i the best iterate after i iterations (iteration 1 evaluates z0), as the output is f(z*). A sample
+                that converged before i, or every sample when the solve stopped before i, stands at its z* there,
+                so a sample's states do not depend on the rest of the batch. Gradients: the output keeps the layer's
+                backward (the implicit gradient by default); the other states get ``Phantom``'s steps from z_i with
+                ``backward=Phantom(...)``, else one step, f(z_i) backpropagated through that call (JFB; TorchDEQ
+                with ift=True also gives the implicit gradient to the last state only, a phantom one to the others).
+                Cost: K - 1 state-sized copies in the solve, whatever max_iter, and one tracked call of f per state:
+                no graph through the solve, no extra adjoint solve. With ``unroll``: f applied i times, with
+                ordinary backprop. Under torch.no_grad(): the values f(z_i), one call of f each.
+            states_at: instead of n_states, the iterations of the states before the output (strictly increasing,
+                in 1..max_iter; TorchDEQ's ``indexing``): ``info.states`` has len(states_at) + 1 entries.
         """
         if jacobian_loss and not torch.is_grad_enabled():
             raise RuntimeError("jacobian_loss=True needs autograd; call the layer outside torch.no_grad().")
         if unroll is not None:
-            return self._unrolled(f, z0, unroll, jacobian_loss)
+            return self._unrolled(f, z0, unroll, jacobian_loss, n_states, states_at)
         if self.training:
             limit, tolerance = self.max_iter, self.tol
         else:
             limit, tolerance = self._eval_limits()
+        sampled = sampled_iterations(limit if max_iter is None else max_iter, n_states, states_at)
         res = solve(
             f,
             z0,
@@ -144,17 +164,24 @@ class DEQ(nn.Module):
             tol=tolerance if tol is None else tol,
             stop_mode=self.stop_mode,
             compile_step=self.compile_step,
+            states_at=sampled,
         )
         info = DEQInfo(forward=res)
         bad = self._report_nonfinite(res)
         self._report_unconverged(res, "forward")
         if not torch.is_grad_enabled():
+            if sampled is not None:  # fixed-point correction: the states before the output
+                info.states = [*untracked_states(f, z0, res, bad), res.fz]
             return res.fz, info
         with _nonfinite_rows_sanitized(bad is not None):
             out = self._tracked(f, z0, res, info, jacobian_loss, bad)
+            states = None if sampled is None else tracked_states(self.backward, f, z0, res, info, bad)
         if bad is not None:  # the samples f produced NaN/Inf for: their best finite value, no gradient through them
             out = tuple(torch.where(_rows_mask(bad, t), r.detach(), t) for t, r in zip(out, as_tensors(res.fz)))
-        return rebuild(z0, out), info
+        z_out = rebuild(z0, out)
+        if states is not None:
+            info.states = [*states, z_out]
+        return z_out, info
 
     def _tracked(
         self, f: Callable[[State], State], z0: State, res: SolverResult, info: DEQInfo, jacobian_loss: bool,
@@ -177,13 +204,16 @@ class DEQ(nn.Module):
         return self.backward._output(f, z0, z_star, fz_t, info, self._report_unconverged, self.compile_step)
 
     def _unrolled(
-        self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool
-    ) -> tuple[State, DEQInfo]:
+        self, f: Callable[[State], State], z0: State, steps: int, jacobian_loss: bool, n_states: int | None = None,
+        states_at: Sequence[int] | None = None,
+    ) -> tuple[State, DEQInfo]:  # fmt: skip
         if not (isinstance(steps, int) and steps >= 1):
             raise ValueError(f"unroll must be an int >= 1, got {steps!r}.")
+        sampled = sampled_iterations(steps, n_states, states_at)
         spec = state_spec(z0)
         z, prev = z0, z0
         made: tuple[Tensor, ...] = ()  # leaves made here for the Jacobian: no gradient of the caller's flows there
+        states: list[State] = []
         for i in range(steps):
             if jacobian_loss and i == steps - 1:  # the last step's input must be in the graph to take J there
                 given = as_tensors(z)
@@ -191,13 +221,18 @@ class DEQ(nn.Module):
                 made = tuple(new for new, old in zip(as_tensors(z), given) if new is not old)
             prev, z = z, f(z)
             check_output(z, spec, f)
+            if sampled is not None and i + 1 in sampled:
+                states.append(z)
         jac = None
         if jacobian_loss:
             jac = frobenius_from_graph(as_tensors(z), as_tensors(prev), self.jacobian_samples).mean()
             if made and not _needs_grad(as_tensors(z), made):  # as in a solve: no gradient needed, no graph kept
                 z, jac = rebuild(z0, tuple(t.detach() for t in as_tensors(z))), jac.detach()
         tol = self.tol if self.training else self._eval_limits()[1]
-        return z, DEQInfo.from_unrolled(prev, z, steps, stop_mode=self.stop_mode, tol=tol, jacobian_loss=jac)
+        info = DEQInfo.from_unrolled(prev, z, steps, stop_mode=self.stop_mode, tol=tol, jacobian_loss=jac)
+        if sampled is not None:
+            info.states = [*states, z]
+        return z, info
 
     def _eval_limits(self) -> tuple[int, float]:
         """max_iter and tol in eval mode: eval_max_iter / eval_tol where given (not None), else the training ones."""

@@ -1,10 +1,11 @@
-"""Building blocks that DEQ cells rely on: weight normalization computed once per solve, and variational dropout
-whose mask stays fixed across the solver's iterations.
+"""Building blocks that DEQ cells rely on: weight and spectral normalization computed once per solve, and variational
+dropout whose mask stays fixed across the solver's iterations.
 
-Weight normalization (w = g v / ||v||) is torch's own parametrization. Recomputing it on every call of f repeats
-the same work once per solver iteration; :func:`cached_weights` computes every parametrized weight of a module once,
-with autograd when it is enabled, and reuses it for all calls inside the block (the ``weight_norm`` benchmark in
-``benchmarks/`` measures the difference).
+Weight normalization (w = g v / ||v||) and spectral normalization (W / sigma(W)) are torch's own parametrizations.
+Recomputing them on every call of f repeats the same work once per solver iteration (and, for spectral
+normalization, a power-iteration step that changes W during the solve); :func:`cached_weights` computes every
+parametrized weight of a module once, with autograd when it is enabled, and reuses it for all calls inside the block
+(the ``weight_norm`` benchmark in ``benchmarks/`` measures the difference).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import spectral_norm as _torch_spectral_norm
 from torch.nn.utils.parametrizations import weight_norm as _torch_weight_norm
 
-__all__ = ["VariationalDropout", "cached_weights", "weight_norm"]
+__all__ = ["VariationalDropout", "cached_weights", "spectral_norm", "weight_norm"]
 
 
 def weight_norm(module: nn.Module, name: str = "weight", dim: int = 0) -> nn.Module:
@@ -25,9 +27,30 @@ def weight_norm(module: nn.Module, name: str = "weight", dim: int = 0) -> nn.Mod
     return _torch_weight_norm(module, name=name, dim=dim)
 
 
+def spectral_norm(
+    module: nn.Module, name: str = "weight", n_power_iterations: int = 1, eps: float = 1e-12, dim: int | None = None
+) -> nn.Module:
+    """Reparametrize ``module.<name>`` as W / sigma(W), sigma the largest singular value of W (as a matrix of rows
+    along ``dim``: 0, or 1 for transposed convolutions, when None); returns the module.
+
+    torch's spectral-norm parametrization (Miyato et al. 2018): sigma is estimated by power iteration, with
+    ``n_power_iterations`` steps each time the weight is computed in training mode (none in eval mode), from vectors
+    kept as buffers of the module (15 + n_power_iterations steps when registered); the gradient treats those vectors
+    as constants. The estimate never exceeds sigma_1, so ||W / sigma||_2 = sigma_1 / sigma >= 1, approaching 1: after
+    k steps the vectors' error shrinks like (sigma_2 / sigma_1)^(2 k), and 1 - sigma / sigma_1 like its square. A
+    cell tanh(c W z + x) with c < 1 is then a contraction, of factor c sigma_1 / sigma, for any input x.
+
+    Compute the weight once per DEQ call with :func:`cached_weights`: then each forward runs one power-iteration
+    update, and the solve and the tracked call f(z*) use one W. Without it, every call of f in training mode runs a
+    power-iteration step, so W changes from one solver iteration to the next.
+    """
+    return _torch_spectral_norm(module, name=name, n_power_iterations=n_power_iterations, eps=eps, dim=dim)
+
+
 @contextmanager
 def cached_weights(module: nn.Module) -> Iterator[None]:
-    """Compute each parametrized weight of ``module`` (e.g. weight-normalized ones) once and reuse it in the block.
+    """Compute each parametrized weight of ``module`` (e.g. weight- or spectrally normalized ones) once and reuse it
+    in the block.
 
     Use it around the DEQ call in a cell's forward::
 

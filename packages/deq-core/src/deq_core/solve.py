@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +38,8 @@ class SolverResult:
         iterations_per_sample: (B,) int64, the iteration at which each sample converged (counting from 1), or
             ``iterations`` for a sample that did not: the per-sample cost, independent of the rest of the batch.
         solver, stop_mode, tol, max_iter: the settings of the solve (``solver``: the Solver object used).
+        states: with ``solve(..., states_at=...)``, the best iterate after each of those iterations (structured like
+            z); else None.
     """
 
     z: State
@@ -53,6 +55,7 @@ class SolverResult:
     stop_mode: str
     tol: float
     max_iter: int
+    states: list[State] | None = None
 
     @property
     def all_converged(self) -> bool:
@@ -84,6 +87,19 @@ def check_limits(max_iter: int, tol: float, stop_mode: str) -> None:
         raise ValueError(f"unknown stop_mode {stop_mode!r}; choose one of {list(_STOP_MODES)}.")
 
 
+def check_states_at(states_at: Sequence[int], max_iter: int) -> tuple[int, ...]:
+    """``states_at`` as a tuple; TypeError / ValueError unless it is a sequence of strictly increasing ints in
+    1..max_iter."""
+    message = f"states_at must be strictly increasing ints in 1..max_iter={max_iter}, got {states_at!r}."
+    if not isinstance(states_at, Sequence) or isinstance(states_at, str):
+        raise TypeError(message)
+    its = tuple(states_at)
+    in_range = all(isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= max_iter for i in its)
+    if not in_range or any(a >= b for a, b in zip(its, its[1:])):
+        raise ValueError(message)
+    return its
+
+
 def solve(
     f: Callable[[State], State],
     z0: State,
@@ -93,6 +109,7 @@ def solve(
     stop_mode: str = "rel",
     *,
     compile_step: bool = False,
+    states_at: Sequence[int] | None = None,
     **options: object,
 ) -> SolverResult:
     """Find a fixed point z* = f(z*) starting from ``z0``, without building an autograd graph.
@@ -112,6 +129,10 @@ def solve(
             yet) through ``torch.compile``; f and the loop's bookkeeping run eagerly. The same iterates up to rounding;
             the first solve of a shape compiles (seconds), later ones reuse torch's cache. Where torch.compile does
             not work (e.g. no C++ compiler), a RuntimeWarning says why and the solve runs eagerly.
+        states_at: iterations (strictly increasing, in 1..max_iter) after which to keep the best iterate so far,
+            returned in ``SolverResult.states`` (one state-sized copy each, whatever max_iter). Iteration 1
+            evaluates z0, iteration i the solver's (i-1)-th step. A sample that converged before iteration i stands
+            at its z there, and so does every sample when the solve stopped before i.
         **options: options of a solver given as a string, checked by name (see :func:`solver_options`), e.g.
             ``solve(f, z0, "broyden", memory=10)``.
 
@@ -130,6 +151,7 @@ def solve(
     """
     solver = resolve_solver(solver, options)
     check_limits(max_iter, tol, stop_mode)
+    keep = None if states_at is None else check_states_at(states_at, max_iter)
     compiler = Compiler(compile_step)
     spec = state_spec(z0)
     dtype = solver_dtype(spec.dtypes)
@@ -140,13 +162,14 @@ def solve(
             raise ValueError("z0 contains NaN or Inf; start the solver from a finite state (e.g. zeros).")
         if spec.batch_size == 0:  # nothing to solve (e.g. an empty last batch): f is not called
             empty = x0.new_zeros(0)
+            kept = None if keep is None else [unflatten(x0, spec) for _ in keep]
             return SolverResult(
                 z=unflatten(x0, spec), fz=unflatten(x0, spec), nfe=0, iterations=0, residual=empty,
                 converged=empty.bool(), nonfinite=empty.bool(), trace=x0.new_zeros(0, 0),
-                iterations_per_sample=empty.long(), **settings,
+                iterations_per_sample=empty.long(), states=kept, **settings,
             )  # fmt: skip
         run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode,
-                       compiler=compiler)  # fmt: skip
+                       compiler=compiler, keep=keep or ())  # fmt: skip
         iterate(solver, run, x0)
         z, fz, residual, nonfinite = _returned(run, spec, dtype)
         converged = residual <= float(tol)
@@ -154,9 +177,10 @@ def solve(
         reached = trace <= float(tol)  # (iterations, B)
         first = reached.to(torch.int64).argmax(dim=0) + 1
         per_sample = torch.where(reached.any(dim=0) & converged, first, torch.full_like(first, run.iterations))
+        states = None if keep is None else [z if i not in run.kept else unflatten(run.kept[i], spec) for i in keep]
         return SolverResult(
             z=z, fz=fz, nfe=run.nfe, iterations=run.iterations, residual=residual, converged=converged,
-            nonfinite=nonfinite, trace=trace, iterations_per_sample=per_sample, **settings,
+            nonfinite=nonfinite, trace=trace, iterations_per_sample=per_sample, states=states, **settings,
         )  # fmt: skip
 
 

@@ -111,11 +111,12 @@ class SolveRun:
         stop_mode: "rel" (||f(z) - z|| / ||f(z)||) or "abs" (||f(z) - z||), norms over each sample's D values.
         compiler: what :meth:`~deq_core.Loop.compiled` applies to a solver's kernels (torch.compile with
             ``compile_step=True``; default: none, eager).
+        keep: iterations after which a copy of the best iterate is kept in ``kept`` (iteration -> (B, D) tensor).
     """
 
     def __init__(
         self, fn: Callable[[Tensor], Tensor], x0: Tensor, max_iter: int, tol: float, stop_mode: str,
-        compiler: Compiler | None = None,
+        compiler: Compiler | None = None, keep: Sequence[int] = (),
     ) -> None:  # fmt: skip
         self._fn = fn
         self.compiler = compiler or Compiler(False)
@@ -139,6 +140,8 @@ class SolveRun:
         self._all_done = False
         self._active_rows: list[int] = list(range(batch))
         self._frozen_rows: list[int] = []
+        self._keep = frozenset(keep)
+        self.kept: dict[int, Tensor] = {}
 
     def call(self, x: Tensor) -> Tensor:
         """One counted call of f, without bookkeeping (trial points of a step, :meth:`~deq_core.Loop.trial`)."""
@@ -228,6 +231,8 @@ class SolveRun:
         self._active_rows = [i for i, v in enumerate(active_flags) if v]
         self._frozen_rows = [i for i, v in enumerate(active_flags) if not v]
         self._all_done = not self._active_rows
+        if self.iterations in self._keep:  # a copy: the best iterate's buffers may be updated in place later
+            self.kept[self.iterations] = self.best_x.clone()
         return x, fx, gx
 
     def _update_best(self, x: Tensor, fx: Tensor, better: Tensor, rows: list[int]) -> None:
