@@ -5,8 +5,8 @@ Run: ``python packages/deq-core/benchmarks/broyden_limit.py [--quick] [--out FIL
 
 Problem: f(z) = tanh(z W^T + x), D = 256, batch 32, W Gaussian scaled to spectral norm 0.95, x ~ N(0, I), float32,
 z0 = 0, rel tol 1e-4; both solvers with their default memory (every update kept) stop by tolerance after the same
-iterations at every limit. Per limit: NFE, median wall time over interleaved repeats (ours and TorchDEQ's solves
-alternate, so drift on a shared machine hits both), and the peak memory of the solve
+iterations at every limit. Per limit: NFE, median wall time over repeats interleaved across the limits, per solver
+(so drift on a shared machine hits every limit alike), and the peak memory of the solve
 (``deq_core.peak_live_bytes``: the largest total size of the tensors the solve created and kept alive at once).
 Ratios: each side against its own max_iter = 12 run, and ours / TorchDEQ at the same limit.
 """
@@ -68,15 +68,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "solve in MiB. Ratios `/12`: against the same solver at max_iter 12."
     )
     rep.add()
+    sides = {"ours": solve_ours, "tdeq": solve_tdeq}
+    # One round-robin over the limits per solver: drift on a shared machine hits every limit alike. The two solvers
+    # are timed apart: right after TorchDEQ frees its large buffers, the next solve in the process runs slower
+    # (fresh pages), which would charge TorchDEQ's allocations to whichever solve follows them.
+    times: dict[str, list[float]] = {}
+    for name, solve in sides.items():
+        runs = {f"{name}@{limit}": (lambda s=solve, n=limit: s(f, z0, n)) for limit in limits}
+        times.update(P.interleaved(runs, repeats))
     measured: list[dict[str, tuple[float, int, int]]] = []  # per limit, per side: (median time s, peak bytes, NFE)
     ours_z = []
     for limit in limits:
-        sides = {"ours": solve_ours, "tdeq": solve_tdeq}
-        times = P.interleaved({k: (lambda s=s, n=limit: s(f, z0, n)) for k, s in sides.items()}, repeats)
         cells = {}
         for name, solve in sides.items():
             (z, nfe), peak = deq_core.peak_live_bytes(lambda solve=solve, n=limit: solve(f, z0, n))
-            cells[name] = (statistics.median(times[name]), peak, nfe)
+            cells[name] = (statistics.median(times[f"{name}@{limit}"]), peak, nfe)
             if name == "ours":
                 ours_z.append(z)
         measured.append(cells)
