@@ -5,11 +5,13 @@
     nox -s lint                           # ruff on every package
     nox -s bench                          # benchmarks (deq-core: against TorchDEQ 0.1.0); -- --quick for a short run
     nox -s wheel                          # build the deq-core wheel, install it alone with torch, solve + backward
+    nox -s docs                           # the documentation site (mkdocs.yml, docs/), built --strict into site/
 
 Torch: every install goes through constraints.txt (the repository's one torch / torchvision pair), as the READMEs'
 commands do. Local packages are installed from their paths, deq-core first, so nothing of ours is looked up on a
 package index. The deq-lm session (the README's main-job environment) also installs the other task packages and checks
-that torch and torchvision stay what constraints.txt says.
+that torch and torchvision stay what constraints.txt says. The docs session installs no package of ours and no torch:
+the API reference is read from the sources statically.
 """
 
 from __future__ import annotations
@@ -136,3 +138,24 @@ def bench(session: nox.Session, package: str) -> None:
         session.install("torchdeq==0.1.0")  # the peer compared against; never a dependency of deq-core
     for script in scripts:
         session.run("python", str(script), *session.posargs)
+
+
+# What the docs build needs: mkdocs 1.6 (validation of links and anchors), Material, mkdocstrings' Python handler 2.x
+# (``filters: public``, griffe extensions by path, ``docstring_options``) and ruff, with which it formats signatures.
+DOCS_REQUIREMENTS = [
+    "mkdocs>=1.6",
+    "mkdocs-material>=9.6",
+    "mkdocstrings[python]>=1.0",
+    "mkdocstrings-python>=2.0",
+    "ruff",
+]
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with --strict: a broken link or anchor, a missing included file (snippets) or an API
+    reference that does not resolve fails. griffe reads the packages' sources from mkdocs.yml's ``paths`` without
+    importing them, so neither torch nor our packages are installed here."""
+    session.install(*DOCS_REQUIREMENTS)
+    site = ROOT / "site"
+    session.run("mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site))

@@ -1,13 +1,13 @@
 """A user's solver written only against the public protocol (``deq_core.Solver`` / ``Step`` / ``Loop``) works
 everywhere a built-in one does: in ``solve()`` (with the loop's bookkeeping: NFE, freezing, NaN isolation), as the
-forward and implicit-backward solver of ``DEQ``, and by import path. The solver is the README's example, executed
-from the README itself so that the example cannot rot; this module then exposes it as ``test_custom_solver:SecantStep``.
+forward and implicit-backward solver of ``DEQ``, and by import path. The solver is the example of the documentation
+page "Write your own solver", ``examples/custom_solver.py``, which the page includes as it is: this module runs that
+file so that the example cannot rot, then exposes its solver as ``test_custom_solver:SecantStep``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
 import pytest
@@ -16,26 +16,18 @@ import torch
 import deq_core
 from conftest import Counter, exact_fixed_point_layer, rel_err
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"  # its Python blocks: test_layer_api.py
+EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "examples" / "custom_solver.py"
 
 
-def _readme_example() -> str:
-    """The first Python block under the README's heading "Your own solver"."""
-    text = README.read_text()
-    section = text[text.index("### Your own solver") :]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match is not None, "README: no python block under 'Your own solver'"
-    return match.group(1)
-
-
-def _run_readme_example() -> dict:
-    namespace: dict = {"__name__": "readme_example"}
-    code = compile(_readme_example(), str(README), "exec", dont_inherit=True)  # not this module's __future__ flags
-    exec(code, namespace)  # noqa: S102 - our own README
+def _run_example() -> dict:
+    namespace: dict = {"__name__": "custom_solver_example"}
+    code = compile(EXAMPLE_FILE.read_text(), str(EXAMPLE_FILE), "exec", dont_inherit=True)  # not our __future__ flags
+    exec(code, namespace)  # noqa: S102 - our own example
     return namespace
 
 
-EXAMPLE = _run_readme_example()
+EXAMPLE = _run_example()
 SecantStep = EXAMPLE["SecantStep"]  # importable as "test_custom_solver:SecantStep"
 PATH = f"{__name__}:SecantStep"
 
@@ -48,7 +40,7 @@ def _symmetric_problem(batch: int = 6, dim: int = 32, top: float = 0.97):
     return w, x, torch.zeros(batch, dim, dtype=torch.float64)
 
 
-def test_readme_example_runs_and_its_solver_beats_plain_iteration():
+def test_example_runs_and_its_solver_beats_plain_iteration():
     res, plain = EXAMPLE["res"], EXAMPLE["plain"]
     assert res.all_converged and plain.all_converged, res.summary()
     assert res.nfe < plain.nfe / 1.5, (res.nfe, plain.nfe)
