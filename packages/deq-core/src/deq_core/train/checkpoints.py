@@ -65,11 +65,6 @@ class CheckpointError(UsageError, ValueError):
     """A checkpoint that cannot be used: incomplete, or a file that is not tensors and plain data (one line)."""
 
 
-def _fault_point(label: str) -> None:
-    """Called between the steps of a checkpoint save (after each file, before and after the rename). It does
-    nothing; fault-injection tests (:mod:`deq_core.train.faults`) replace it to kill the process there."""
-
-
 def load_checked(path: str | Path, loader: Callable[[Path], Any]) -> Any:
     """``loader(path)``, with any failure (missing, truncated, or holding something that is not tensors and plain
     data) turned into one :class:`CheckpointError` naming the file. Use it for safetensors files."""
@@ -119,7 +114,6 @@ class CheckpointWriter:
         path = self.folder / name
         write(path)
         _fsync(path)
-        _fault_point(f"wrote {name}")
         return path
 
     def save_torch(self, name: str, obj: Any) -> Path:
@@ -162,7 +156,6 @@ def atomic_checkpoint_dir(
         manifest = {"format": _CHECKPOINT_FORMAT, "step": step, "files": files}
         CheckpointWriter(partial).save_json(_MANIFEST_FILE, manifest)
         _fsync(partial)
-        _fault_point("before rename")
         old = final.with_name(final.name + _OLD_SUFFIX)
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -170,7 +163,6 @@ def atomic_checkpoint_dir(
         partial.rename(final)
         _fsync(final.parent)
         shutil.rmtree(old, ignore_errors=True)
-        _fault_point("after rename")
     sync()
 
 
