@@ -144,7 +144,7 @@ def output_error(
         space = f", which needs {needed}" if needed else ""
         fix = full_fix or f"free space there or choose another {option}"
         return OutputError(f"no space left on the device of {folder} to write {what}{space}; {fix}.")
-    if code == errno.ELOOP or path.is_symlink():
+    if code in (errno.ELOOP, errno.EMLINK) and path.is_symlink():  # O_NOFOLLOW met a link (EMLINK: BSD)
         return OutputError(
             f"{path} is a symbolic link; a run writes its own files only, never through a link: delete the link, or "
             f"choose another {option}."
@@ -298,7 +298,7 @@ def read_bytes(path: str | Path, *, option: str = "--output-dir") -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY)
     except OSError as err:
-        if err.errno == errno.ELOOP or path.is_symlink():
+        if err.errno in (errno.ELOOP, errno.EMLINK) and path.is_symlink():
             raise output_error(path, err, option=option) from err
         raise
     with os.fdopen(fd, "rb") as fh:

@@ -91,7 +91,8 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
     output_dir = Path(output_dir)
     latest = latest_complete_checkpoint(output_dir)
     if resume and latest is None:
-        broken = sorted((output_dir / CHECKPOINT_DIR).glob(f"step_*/{MANIFEST_FILE}"))
+        manifests = (output_dir / CHECKPOINT_DIR).glob(f"step_*/{MANIFEST_FILE}")
+        broken = sorted(p for p in manifests if p.parent.name[5:].isdigit())  # not a .partial save's
         found = f" ({broken[-1]} is not a valid manifest: an interrupted save, or a modified file)" if broken else ""
         raise RunDirError(
             f"--resume: no complete checkpoint in {output_dir / CHECKPOINT_DIR} (or no such folder){found}; run "
