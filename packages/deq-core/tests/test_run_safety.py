@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from conftest import ExampleConfig as Config
-from deq_core.train import checkpoints
 from deq_core.train.checkpoints import (
     CheckpointError,
     checkpoint_path,
@@ -24,7 +23,7 @@ from deq_core.train.checkpoints import (
     read_json,
     safe_load,
 )
-from deq_core.train.faults import plant_pickle
+from deq_core.train.faults import plant_pickle, save_points
 from deq_core.train.metrics import MetricsLog
 from deq_core.train.rng import rng_state, set_rng_state
 from deq_core.train.run_config import check_resume_config, record_resume, save_config
@@ -32,8 +31,8 @@ from deq_core.train.rundir import RunDirError, RunLock, check_run_dir
 from deq_core.train.state import TrainState, load_training_checkpoint, save_training_checkpoint
 
 
-class Crash(Exception):
-    pass
+class Crash(BaseException):
+    """The process dies here: a BaseException, which no code of a save handles (as a SIGKILL would not let it)."""
 
 
 def _save(root: Path, step: int, value: float) -> None:
@@ -44,35 +43,34 @@ def _save(root: Path, step: int, value: float) -> None:
     save_training_checkpoint(root, state, {"model": model}, per_process={"extra": [torch.ones(2) * value, None]})
 
 
-def _count_fault_points(root: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    labels: list[str] = []
-    monkeypatch.setattr(checkpoints, "_fault_point", labels.append)
-    _save(root, 1, 1.0)
-    monkeypatch.undo()
-    return len(labels)
+def _count_save_points(root: Path) -> int:
+    calls: list[str] = []
+    with save_points(root / "checkpoints", lambda call, path: calls.append(call)):
+        _save(root, 1, 1.0)
+    return len(calls)
 
 
-def test_a_failure_at_any_point_of_a_save_leaves_the_previous_checkpoint_in_use(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    points = _count_fault_points(tmp_path / "count", monkeypatch)
-    assert points >= 6  # one per file (model, train_state, rng, extra, manifest) + before and after the rename
+def test_a_failure_at_any_point_of_a_save_leaves_the_previous_checkpoint_in_use(tmp_path: Path) -> None:
+    """The save is stopped after each step it takes on disk (each os.fsync / os.rename / os.replace under the
+    checkpoints folder, injected from here: ``faults.save_points``): the newest complete checkpoint is the previous
+    one until the new folder is renamed into place, and then the new one; either loads whole."""
+    points = _count_save_points(tmp_path / "count")
+    assert points >= 8  # a flush per file (model, train_state, rng, extra, manifest), the folder's, the rename, ...
     for crash_at in range(1, points + 1):
         root = tmp_path / f"crash{crash_at}"
         _save(root, 1, 1.0)
-        calls: list[str] = []
+        calls: list[tuple[str, str]] = []
 
-        def fail(label: str, crash_at: int = crash_at, calls: list[str] = calls) -> None:
-            calls.append(label)
+        def fail(call: str, path: str, crash_at: int = crash_at, calls: list[tuple[str, str]] = calls) -> None:
+            calls.append((call, path))
             if len(calls) == crash_at:
-                raise Crash(label)
+                raise Crash(f"{call} {path}")
 
-        monkeypatch.setattr(checkpoints, "_fault_point", fail)
-        with pytest.raises(Crash):
+        with pytest.raises(Crash), save_points(root / "checkpoints", fail):
             _save(root, 2, 2.0)
-        monkeypatch.undo()
+        renamed = any(call in ("rename", "replace") and "step_0000002.partial" in path for call, path in calls)
+        expected_step = 2 if renamed else 1
         latest = latest_complete_checkpoint(root)
-        expected_step = 2 if calls[-1] == "after rename" else 1
         assert latest == checkpoint_path(root, expected_step), calls[-1]
         model, state = torch.nn.Linear(2, 1), TrainState()
         extra = load_training_checkpoint(latest, state, {"model": model}, per_process=["extra"])

@@ -12,7 +12,7 @@ from deq_core.train.faults import random_kills, train_with_faults
 from deq_core.train.metrics import read_metrics
 
 SETTINGS = ["steps=10", "save_every=2", "eval_every=4", "dropout=0.1", "deq.jac_weight=0.5", "deq.jac_prob=0.5"]
-POINTS_PER_SAVE = 9  # 7 files (model, optimizer, scheduler, train_state, rng, memory, manifest), before/after rename
+POINTS_PER_SAVE = 10  # 7 files (model, optimizer, scheduler, train_state, rng, memory, manifest), dir, rename, parent
 TIMING = {"tokens_per_s"}
 
 

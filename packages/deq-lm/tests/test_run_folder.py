@@ -11,6 +11,7 @@ import torch
 
 from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import checkpoint_path
+from deq_core.train.faults import read_only
 from deq_core.train.metrics import read_metrics
 from deq_core.train.rundir import RunLock
 from deq_lm.evaluate import main as evaluate_main
@@ -115,3 +116,31 @@ def test_a_half_written_metrics_line_and_an_interrupted_save_do_not_stop_a_resum
     assert "dropped a half-written last line" in out and "resumed from" in out and "step_0000003" in out
     assert _metrics(cut) == _metrics(full)  # the first line after the resume is step 4's, as uninterrupted
     assert not (cut / "checkpoints" / "step_0000005.partial").exists()
+
+
+def test_a_read_only_output_folder_is_one_line(tmp_path: Path, corpus: list[str], capsys) -> None:
+    """Issue 25: train into a read-only --output-dir is one line, exit status 2, nothing written (``faults.read_only``:
+    also for root, whom chmod does not stop)."""
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    with read_only(ro):
+        assert main([*ARGS, *corpus, "--output-dir", str(ro)]) == 2
+    _one_line_error(capsys, f"cannot write to {ro}: ", "choose a writable --output-dir")
+    assert list(ro.iterdir()) == []
+
+
+def test_evaluate_in_a_read_only_run_folder_is_one_line_before_the_sweep(tmp_path: Path, corpus, capsys) -> None:
+    """The sweep's outputs go to the run folder: read-only, one line before sweeping; --output-dir puts them
+    elsewhere."""
+    out = tmp_path / "run"
+    assert main([*ARGS, *corpus, "--output-dir", str(out)]) == 0
+    sweep = ["--checkpoint", str(out), "--max-iters", "1,2", "--tols", "0.1"]
+    capsys.readouterr()
+    with read_only(out):
+        assert evaluate_main(sweep) == 2
+        refused = capsys.readouterr()
+        assert evaluate_main([*sweep, "--output-dir", str(tmp_path / "sweep")]) == 0
+    assert "max_iter" not in refused.out  # refused before the sweep, not after it
+    assert refused.err.count("\n") == 1 and "Traceback" not in refused.err, refused.err
+    assert f"cannot write to {out}: " in refused.err and "choose a writable --output-dir" in refused.err
+    assert not (out / "sweep.json").exists() and (tmp_path / "sweep" / "sweep.json").is_file()

@@ -11,7 +11,7 @@ from deq_core.train.faults import random_kills, train_with_faults
 from deq_core.train.metrics import read_metrics
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2", "save_every=3"]
-POINTS_PER_SAVE = 8  # 6 files, before and after the rename (20 steps: checkpoints at 3, 6, ..., 18 and 20)
+POINTS_PER_SAVE = 9  # 6 files flushed, the folder flushed, renamed, its parent flushed (checkpoints at 3, 6, ..., 20)
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from deq_core.train.checkpoints import checkpoint_path
+from deq_core.train.faults import read_only
 from deq_core.train.metrics import read_metrics
 from deq_core.train.rundir import RunLock
 from deq_toy import evaluate, train
@@ -85,3 +86,30 @@ def test_resume_accepts_the_run_settings_and_records_them_by_dotted_name(tmp_pat
     assert resumed == [{"step": 5, "changes": changes}]
     said = [line for line in capsys.readouterr().out.splitlines() if "torch thread" in line]
     assert len(said) == 1 and "where the run used 1: bit-identical resumption is lost" in said[0], said
+
+
+def test_a_read_only_output_folder_is_one_line(tmp_path: Path, capsys) -> None:
+    """Issue 25: train into a read-only --output-dir, resume a read-only run, evaluate --output into a read-only folder:
+    one line each, exit status 2, nothing written (``faults.read_only``: also for root, whom chmod does not stop)."""
+    out, ro = tmp_path / "run", tmp_path / "read-only"
+    ro.mkdir()
+    with read_only(ro):
+        assert train.main([*ARGS, "--output-dir", str(ro)]) == 2
+    _one_line_error(capsys, f"cannot write to {ro}: ", "choose a writable --output-dir")
+    assert list(ro.iterdir()) == []
+    assert train.main([*ARGS, "--output-dir", str(out), "--stop-after", "4"]) == 0
+    capsys.readouterr()
+    with read_only(out):
+        assert train.main([*ARGS, "--output-dir", str(out), "--resume"]) == 2
+    _one_line_error(capsys, f"cannot write to {out}: ", "choose a writable --output-dir")
+
+
+def test_evaluate_into_a_read_only_folder_is_one_line(tmp_path: Path, capsys) -> None:
+    out, ro = tmp_path / "run", tmp_path / "read-only"
+    ro.mkdir()
+    assert train.main([*ARGS, "--output-dir", str(out), "--stop-after", "4"]) == 0
+    capsys.readouterr()
+    with read_only(ro):
+        assert evaluate.main(["--checkpoint", str(out), "--output", str(ro / "eval.json")]) == 2
+    _one_line_error(capsys, f"cannot write to {ro}: ", "choose a writable --output")
+    assert list(ro.iterdir()) == []

@@ -12,7 +12,7 @@ from deq_core.train.faults import random_kills, train_with_faults
 from deq_core.train.metrics import read_metrics
 
 SETTINGS = ["steps=12", "save_every=2", "eval_every=3", "augment=true", "mixup=0.2", "dropout=0.1"]
-POINTS_PER_SAVE = 8  # 6 files (model, optimizer, scheduler, train_state, rng, manifest), before/after the rename
+POINTS_PER_SAVE = 9  # 6 files (model, optimizer, scheduler, train_state, rng, manifest), folder, rename, parent
 TIMING = {"images_per_s"}
 
 

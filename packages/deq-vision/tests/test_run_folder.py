@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from deq_core.train.checkpoints import checkpoint_path
+from deq_core.train.faults import read_only
 from deq_core.train.metrics import read_metrics
 from deq_core.train.run_config import replace_config
 from deq_core.train.rundir import RunLock
@@ -115,3 +116,28 @@ def test_augmentation_depends_on_seed_epoch_and_index_only(cifar_dir: Path, num_
     items.set_epoch(0)
     loader = torch.utils.data.DataLoader(items, batch_size=4, num_workers=num_workers)
     assert torch.equal(next(iter(loader))[0][0], items[0][0])  # the same in worker processes
+
+
+def test_a_read_only_output_folder_is_one_line(cifar_dir: Path, tmp_path: Path, capsys) -> None:
+    """Issue 25: train into a read-only --output-dir is one line, exit status 2, nothing written
+    (``faults.read_only``: also for root, whom chmod does not stop)."""
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    with read_only(ro):
+        assert train.main([*ARGS, "--data-dir", str(cifar_dir), "--output-dir", str(ro)]) == 2
+    _one_line_error(capsys, f"cannot write to {ro}: ", "choose a writable --output-dir")
+    assert list(ro.iterdir()) == []
+
+
+def test_evaluate_in_a_read_only_run_folder_is_one_line(cifar_dir: Path, tmp_path: Path, capsys) -> None:
+    """The hard-stop sweep's files go to the run folder: read-only, one line before the sweep; --output-dir puts
+    them elsewhere."""
+    data, out = ["--data-dir", str(cifar_dir)], tmp_path / "run"
+    assert train.main([*ARGS, "steps=3", *data, "--output-dir", str(out)]) == 0
+    sweep = ["--checkpoint", str(out), *data, "--max-steps", "2", "--limit", "20"]
+    capsys.readouterr()
+    with read_only(out):
+        assert evaluate.main(sweep) == 2
+        _one_line_error(capsys, f"cannot write to {out}: ", "choose a writable --output-dir")
+        assert evaluate.main([*sweep, "--output-dir", str(tmp_path / "sweep")]) == 0
+    assert not (out / "hard_stop.json").exists() and (tmp_path / "sweep" / "hard_stop.json").is_file()

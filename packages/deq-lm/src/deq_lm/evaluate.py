@@ -1,7 +1,8 @@
 """Evaluate a checkpoint: ``python -m deq_lm.evaluate --checkpoint RUN_OR_CHECKPOINT_DIR [--split test]``.
 
 Reports the loss and the task metric, and for DEQ models sweeps the inference iteration limit and the tolerance
-(the DEQ paper's Figure 3): a table on stdout, ``sweep.json`` and ``sweep.png`` next to the checkpoint's run.
+(the DEQ paper's Figure 3): a table on stdout, ``sweep.json`` and ``sweep.png`` in the checkpoint's run folder (or in
+``--output-dir``, e.g. for a run folder that cannot be written).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from safetensors.torch import load_model as load_safetensors
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
+from deq_core.train.files import check_writable, write_file, write_json
 from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
@@ -84,7 +86,8 @@ def read_sweep(run_dir: Path) -> dict[int, float]:
 
 
 def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path: Path) -> Path:
-    """Loss and metric against the inference limit, and against the tolerance."""
+    """Loss and metric against the inference limit, and against the tolerance (a PNG written aside and renamed:
+    :func:`~deq_core.train.files.write_file`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,8 +103,10 @@ def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path:
     axes[1].plot([r["tol"] for r in by_tol], [r["loss"] for r in by_tol], "o-")
     axes[1].set(xlabel="tolerance", ylabel="loss", xscale="log", yscale="log")
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
+    try:
+        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
     return out_path
 
 
@@ -123,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--offline", action="store_true", help="language modeling: a Hugging Face corpus from the "
                         "local cache only, never downloaded (as HF_HUB_OFFLINE=1)")  # fmt: skip
     add_trust_option(parser)
+    parser.add_argument(
+        "--output-dir", type=Path, default=None, help="where sweep.json and sweep.png go (default: the run folder)"
+    )
     args = parser.parse_args(argv)
     try:
         cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir, args.offline, args.trust_solver)
@@ -134,14 +142,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.split}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
     if args.no_sweep or not model.is_deq:
         return 0
+    out = args.output_dir or run_dir
+    try:
+        check_writable(out)  # before the sweep, not after it
+    except UsageError as err:
+        return usage_error(parser.prog, err)
     rows = sweep(cfg, task, model, args.split, args.max_iters, args.tols)
     print(f"{'max_iter':>8} {'tol':>8} {'loss':>10} {task.metric:>8} {'nfe':>6} {'residual':>10}")
     for r in rows:
         line = f"{r['max_iter']:>8} {r['tol']:>8.0e} {r['loss']:>10.4g} {r[task.metric]:>8.4f}"
         print(line + f" {r['nfe_forward']:>6.1f} {r['residual']:>10.3g}")
-    (run_dir / SWEEP_FILE).write_text(json.dumps({"split": args.split, "rows": rows}, indent=1) + "\n")
-    plot_sweep(rows, task.metric, len(args.max_iters), run_dir / "sweep.png")
-    print(f"wrote {run_dir / SWEEP_FILE} and {run_dir / 'sweep.png'}")
+    try:
+        write_json(out / SWEEP_FILE, {"split": args.split, "rows": rows})
+        plot_sweep(rows, task.metric, len(args.max_iters), out / "sweep.png")
+    except UsageError as err:  # a folder that cannot be written, a full disk: one line
+        return usage_error(parser.prog, err)
+    print(f"wrote {out / SWEEP_FILE} and {out / 'sweep.png'}")
     return 0
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deq_core.train.claims import Claim, ClaimResult, mean_spread
+from deq_core.train.files import write_file
 
 PPL_MARGIN = 1.05  # ours <= 1.05 x the reference perplexity
 MEMORY_FRACTION = 0.25  # DEQ saved activations <= 25 % of the twin's
@@ -375,6 +376,8 @@ def plot_ppl_vs_nfe(deq: Measured, settings: Sequence[Measured], out_path: Path)
     ax.set_title("DEQ-Transformer with Jacobian regularization (JR paper, Table 1)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
+    try:
+        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
     return out_path

@@ -44,6 +44,7 @@ from deq_core.train.claims import Claim, ClaimResult, mean_spread, write_claims
 from deq_core.train.cli import usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
+from deq_core.train.files import check_writable, write_bytes, write_json, write_text
 from deq_core.train.metrics import read_metrics
 from deq_core.train.reports import markdown_table
 from deq_core.train.run_config import check_resume_config, flat_dict, replace_config
@@ -248,7 +249,7 @@ def step_record(folder: Path, cfg: Config, reference: Config, task: Task, repeat
     run, ref = times["run"], times["reference"]
     step = lc.StepTime(cpu=run.cpu, wall=run.wall, reference_cpu=ref.cpu, reference_wall=ref.wall)
     record = {"step": dataclasses.asdict(step), "reference": f"{TXL} (fresh weights)", "repeats": repeats}
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    write_json(path, record)
     return step
 
 
@@ -266,10 +267,10 @@ def restore_runs(source: Path, out: Path) -> list[str]:
         if target.exists():
             print(f"{folder.name}: already in {target.parent}, left alone")
             continue
-        target.mkdir(parents=True)
+        check_writable(target)  # creates it
         for name in KEPT_FILES:
             if (folder / name).is_file():
-                (target / name).write_bytes((folder / name).read_bytes())
+                write_bytes(target / name, (folder / name).read_bytes())
         restored.append(folder.name)
     return restored
 
@@ -283,10 +284,9 @@ def corpus_dir(args: argparse.Namespace) -> Path:
     if not args.quick:
         return folder
     quick = args.output_dir / "corpus-quick"
-    quick.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", 400), ("valid", 60), ("test", 60)):
         lines = (folder / f"{split}.txt").read_text(encoding="utf-8").splitlines()[:n]
-        (quick / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_text(quick / f"{split}.txt", "\n".join(lines) + "\n")
     return quick
 
 
@@ -397,7 +397,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
             "step_times": {k: dataclasses.asdict(v) for k, v in times.items()},
             "seed_spread": {"preset": TXL, "seeds": list(lc.SPREAD_SEEDS), "test_ppl": spread},
             "verdicts": {r.claim.key: r.verdict for r in results}}  # fmt: skip
-    (out / "claims.json").write_text(json.dumps(dump, indent=1) + "\n")
+    write_json(out / "claims.json", dump)
     return results
 
 

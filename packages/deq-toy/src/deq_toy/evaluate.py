@@ -16,6 +16,7 @@ import torch
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
+from deq_core.train.files import write_json
 from deq_core.train.reports import markdown_table
 from deq_core.train.run_config import replace_config
 
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keys = ["max_iter", "tol"] + [k for k in rows[0] if k not in ("max_iter", "tol")]
             print(markdown(rows, keys))
         if args.output:
-            Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+            write_json(args.output, result, indent=2, option="--output")
     except UsageError as err:
         return usage_error(parser.prog, err)
     return 0

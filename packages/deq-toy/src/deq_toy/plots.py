@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 
+from deq_core.train.files import write_file
 from deq_core.train.metrics import select
 
 from .models.scalar_deq import ScalarDEQ
@@ -88,9 +89,7 @@ def plot_figure5(
         ax2.set_title(f"{label}: slices and cobwebs from z0 = 0", fontsize=9)
         ax2.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    return path
+    return write_file(path, lambda tmp: fig.savefig(tmp, dpi=80, format="png"))
 
 
 def plot_residuals(runs: dict[str, list[dict[str, Any]]], path: str | Path, tol: float | None = 1e-3) -> Path:
@@ -117,6 +116,4 @@ def plot_residuals(runs: dict[str, list[dict[str, Any]]], path: str | Path, tol:
     for ax in axes:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    return path
+    return write_file(path, lambda tmp: fig.savefig(tmp, dpi=80, format="png"))

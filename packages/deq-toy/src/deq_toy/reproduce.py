@@ -27,6 +27,7 @@ from typing import Any
 
 from deq_core.train.cli import usage_error
 from deq_core.train.errors import UsageError
+from deq_core.train.files import check_writable, write_text
 from deq_core.train.metrics import read_metrics
 
 from .claims import GROUPS, run_claims
@@ -205,10 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     args = parser.parse_intermixed_args(argv)
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     name = "table"
     command = "python -m deq_toy.reproduce " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
+        check_writable(output_dir)
         if args.table == "claims":
             if args.overrides or args.runs or args.variants or args.prepare_data or args.data_dir:
                 raise UsageError("claims takes only --output-dir, --quick, --claims and --no-progress.")
@@ -236,7 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     except UsageError as err:
         return usage_error(parser.prog, err)
-    (output_dir / f"{name}.md").write_text(f"Command: `{command}`\n\n{table}")
+    try:
+        write_text(output_dir / f"{name}.md", f"Command: `{command}`\n\n{table}")
+    except UsageError as err:
+        return usage_error(parser.prog, err)
     print(table)
     return 0
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from deq_core.train.claims import Claim, ClaimResult, mean_spread
+from deq_core.train.files import write_file
 
 PAPER = "jacobian-regularization-icml2021.txt"
 MAIN_GAMMA = 0.6
@@ -331,6 +332,8 @@ def plot_residuals(runs: Sequence[RunLike], evals: dict[str, Any], fixed_t: int,
     for ax in axes:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
+    try:
+        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
     return out_path

@@ -3,13 +3,12 @@
 Reports top-1 / top-5 accuracy at the config's inference limits and, for MDEQs, the accuracy against a hard stop of
 max_iter = 1..N calls of f (the JR paper's Table 3; its NFE k is our max_iter k + 1, see
 ``deq_vision.claims_vision.CONVENTION``): a table on stdout and ``hard_stop.json`` / ``hard_stop.png`` in the run
-directory.
+directory (or in ``--output-dir``, e.g. for a run folder that cannot be written).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -22,6 +21,8 @@ from torch.utils.data import DataLoader
 
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
+from deq_core.train.errors import UsageError
+from deq_core.train.files import check_writable, write_file, write_json
 from deq_core.train.run_config import load_config, replace_config
 
 from .claims_vision import paper_nfe
@@ -77,7 +78,8 @@ def unrolled_accuracy(model: nn.Module, loader: DataLoader, steps: int, device: 
 
 
 def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
-    """Top-1 accuracy and residual against the solver's hard stop."""
+    """Top-1 accuracy and residual against the solver's hard stop (a PNG written aside and renamed:
+    :func:`~deq_core.train.files.write_file`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,16 +92,19 @@ def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
     axes[1].plot(steps, [r["residual"] for r in rows], "o-")
     axes[1].set(xlabel="hard stop max_iter (calls of f)", ylabel="forward residual", yscale="log")
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
+    try:
+        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
     return out_path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The CLI; a DatasetError (also one raised while evaluating, e.g. an image that fails to decode) returns 2."""
+    """The CLI; a DatasetError (also one raised while evaluating, e.g. an image that fails to decode) or an output
+    that cannot be written returns 2."""
     try:
         return _evaluate(argv)
-    except DatasetError as err:
+    except (DatasetError, UsageError) as err:
         return usage_error("python -m deq_vision.evaluate", err)
 
 
@@ -118,6 +123,9 @@ def _evaluate(argv: Sequence[str] | None) -> int:
     parser.add_argument("--no-sweep", action="store_true", help="only the accuracy at the config's limits")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     add_trust_option(parser)
+    parser.add_argument(
+        "--output-dir", type=Path, default=None, help="where hard_stop.json and .png go (default: the run folder)"
+    )
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -135,6 +143,8 @@ def _evaluate(argv: Sequence[str] | None) -> int:
     print(f"eval ({len(eval_set)} images): " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
     if args.no_sweep or not cfg.is_deq:
         return 0
+    out = args.output_dir or run_dir
+    check_writable(out)  # before the sweep, not after it
     rows = hard_stop_sweep(model, loader, args.max_steps, device)
     print(f"{'max_iter':>8} {'paper NFE':>9} {'acc':>7} {'acc5':>7} {'loss':>8} {'calls':>5} {'residual':>9}")
     for r in rows:
@@ -142,9 +152,9 @@ def _evaluate(argv: Sequence[str] | None) -> int:
             f"{r['max_iter']:>8} {r['paper_nfe']:>9} {r['acc']:>7.2f} {r['acc5']:>7.2f} {r['loss']:>8.4f} "
             f"{r['nfe_forward']:>5.1f} {r['residual']:>9.3g}"
         )
-    (run_dir / "hard_stop.json").write_text(json.dumps({"full": result, "rows": rows}, indent=1) + "\n")
-    plot_hard_stop(rows, run_dir / "hard_stop.png")
-    print(f"wrote {run_dir / 'hard_stop.json'} and {run_dir / 'hard_stop.png'}")
+    write_json(out / "hard_stop.json", {"full": result, "rows": rows})
+    plot_hard_stop(rows, out / "hard_stop.png")
+    print(f"wrote {out / 'hard_stop.json'} and {out / 'hard_stop.png'}")
     return 0
 
 

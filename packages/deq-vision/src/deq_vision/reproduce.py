@@ -38,6 +38,7 @@ from deq_core.train.checkpoints import checkpoint_weights, latest_complete_check
 from deq_core.train.claims import write_claims
 from deq_core.train.cli import usage_error
 from deq_core.train.errors import UsageError
+from deq_core.train.files import check_writable, write_bytes, write_json, write_text
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 
@@ -148,11 +149,11 @@ def restore_runs(results_dir: Path, out: Path) -> list[str]:
         logs, run_dir = results_dir / "run_logs" / name, out / "runs" / name
         if run_dir.exists() or not (logs / "summary.json").is_file():
             continue
-        run_dir.mkdir(parents=True)
+        check_writable(run_dir)  # creates it
         for file in ("config.json", "metrics.jsonl", "summary.json"):
             if (logs / file).is_file():
-                (run_dir / file).write_bytes((logs / file).read_bytes())
-        (run_dir / "claims_eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
+                write_bytes(run_dir / file, (logs / file).read_bytes())
+        write_json(run_dir / "claims_eval.json", evaluation)
         restored.append(name)
     return restored
 
@@ -227,7 +228,7 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
             (r["step"], r["residual"]) for r in read_metrics(run_dir / "metrics.jsonl")
             if r.get("split") == "train" and r.get("mode") == "solve" and "residual" in r
         ]  # fmt: skip
-    cache.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(cache, result)
     return result
 
 
@@ -279,9 +280,9 @@ def claims(
     pretrain = run_config(runs[0], quick).deq.pretrain_steps
     jr_limit = get_config("glyphs-mdeq-jr").deq.eval_max_iter or get_config("glyphs-mdeq-jr").deq.max_iter
     results, summary = claim_results(runs, evals, command, pretrain, jr_limit=jr_limit)
-    (out / "results.json").write_text(json.dumps({"summary": summary, "runs": evals}, indent=1) + "\n")
+    write_json(out / "results.json", {"summary": summary, "runs": evals})
     table = hard_stop_markdown(runs, evals)
-    (out / "hard_stop.md").write_text(table)
+    write_text(out / "hard_stop.md", table)
     plot_residuals(runs, evals, fixed_t, out / "residual_over_training.png")
     preamble = preamble_text(seeds, quick, evals, fixed_t) + "\n\n" + convention_text(runs, evals, jr_limit)
     preamble += "\n\nHard-stop table (JR paper Table 3 layout), top-1 %:\n\n" + table

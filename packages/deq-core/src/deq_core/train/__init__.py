@@ -21,7 +21,9 @@
 - :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
 - :mod:`~deq_core.train.trust`: which solver import paths a config read from a file may name (``--trust-solver``).
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
-- :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts.
+- :mod:`~deq_core.train.files`: every output written aside and renamed, never through a symbolic link; a failure to
+  write is one line (:class:`~deq_core.train.files.OutputError`).
+- :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts (from outside: no hook in the code).
 - :mod:`~deq_core.train.steptime`: where a DEQ training step's time goes (inside f or outside it).
 - :mod:`~deq_core.train.devices`: the ``--device`` option of the benchmark scripts (a checked device name).
 """

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .files import _human, output_error
 
 __all__ = [
     "CONFIG_FILE",
@@ -55,7 +56,7 @@ __all__ = [
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-_MANIFEST_FILE = "checkpoint.json"
+MANIFEST_FILE = "checkpoint.json"
 PARTIAL_SUFFIX = ".partial"
 _OLD_SUFFIX = ".old"
 _CHECKPOINT_FORMAT = "deq-checkpoint-2"
@@ -63,11 +64,6 @@ _CHECKPOINT_FORMAT = "deq-checkpoint-2"
 
 class CheckpointError(UsageError, ValueError):
     """A checkpoint that cannot be used: incomplete, or a file that is not tensors and plain data (one line)."""
-
-
-def _fault_point(label: str) -> None:
-    """Called between the steps of a checkpoint save (after each file, before and after the rename). It does
-    nothing; fault-injection tests (:mod:`deq_core.train.faults`) replace it to kill the process there."""
 
 
 def load_checked(path: str | Path, loader: Callable[[Path], Any]) -> Any:
@@ -119,18 +115,61 @@ class CheckpointWriter:
         path = self.folder / name
         write(path)
         _fsync(path)
-        _fault_point(f"wrote {name}")
         return path
 
     def save_torch(self, name: str, obj: Any) -> Path:
         """``torch.save`` of tensors and plain data (read back with :func:`safe_load`)."""
         import torch
 
-        return self.save_with(name, lambda p: torch.save(obj, p))
+        def write(path: Path) -> None:
+            with open(path, "xb") as fh:  # a new file (never through a link); a failed write keeps its errno
+                torch.save(obj, fh)
+
+        return self.save_with(name, write)
 
     def save_json(self, name: str, obj: Any) -> Path:
         """A JSON file (read back with :func:`read_json`)."""
-        return self.save_with(name, lambda p: p.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8"))
+
+        def write(path: Path) -> None:
+            with open(path, "x", encoding="utf-8") as fh:
+                fh.write(json.dumps(obj, indent=1) + "\n")
+
+        return self.save_with(name, write)
+
+
+def _remove(path: Path) -> None:
+    """Delete a file, a link (never what it points to) or a folder, ignoring errors."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+        pass
+
+
+def _folder_size(folder: Path) -> int:
+    try:
+        return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    except OSError:
+        return 0
+
+
+def _save_failure(output_dir: Path, final: Path, partial: Path, err: BaseException) -> UsageError | None:
+    """The one-line error of a checkpoint save that failed with ``err`` (None: not a failure to write), naming the
+    space a checkpoint needs (the size of the last complete one, or what was written before the device was full)."""
+    previous = latest_complete_checkpoint(output_dir)
+    if previous is not None:
+        needed = f"about {_human(_folder_size(previous))}, the size of {previous.name}"
+        fix = (
+            f"the partial checkpoint was removed and {previous.name}, the last complete one, is kept: free space "
+            "there, then run again with --resume"
+        )
+    else:
+        written = _folder_size(partial) if partial.is_dir() else 0
+        needed = f"more than {_human(written)}" if written else None
+        fix = "the partial checkpoint was removed: free space there or choose another --output-dir"
+    return output_error(partial, err, what=f"checkpoint {final.name}", needed=needed, full_fix=fix)
 
 
 @contextlib.contextmanager
@@ -149,28 +188,39 @@ def atomic_checkpoint_dir(
         barrier: waits for every process (e.g. ``accelerator.wait_for_everyone``); None for one process.
     """
     sync = barrier or (lambda: None)
+    output_dir = Path(output_dir)
     final = checkpoint_path(output_dir, step)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
+    old = final.with_name(final.name + _OLD_SUFFIX)
+    try:
+        if main:
+            _remove(partial)
+            partial.mkdir(parents=True)
+        sync()
+        yield CheckpointWriter(partial)
+        sync()
+        if main:
+            files = sorted(p.name for p in partial.iterdir())
+            manifest = {"format": _CHECKPOINT_FORMAT, "step": step, "files": files}
+            CheckpointWriter(partial).save_json(MANIFEST_FILE, manifest)
+            _fsync(partial)
+            if final.exists() or final.is_symlink():
+                _remove(old)
+                final.rename(old)
+            partial.rename(final)
+    except Exception as err:  # a kill leaves the partial folder to the next run; an error removes it
+        failure = _save_failure(output_dir, final, partial, err) if main else None
+        if main:
+            _remove(partial)
+            if old.exists() and not final.exists():
+                with contextlib.suppress(OSError):
+                    old.rename(final)  # the checkpoint this save was to replace
+        if failure is None:
+            raise
+        raise failure from err
     if main:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    sync()
-    yield CheckpointWriter(partial)
-    sync()
-    if main:
-        files = sorted(p.name for p in partial.iterdir())
-        manifest = {"format": _CHECKPOINT_FORMAT, "step": step, "files": files}
-        CheckpointWriter(partial).save_json(_MANIFEST_FILE, manifest)
-        _fsync(partial)
-        _fault_point("before rename")
-        old = final.with_name(final.name + _OLD_SUFFIX)
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-        partial.rename(final)
         _fsync(final.parent)
-        shutil.rmtree(old, ignore_errors=True)
-        _fault_point("after rename")
+        _remove(old)
     sync()
 
 
@@ -182,9 +232,9 @@ def checkpoint_path(output_dir: str | Path, step: int) -> Path:
 def is_complete(folder: Path) -> bool:
     """Whether ``folder`` is a complete checkpoint: its manifest is valid JSON and every file it lists exists."""
     try:
-        manifest = json.loads((folder / _MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
         return all((folder / name).is_file() for name in manifest["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
         return False
 
 
@@ -211,9 +261,9 @@ def clean_partial_checkpoints(output_dir: str | Path) -> list[Path]:
     folder = Path(output_dir) / CHECKPOINT_DIR
     if not folder.is_dir():
         return []
-    stale = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.endswith((PARTIAL_SUFFIX, _OLD_SUFFIX)))
+    stale = sorted(p for p in folder.iterdir() if p.name.endswith((PARTIAL_SUFFIX, _OLD_SUFFIX)))
     for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
     return stale
 
 
@@ -226,7 +276,7 @@ def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
     if keep < 1:
         raise ValueError(f"keep_checkpoints must be >= 1, got {keep}.")
     for old in list_checkpoints(output_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
@@ -251,7 +301,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
         )
     if not is_complete(path):
         raise CheckpointError(
-            f"{path} is not a complete checkpoint (no valid {_MANIFEST_FILE}: the save was interrupted); pass the run "
+            f"{path} is not a complete checkpoint (no valid {MANIFEST_FILE}: the save was interrupted); pass the run "
             f"directory {run_dir} to use its newest complete checkpoint."
         )
     return run_dir, path

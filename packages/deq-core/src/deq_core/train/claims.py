@@ -20,6 +20,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .files import write_text
+
 __all__ = [
     "DOES_NOT_HOLD",
     "HOLDS",
@@ -103,18 +105,15 @@ def claims_table(results: Iterable[ClaimResult]) -> str:
 
 def write_claims(path: str | Path, results: Sequence[ClaimResult], title: str, preamble: str = "") -> str:
     """Write ``# title``, the optional preamble, the claims table and a one-line count of verdicts to ``path``
-    (atomically: a temporary file renamed into place). Returns the text written."""
+    (atomically: a temporary file renamed into place, :func:`~deq_core.train.files.write_text`). Returns the text
+    written."""
     counts = {v: sum(r.verdict == v for r in results) for v in (HOLDS, DOES_NOT_HOLD, NOT_MEASURED)}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     text = f"# {title}\n\n"
     if preamble.strip():
         text += preamble.strip() + "\n\n"
     text += claims_table(results) + f"\n{len(results)} claims: {summary}.\n"
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text(path, text)
     return text
 
 

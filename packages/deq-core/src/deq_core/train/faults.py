@@ -1,16 +1,25 @@
-"""Fault injection for the tests of training scripts.
+"""Fault injection for the tests of training scripts (of deq-core and of the task packages; nothing in the training
+code calls it or knows of it).
 
 ``python -m deq_core.train.faults KILL_AT MODULE [ARGS...]`` runs ``python -m MODULE ARGS...`` and kills its own process
-with SIGKILL at the KILL_AT-th fault point of checkpoint saving (after each file written into the temporary folder,
-before and after its rename: :func:`deq_core.train.checkpoints._fault_point`); KILL_AT = 0 never kills.
+with SIGKILL at the KILL_AT-th save point: right after each call of ``os.fsync``, ``os.rename`` or ``os.replace`` on a
+file or folder under OUTPUT_DIR/checkpoints (OUTPUT_DIR from ``--output-dir`` in ARGS), which this wrapper replaces in
+the process before the module runs (:func:`save_points`). A checkpoint save flushes each of its files, then its
+folder, renames the folder and flushes the folder of checkpoints: every state a kill can leave is one of these
+points. KILL_AT = 0 never kills.
 
 :func:`train_with_faults` runs a training command again and again, killing it at chosen save points or at random
 moments of training, resuming each time, until it finishes. :func:`plant_pickle` replaces a file with a pickle that
 runs code when unpickled by a loader that allows it (to show that no loader of a checkpoint does).
+:func:`read_only` makes a folder unwritable for the test's own process, also when it runs as root.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import errno
+import io
 import os
 import random
 import runpy
@@ -18,34 +27,86 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import checkpoints
 
-__all__ = ["Kill", "plant_pickle", "random_kills", "train_with_faults"]
+__all__ = ["Kill", "plant_pickle", "random_kills", "read_only", "save_points", "train_with_faults"]
+
+_SAVE_CALLS = ("fsync", "rename", "replace")  # the calls of the os module that end a step of a checkpoint save
 
 
-def _install_kill(kill_at: int) -> None:
+def _fd_path(fd: Any) -> str:
+    """The path of an open file descriptor (Linux: /proc/self/fd), or "" when unknown."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd if isinstance(fd, int) else fd.fileno()}")
+    except (OSError, AttributeError, ValueError):
+        return ""
+
+
+def _under(path: Any, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` (a real path) or inside it."""
+    try:
+        real = os.path.realpath(os.fsdecode(path)) if path else ""
+    except TypeError:  # a file descriptor
+        return False
+    return real == folder or real.startswith(os.path.join(folder, ""))
+
+
+@contextlib.contextmanager
+def save_points(folder: str | Path, point: Callable[[str, str], None]) -> Iterator[None]:
+    """Call ``point(call, path)`` right after each ``os.fsync`` / ``os.rename`` / ``os.replace`` on a path under
+    ``folder`` while the block runs (``call`` is the function's name, ``path`` the file, or the source of a rename):
+    the moments between the steps of a checkpoint save, where a test raises or kills the process. ``point`` may
+    raise; the call it follows is done."""
+    root = os.path.realpath(folder)
+    saved = {name: getattr(os, name) for name in _SAVE_CALLS}
+
+    def watch(name: str) -> Callable[..., Any]:
+        call = saved[name]
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            result = call(*args, **kwargs)
+            path = _fd_path(args[0]) if name == "fsync" else os.fspath(args[0])
+            if _under(path, root) or (len(args) > 1 and name != "fsync" and _under(args[1], root)):
+                point(name, path)
+            return result
+
+        return watched
+
+    try:
+        for name in _SAVE_CALLS:
+            setattr(os, name, watch(name))
+        yield
+    finally:
+        for name, call in saved.items():
+            setattr(os, name, call)
+
+
+def _kill_at(kill_at: int) -> Callable[[str, str], None]:
     count = 0
 
-    def point(label: str) -> None:
+    def point(call: str, path: str) -> None:
         nonlocal count
         count += 1
         if count == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpoints._fault_point = point  # type: ignore[attr-defined]
+    return point
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     kill_at, module, rest = int(args[0]), args[1], args[2:]
-    if kill_at > 0:
-        _install_kill(kill_at)
+    output_dir = rest[rest.index("--output-dir") + 1] if "--output-dir" in rest else "."
     sys.argv = [module, *rest]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    with contextlib.ExitStack() as stack:
+        if kill_at > 0:
+            stack.enter_context(save_points(Path(output_dir) / checkpoints.CHECKPOINT_DIR, _kill_at(kill_at)))
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 class _Planted:
@@ -64,6 +125,98 @@ def plant_pickle(path: Path, marker: Path) -> None:
 
     Path(path).unlink(missing_ok=True)
     torch.save(_Planted(str(marker)), path)
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+@contextlib.contextmanager
+def read_only(folder: str | Path) -> Iterator[None]:
+    """Make ``folder`` (which must exist) unwritable while the block runs, as a read-only folder or file system is:
+    its mode is 0o555; when that does not stop this process (root, whom file modes do not stop), every write this
+    process tries under it (``os.open`` / ``open`` for writing, ``os.mkdir``, renames, deletions) also fails with
+    EROFS. Restores both at the end."""
+    folder = Path(folder)
+    mode = folder.stat().st_mode & 0o7777
+    folder.chmod(0o555)
+    probe = folder / ".read_only_probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except PermissionError:
+        stopped = True
+    else:
+        probe.unlink()
+        stopped = False
+    try:
+        with contextlib.ExitStack() as stack:
+            if not stopped:
+                stack.enter_context(_refuse_writes(folder))
+            yield
+    finally:
+        folder.chmod(mode)
+
+
+@contextlib.contextmanager
+def _refuse_writes(folder: Path) -> Iterator[None]:
+    root = os.path.join(os.path.realpath(folder), "")
+    saved = {"open": os.open, "mkdir": os.mkdir, "rename": os.rename, "replace": os.replace, "unlink": os.unlink,
+             "remove": os.remove, "rmdir": os.rmdir}  # fmt: skip
+    builtin_open, io_open = builtins.open, io.open
+
+    def refuse(path: Any) -> OSError:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    def inside(path: Any) -> bool:
+        return isinstance(path, (str, bytes, os.PathLike)) and os.path.realpath(os.fsdecode(path)).startswith(root)
+
+    def os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & _WRITE_FLAGS and inside(path) and "dir_fd" not in kwargs:
+            raise refuse(path)
+        return saved["open"](path, flags, *args, **kwargs)
+
+    def mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if inside(path) and "dir_fd" not in kwargs:
+            if os.path.exists(path):  # as the system answers: the folder exists before it is read-only
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+            raise refuse(path)
+        saved["mkdir"](path, *args, **kwargs)
+
+    def two_paths(name: str) -> Callable[..., None]:
+        def call(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            if inside(src) or inside(dst):
+                raise refuse(dst)
+            saved[name](src, dst, *args, **kwargs)
+
+        return call
+
+    def one_path(name: str) -> Callable[..., None]:
+        def call(path: Any, *args: Any, **kwargs: Any) -> None:
+            if inside(path) and "dir_fd" not in kwargs:
+                raise refuse(path)
+            saved[name](path, *args, **kwargs)
+
+        return call
+
+    def file_open(opener: Callable[..., Any]) -> Callable[..., Any]:
+        def call(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if any(c in mode for c in "wax+") and inside(file):
+                raise refuse(file)
+            return opener(file, mode, *args, **kwargs)
+
+        return call
+
+    replaced: dict[str, Any] = {"open": os_open, "mkdir": mkdir, "rename": two_paths("rename"),
+                                "replace": two_paths("replace"), "unlink": one_path("unlink"),
+                                "remove": one_path("remove"), "rmdir": one_path("rmdir")}  # fmt: skip
+    try:
+        for name, call in replaced.items():
+            setattr(os, name, call)
+        builtins.open, io.open = file_open(builtin_open), file_open(io_open)
+        yield
+    finally:
+        for name, call in saved.items():
+            setattr(os, name, call)
+        builtins.open, io.open = builtin_open, io_open
 
 
 @dataclass(frozen=True)

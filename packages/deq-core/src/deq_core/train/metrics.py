@@ -1,5 +1,6 @@
 """The ``metrics.jsonl`` file of a run: :class:`MetricsLog` (one JSON object per line, appended and flushed line by
-line), :func:`read_metrics` and :func:`select` (the series of one key, for plots)."""
+line; never written through a symbolic link), :func:`read_metrics` and :func:`select` (the series of one key, for
+plots); :class:`MetricsError` for a file that is not one (one line naming the file and line)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLog", "read_metrics", "select"]
+from .errors import UsageError
+from .files import append_text, read_bytes, write_bytes
+
+__all__ = ["MetricsError", "MetricsLog", "read_metrics", "select"]
+
+
+class MetricsError(UsageError, ValueError):
+    """A metrics file that cannot be read: not UTF-8 text, or a line that is not a JSON object (one line naming the
+    file and the line)."""
 
 
 class MetricsLog:
     """Append-only JSON-lines metrics file; each :meth:`write` is one line, flushed at once (safe to read while the
-    run goes on, and nothing is lost when it crashes)."""
+    run goes on, and nothing is lost when it crashes). The file is the run's own: a symbolic link in its place is
+    refused (:class:`~deq_core.train.files.OutputError`), never written through."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -23,8 +33,7 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         """Append one record; tensors and numpy scalars are converted to Python numbers, NaN/Inf to strings."""
         line = json.dumps({k: _plain(v) for k, v in record.items()})
-        with self.path.open("a") as fh:
-            fh.write(line + "\n")
+        append_text(self.path, line + "\n")
 
     def read(self) -> list[dict[str, Any]]:
         """All records written so far (an empty list when the file does not exist)."""
@@ -32,33 +41,62 @@ class MetricsLog:
 
     def line_count(self) -> int:
         """The number of complete lines written so far (saved with a checkpoint, for :meth:`resume_at`)."""
-        return self.path.read_bytes().count(b"\n") if self.path.exists() else 0
+        return self._bytes().count(b"\n")
 
     def resume_at(self, lines: int) -> bool:
         """Keep the first ``lines`` complete lines (those written before the checkpoint a run resumes from), so that
         a resumed run logs no line twice. Returns True when a last line cut short by a crash (the file did not end
-        with a newline) was dropped."""
-        text = self.path.read_text() if self.path.exists() else ""
-        complete = text.split("\n")  # the last item is "" or a line cut short
-        partial = self.path.with_name(self.path.name + ".partial")
-        partial.write_text("".join(line + "\n" for line in complete[:-1][:lines]))
-        partial.replace(self.path)
-        return complete[-1] != ""
+        with a newline) was dropped.
+
+        Raises:
+            MetricsError: a line kept is not UTF-8 text or not a JSON object (the file is not this run's log).
+            OutputError: the file is a symbolic link, or cannot be rewritten.
+        """
+        complete = self._bytes().split(b"\n")  # the last item is b"" or a line cut short
+        kept = b"".join(line + b"\n" for line in complete[:-1][:lines])
+        _records(kept, self.path)
+        write_bytes(self.path, kept)
+        return complete[-1] != b""
+
+    def _bytes(self) -> bytes:
+        try:
+            return read_bytes(self.path)
+        except FileNotFoundError:
+            return b""
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a metrics.jsonl file; raises ValueError naming the line when one is not valid JSON."""
+    """Records of a metrics.jsonl file (an empty list when it does not exist).
+
+    Raises:
+        MetricsError: (a ValueError) naming the line that is not UTF-8 text or not a JSON object.
+    """
     path = Path(path)
     if not path.exists():
         return []
+    return _records(path.read_bytes(), path)
+
+
+def _records(data: bytes, path: Path) -> list[dict[str, Any]]:
+    fix = "not a metrics file of this project, or a damaged one: restore it, or train a new run in another --output-dir"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        number = data.count(b"\n", 0, err.start) + 1
+        raise MetricsError(f"{path}:{number} is not UTF-8 text (byte {err.start}); {fix}.") from None
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
+            raise MetricsError(f"{path}:{number} is not valid JSON ({err.msg}); {fix}.") from None
+        except RecursionError:
+            raise MetricsError(f"{path}:{number} is JSON nested too deeply to be a record; {fix}.") from None
+        if not isinstance(record, dict):
+            raise MetricsError(f"{path}:{number} is not a JSON object; {fix}.")
+        records.append(record)
     return records
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .files import write_file
 from .metrics import read_metrics, select
 
 __all__ = ["draw_solver_curves", "end_of_pretraining", "plot_training"]
@@ -41,7 +42,8 @@ def end_of_pretraining(records: Iterable[dict[str, Any]]) -> int | None:
 def plot_training(metrics_path: str | Path, out_path: str | Path, metric: str) -> Path:
     """Write the training plot of a run from its metrics.jsonl: loss (log scale) and ``metric`` of every split over
     steps, forward / backward NFE and the forward residual (DEQs), with a dotted line at the end of pretraining.
-    Returns ``out_path`` (a PNG). Needs matplotlib."""
+    Returns ``out_path`` (a PNG, written aside and renamed: :func:`~deq_core.train.files.write_file`). Needs
+    matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,6 +67,8 @@ def plot_training(metrics_path: str | Path, out_path: str | Path, metric: str) -
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
+    try:
+        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
     return Path(out_path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .files import write_text
+
 __all__ = ["MarkdownReport", "markdown_table"]
 
 
@@ -40,7 +42,8 @@ class MarkdownReport:
         return "\n".join(self.parts) + "\n"
 
     def write(self, path: str | Path | None, first_line: str = "") -> None:
-        """Write the report to ``path`` (nothing when None), after ``first_line`` (e.g. the command) if given."""
+        """Write the report to ``path`` (nothing when None; aside and renamed, a failure is one line naming ``--out``:
+        :func:`~deq_core.train.files.write_text`), after ``first_line`` (e.g. the command) if given."""
         if path:
             head = f"{first_line}\n\n" if first_line else ""
-            Path(path).write_text(head + self.text(), encoding="utf-8")
+            write_text(Path(path), head + self.text(), option="--out")

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
-import os
 import typing
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .checkpoints import CONFIG_FILE, PARTIAL_SUFFIX, read_json
+from .checkpoints import CONFIG_FILE, read_json
 from .errors import UsageError
+from .files import write_json
 from .trust import UntrustedImportError, check_import_paths
 
 __all__ = [
@@ -46,20 +45,11 @@ def _as_dict(cfg: Any) -> dict[str, Any]:
     return cfg.to_dict() if hasattr(cfg, "to_dict") else dataclasses.asdict(cfg)
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    partial = path.with_name(path.name + PARTIAL_SUFFIX)
-    partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
-
-
 def save_config(cfg: Any, output_dir: str | Path, name: str, **extra: Any) -> Path:
     """Write OUTPUT_DIR/config.json with the preset name, the resolved config and ``extra`` top-level entries
-    (e.g. ``data_dir``) for a new run; returns its path. Write it after the data were checked."""
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / CONFIG_FILE
-    _write_json_atomic(path, {"name": name, "config": _as_dict(cfg), **extra})
-    return path
+    (e.g. ``data_dir``) for a new run (aside and renamed: :func:`~deq_core.train.files.write_json`); returns its
+    path. Write it after the data were checked."""
+    return write_json(Path(output_dir) / CONFIG_FILE, {"name": name, "config": _as_dict(cfg), **extra}, indent=2)
 
 
 def load_config(run_dir: str | Path, config_cls: type[C], trusted_modules: Collection[str] = ()) -> tuple[str, C]:
@@ -276,4 +266,4 @@ def record_resume(run_dir: str | Path, step: int, changes: dict[str, tuple[Any, 
     path = Path(run_dir) / CONFIG_FILE
     data = read_json(path)
     data.setdefault("resumed", []).append({"step": step, "changes": {k: list(v) for k, v in changes.items()}})
-    _write_json_atomic(path, data)
+    write_json(path, data, indent=2)

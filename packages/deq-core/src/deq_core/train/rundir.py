@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-from .checkpoints import CHECKPOINT_DIR, latest_complete_checkpoint
+from .checkpoints import CHECKPOINT_DIR, MANIFEST_FILE, latest_complete_checkpoint
 from .errors import UsageError
+from .files import output_error
 
 __all__ = ["RunDirError", "RunLock", "check_run_dir"]
 
@@ -26,6 +28,8 @@ class RunLock:
 
     Raises:
         RunDirError: another process holds the lock.
+        OutputError: the folder cannot be created or written (read-only, full, not a folder), or ``.lock`` is a
+            symbolic link (opened with ``O_NOFOLLOW``: nothing is written through it).
     """
 
     def __init__(self, output_dir: str | Path) -> None:
@@ -39,8 +43,13 @@ class RunLock:
         except ImportError:  # pragma: no cover - Windows
             return self
         self._created = not self.path.parent.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            if self._created:
+                shutil.rmtree(self.path.parent, ignore_errors=True)  # nothing of a run is in a folder made here
+            raise output_error(self.path, err, what="its lock file") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -50,8 +59,12 @@ class RunLock:
                 f"{self.path.parent} is in use by another training run (pid {holder}); wait for it to finish, or "
                 "use another --output-dir."
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as err:
+            os.close(fd)
+            raise output_error(self.path, err, what="its lock file") from None
         self._fd = fd
         return self
 
@@ -78,9 +91,12 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
     output_dir = Path(output_dir)
     latest = latest_complete_checkpoint(output_dir)
     if resume and latest is None:
+        manifests = (output_dir / CHECKPOINT_DIR).glob(f"step_*/{MANIFEST_FILE}")
+        broken = sorted(p for p in manifests if p.parent.name[5:].isdigit())  # not a .partial save's
+        found = f" ({broken[-1]} is not a valid manifest: an interrupted save, or a modified file)" if broken else ""
         raise RunDirError(
-            f"--resume: no complete checkpoint in {output_dir / CHECKPOINT_DIR} (or no such folder); run without "
-            "--resume to start a new run there."
+            f"--resume: no complete checkpoint in {output_dir / CHECKPOINT_DIR} (or no such folder){found}; run "
+            "without --resume to start a new run there."
         )
     if not resume and latest is not None:
         raise RunDirError(

@@ -16,7 +16,6 @@ recorded in the ``resumed`` list of config.json and said in one console line.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -35,6 +34,7 @@ from tqdm.auto import tqdm
 
 from .checkpoints import clean_partial_checkpoints, prune_checkpoints
 from .errors import UsageError
+from .files import write_file, write_json
 from .metrics import MetricsLog
 from .plots import plot_training
 from .progress import progress_enabled
@@ -266,11 +266,12 @@ def step_scheduler(scheduler: Any, steps_done: int) -> None:
 
 
 def save_gradients(model: nn.Module, path: Path) -> None:
-    """Write every parameter's (synchronized) gradient to a safetensors file, keyed by parameter name."""
+    """Write every parameter's (synchronized) gradient to a safetensors file, keyed by parameter name (aside and
+    renamed: :func:`~deq_core.train.files.write_file`)."""
     grads = {
         name: p.grad.detach().float().contiguous().cpu() for name, p in model.named_parameters() if p.grad is not None
     }
-    save_file(grads, str(path))
+    write_file(path, lambda tmp: save_file(grads, str(tmp)))
 
 
 def train_record(run: Run, stats: StepStats, seconds: float, steps: int) -> dict[str, Any]:
@@ -443,5 +444,5 @@ def _finish(run: Run) -> None:
     results = run.task.finish(run.output_dir, run.log.read())
     if results:
         run.summary["results"] = results
-    (run.output_dir / "summary.json").write_text(json.dumps(run.summary, indent=1) + "\n")
+    write_json(run.output_dir / "summary.json", run.summary)
     print(final_line(run, split), flush=True)

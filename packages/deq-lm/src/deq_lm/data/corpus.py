@@ -11,7 +11,6 @@ from __future__ import annotations
 import array
 import hashlib
 import json
-import os
 import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
+
+from deq_core.train.files import write_file
 
 from .errors import CorpusError
 from .sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
@@ -112,10 +113,7 @@ def _read_cache(cache_file: Path, tokenizer: Tokenizer | None, lower: bool) -> C
 
 
 def _write_cache(cache_file: Path, payload: dict[str, object]) -> None:
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache_file.with_name(cache_file.name + f".{os.getpid()}.tmp")
-    torch.save(payload, partial)
-    os.replace(partial, cache_file)
+    write_file(cache_file, lambda tmp: torch.save(payload, tmp), option="data.cache_dir")  # aside and renamed
 
 
 def load_corpus(

@@ -14,11 +14,14 @@ so no topic is in two splits (about 81K / 7.4K / 7.7K tokens with Python 3.11).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from deq_core.train.cli import usage_error
+from deq_core.train.errors import UsageError
+from deq_core.train.files import write_text
 
 from .sources import SPLITS
 
@@ -62,15 +65,12 @@ def write_splits(out_dir: Path, splits: dict[str, list[str]]) -> Path:
     and moved into place, so processes that start at the same time (``accelerate launch``) never see a partial file.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     for split, lines in splits.items():
         target = out_dir / f"{split}.txt"
         text = "\n".join(lines) + "\n"
         if target.is_file() and target.read_text(encoding="utf-8") == text:
             continue
-        partial = out_dir / f"{split}.txt.{os.getpid()}.tmp"
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, target)
+        write_text(target, text, option="OUT_DIR")
     return out_dir
 
 
@@ -83,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deq_lm.data.pydoc_corpus", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path, help="directory to write train.txt, valid.txt, test.txt to")
     args = parser.parse_args(argv)
-    write_pydoc_corpus(args.out_dir)
+    try:
+        write_pydoc_corpus(args.out_dir)
+    except UsageError as err:
+        return usage_error(parser.prog, err)
     for split in SPLITS:
         text = (args.out_dir / f"{split}.txt").read_text(encoding="utf-8")
         print(f"{split}: {len(text.splitlines())} lines, {len(text.split())} tokens")

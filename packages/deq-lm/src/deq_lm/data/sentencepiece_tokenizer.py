@@ -5,12 +5,13 @@ split. Ids: 0 SentencePiece's unknown piece, 1 end of line (appended to every li
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import sentencepiece as spm
+
+from deq_core.train.files import write_bytes
 
 from .errors import CorpusError, CorpusNotFoundError
 from .vocab import UNK
@@ -98,8 +99,5 @@ def train_sentencepiece(
     except RuntimeError as error:
         raise CorpusError(f"SentencePiece training failed (vocab_size={vocab_size}): {error}") from error
     model_file = Path(model_file)
-    model_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = model_file.with_name(model_file.name + f".{os.getpid()}.tmp")
-    partial.write_bytes(buffer.getvalue())
-    os.replace(partial, model_file)
+    write_bytes(model_file, buffer.getvalue(), option="data.cache_dir")  # aside and renamed: never seen half-written
     return SentencePieceTokenizer(model_file, lower=lower)

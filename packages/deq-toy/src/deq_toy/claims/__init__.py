@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deq_core.train.claims import ClaimResult, write_claims
 from deq_core.train.errors import UsageError
+from deq_core.train.files import write_text
 
 from . import arithmetic, synthetic
 
@@ -46,7 +47,7 @@ def run_claims(
     full = command.replace(" --quick", "")
     if "synthetic" in groups:
         row, table = synthetic.synthetic_claim(output_dir / "synthetic", quick, progress, command)
-        (output_dir / "synthetic_ablation.md").write_text(f"Command: `{command}`\n\n{table}")
+        write_text(output_dir / "synthetic_ablation.md", f"Command: `{command}`\n\n{table}")
         rows.append(row)
     else:
         rows.append(ClaimResult(synthetic.CLAIM, "not run", None, full, "run with --claims synthetic"))

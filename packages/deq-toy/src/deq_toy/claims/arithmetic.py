@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from deq_core.train.claims import Claim, ClaimResult, mean_spread
+from deq_core.train.files import write_json
 from deq_core.train.metrics import read_metrics
 
 from ..runs import ensure_run
@@ -210,7 +211,7 @@ def step_profile(run_dir: Path, data_dir: Path, steps: int) -> dict[str, Any]:
     finally:
         torch.set_num_threads(threads)
     record = {**dataclasses.asdict(profile), "summary": profile.summary()}
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(path, record, indent=2)
     return record
 
 

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from deq_core.train.errors import UsageError
+from deq_core.train.files import write_text
 
 DIGITS = "123456789"
 OPERATORS = "+-*/"
@@ -221,10 +222,7 @@ def write_split(path: str | Path, data: ArithmeticSplit) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# deq-toy nested arithmetic {data.meta} division_by_zero_redrawn={data.n_division_by_zero}", HEADER]
     lines += [f"{e}\t{v}\t{lab}" for e, v, lab in zip(data.expressions, data.values, data.labels)]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
-    return path
+    return write_text(path, "\n".join(lines) + "\n", option="--data-dir")
 
 
 def _malformed(path: Path, number: int, what: str) -> UsageError:

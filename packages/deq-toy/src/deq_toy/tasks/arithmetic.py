@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from deq_core.train.files import write_json
 from deq_core.train.task import Forward
 
 from ..configs.arithmetic import ArithmeticConfig
@@ -158,7 +158,7 @@ class ArithmeticTask(ToyTask):
         }
         for name, (tokens, labels) in self.evaluation_sets().items():
             results[name] = self.evaluate_tensors(tokens, labels)
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(output_dir / "results.json", results, indent=2)
         if self.config.model.name in ("deq", "repeated_gru"):
             plot_residuals({self.config.model.name: records}, output_dir / "residual.png")
         return results

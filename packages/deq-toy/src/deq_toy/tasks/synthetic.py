@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import torch
 from torch import Tensor
 
 import deq_core
+from deq_core.train.files import write_json
 from deq_core.train.task import Forward
 
 from ..configs.synthetic import SyntheticConfig
@@ -91,6 +91,6 @@ class SyntheticTask(ToyTask):
         from ..plots import plot_figure5
 
         results = {"config": "synthetic", "jacobian_weight": self.config.deq.jac_weight, **self.evaluate()}
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(output_dir / "results.json", results, indent=2)
         plot_figure5([(f"gamma = {self.config.deq.jac_weight:g}", self.model)], output_dir / "figure5.png")
         return results

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,8 @@ import PIL
 from PIL import Image, ImageDraw, ImageFilter
 
 from deq_core.train.cli import usage_error
+from deq_core.train.errors import UsageError
+from deq_core.train.files import write_file, write_json
 
 from .arrays import ArrayImages
 from .errors import DatasetError
@@ -146,17 +147,15 @@ def write_glyphs(
     2*seed + 1: disjoint random streams). Returns the folder."""
     style = style or GlyphStyle()
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     for train, n, split_seed in ((True, n_train, 2 * seed), (False, n_test, 2 * seed + 1)):
         images, labels = generate(n, split_seed, size, style)
-        tmp = out / (FILES[train] + ".tmp.npz")
-        np.savez_compressed(tmp, images=images, labels=labels)
-        tmp.replace(out / FILES[train])
+        arrays = {"images": images, "labels": labels}
+        write_file(out / FILES[train], lambda tmp, arrays=arrays: np.savez_compressed(tmp, **arrays))
     meta = {
         "n_train": n_train, "n_test": n_test, "size": size, "seed": seed, "style": dataclasses.asdict(style),
         "numpy": np.__version__, "pillow": PIL.__version__,
     }  # fmt: skip
-    (out / META).write_text(json.dumps(meta, indent=1) + "\n")
+    write_json(out / META, meta)
     return out
 
 
@@ -206,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = write_glyphs(args.output_dir, args.train, args.test, args.size, args.seed)
-    except ValueError as err:
+    except (ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
     print(f"wrote {args.train} training and {args.test} test images ({args.size}x{args.size}) to {out}")
     return 0

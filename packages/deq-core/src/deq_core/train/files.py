@@ -1,0 +1,305 @@
+"""Writing the files of a run folder (and every other output of the training tools) so that a failure is one line
+and nothing outside the folder is ever written.
+
+- :func:`write_file`, :func:`write_bytes`, :func:`write_text`, :func:`write_json`: a new file written aside (a
+  temporary file created in the destination's folder, never through a link), flushed to disk, then renamed over the
+  destination with ``os.replace``: a symbolic link at the destination is replaced, never written through, and a
+  reader sees the old file or the new one, never half of one.
+- :func:`append_text`: append to a file (``metrics.jsonl``) opened with ``O_NOFOLLOW``: a symbolic link there is
+  refused.
+- :func:`read_bytes`: read a run's own file, refusing a symbolic link.
+- :func:`check_writable`: fail at once, before a long computation, when its outputs could not be written.
+- :class:`OutputError` (a :class:`~deq_core.train.errors.UsageError` and an ``OSError``): a write that failed, one
+  line saying why (no space left, with the space needed; a read-only or missing folder; a symbolic link) and what to
+  do; :func:`output_error` builds it from the exception a write raised.
+
+A run folder given by the user (``--output-dir``) may itself be a symbolic link: that is the user's choice; the
+files inside it are the run's own.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, overload
+
+from .errors import UsageError
+
+__all__ = ["OutputError", "append_text", "check_writable", "output_error", "read_bytes", "write_bytes", "write_file",
+           "write_json", "write_text"]  # fmt: skip
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 on Windows, which has no such flag (links there need privileges)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BINARY = getattr(os, "O_BINARY", 0)
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+_NEARLY_FULL = 1 << 20  # bytes free below which a write that failed without an errno is taken for a full disk
+
+
+class OutputError(UsageError, OSError):
+    """A file that could not be written: no space left on its device, a folder that cannot be written (read-only,
+    missing, not a folder), or a symbolic link where the run keeps a file of its own. The message is one line that
+    says which folder, why, and what to do; the command-line tools print it and exit with status 2."""
+
+
+def _human(size: int) -> str:
+    """``size`` bytes in words: ``532 bytes``, ``1.2 MB``."""
+    if size < 1000:
+        return f"{size} bytes"
+    power = min((len(str(size)) - 1) // 3, 4)
+    return f"{size / 1000**power:.1f} {('kB', 'MB', 'GB', 'TB')[power - 1]}"
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The first OSError in ``err`` and the exceptions it was raised from or while handling (torch reports a failed
+    write to a Python file object as a RuntimeError raised while handling the OSError)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _nearly_full(folder: Path) -> bool:
+    try:
+        return shutil.disk_usage(folder).free < _NEARLY_FULL
+    except OSError:
+        return False
+
+
+def _existing_parent(path: Path) -> Path:
+    """``path``'s folder, or the nearest of its ancestors that exists (for the free space of its device)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+@overload
+def output_error(
+    path: str | Path,
+    err: OSError,
+    *,
+    what: str | None = None,
+    needed: str | None = None,
+    option: str = "--output-dir",
+    full_fix: str | None = None,
+) -> OutputError: ...
+
+
+@overload
+def output_error(
+    path: str | Path,
+    err: BaseException,
+    *,
+    what: str | None = None,
+    needed: str | None = None,
+    option: str = "--output-dir",
+    full_fix: str | None = None,
+) -> OutputError | None: ...
+
+
+def output_error(
+    path: str | Path,
+    err: BaseException,
+    *,
+    what: str | None = None,
+    needed: str | None = None,
+    option: str = "--output-dir",
+    full_fix: str | None = None,
+) -> OutputError | None:
+    """The one-line :class:`OutputError` for ``err``, raised while writing ``path``; None when ``err`` is not a
+    failure to write (re-raise it as it is), which an ``OSError`` always is.
+
+    A write failed for lack of space when an ``OSError`` with ``ENOSPC`` / ``EDQUOT`` is in the chain of ``err``, or
+    when a writer that reports no errno (``torch.save`` to a file name, safetensors) failed and the device has less
+    than 1 MB free.
+
+    Args:
+        path: the file (or folder) being written.
+        err: what the write raised.
+        what: what was written, for the message (default: the file name).
+        needed: the space it needs, for the message of a full device (e.g. ``"1.2 MB"``).
+        option: the command-line option that chooses the destination, named in the fix.
+        full_fix: what to do when the device is full (default: free space there or choose another ``option``).
+    """
+    path = Path(path)
+    folder = path.parent
+    what = what or path.name
+    found = _os_error(err)
+    if found is None:
+        if not _nearly_full(_existing_parent(path)):
+            return None
+        code, reason = errno.ENOSPC, "No space left on device"
+    else:
+        code, reason = found.errno, found.strerror or str(found)
+    if code in _FULL:
+        space = f", which needs {needed}" if needed else ""
+        fix = full_fix or f"free space there or choose another {option}"
+        return OutputError(f"no space left on the device of {folder} to write {what}{space}; {fix}.")
+    if code in (errno.ELOOP, errno.EMLINK) and path.is_symlink():  # O_NOFOLLOW met a link (EMLINK: BSD)
+        return OutputError(
+            f"{path} is a symbolic link; a run writes its own files only, never through a link: delete the link, or "
+            f"choose another {option}."
+        )
+    if folder.exists() and not folder.is_dir():
+        return OutputError(f"cannot write to {folder}: it is a file, not a folder; choose another {option}.")
+    return OutputError(f"cannot write to {folder}: {reason} (writing {what}); choose a writable {option}.")
+
+
+def _temporary(path: Path) -> Path:
+    """A new empty file next to ``path`` (created with O_EXCL: never an existing file or a link), named
+    ``.NAME.RANDOM.partial.SUFFIX`` so that writers that pick the format by the suffix (matplotlib) still can."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial{path.suffix}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(path))
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def write_file(
+    path: str | Path, write: Callable[[Path], None], *, size: int | None = None, option: str = "--output-dir"
+) -> Path:
+    """Write ``path`` by ``write(temporary_path)`` (any writer that takes a file name: ``fig.savefig``,
+    ``safetensors.torch.save_file``, ...), then flush it to disk and rename it over ``path``. The folder is created
+    if missing. Returns ``path``.
+
+    Args:
+        path: the file to write.
+        write: writes the whole file to the path it is given (a new empty file in the folder of ``path``).
+        size: the size of what is written, when known (named when the device is full; otherwise the message gives
+            what was written before the write failed).
+        option: the command-line option that chooses the destination, named in an error.
+
+    Raises:
+        OutputError: the write failed for lack of space, a folder that cannot be written, or a link in the way (the
+            temporary file is removed and ``path`` is left as it was).
+    """
+    path = Path(path)
+    tmp: Path | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary(path)
+        write(tmp)
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+    except Exception as err:
+        written = _size(tmp)
+        needed = _human(size) if size is not None else f"more than {_human(written)}" if written else None
+        failure = output_error(path, err, needed=needed, option=option)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if failure is None:
+            raise
+        raise failure from err
+    return path
+
+
+def check_writable(folder: str | Path, *, option: str = "--output-dir") -> None:
+    """Create ``folder`` if missing and a file in it, then delete the file: call it before a long computation whose
+    results go there, so that a folder that cannot be written fails at once.
+
+    Raises:
+        OutputError: the folder cannot be created or written (``option`` is named in the message).
+    """
+    folder = Path(folder)
+    probe = folder / ".write-check"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _temporary(probe).unlink()
+    except OSError as err:
+        raise output_error(probe, err, what="its outputs", option=option) from err
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_bytes(path: str | Path, data: bytes, *, option: str = "--output-dir") -> Path:
+    """Write ``data`` to ``path`` aside and renamed (:func:`write_file`)."""
+
+    def fill(tmp: Path) -> None:
+        fd = os.open(tmp, os.O_WRONLY | _NOFOLLOW | _CLOEXEC | _BINARY)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    return write_file(path, fill, size=len(data), option=option)
+
+
+def write_text(path: str | Path, text: str, *, option: str = "--output-dir") -> Path:
+    """Write ``text`` (UTF-8) to ``path`` aside and renamed (:func:`write_file`)."""
+    return write_bytes(path, text.encode("utf-8"), option=option)
+
+
+def write_json(path: str | Path, data: Any, *, indent: int = 1, option: str = "--output-dir") -> Path:
+    """Write ``data`` as JSON (with ``indent``, and a final newline) to ``path`` aside and renamed
+    (:func:`write_file`)."""
+    return write_text(path, json.dumps(data, indent=indent) + "\n", option=option)
+
+
+def append_text(path: str | Path, text: str, *, option: str = "--output-dir") -> None:
+    """Append ``text`` (UTF-8) to ``path``, created if missing, in one ``write`` call per chunk the system takes.
+
+    Raises:
+        OutputError: ``path`` is a symbolic link (opened with ``O_NOFOLLOW``: nothing is written through it), its
+            device is full, or its folder cannot be written.
+    """
+    path = Path(path)
+    data = text.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC | _BINARY, 0o666)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise output_error(path, err, needed=_human(len(data)), option=option) from err
+
+
+def read_bytes(path: str | Path, *, option: str = "--output-dir") -> bytes:
+    """The bytes of a file of the run itself (e.g. ``metrics.jsonl`` before a resume rewrites it), opened with
+    ``O_NOFOLLOW``.
+
+    Raises:
+        OutputError: ``path`` is a symbolic link.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.EMLINK) and path.is_symlink():
+            raise output_error(path, err, option=option) from err
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()

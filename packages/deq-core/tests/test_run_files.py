@@ -1,0 +1,315 @@
+"""The files of a run folder (issue 25): nothing is written through a symbolic link planted in the folder, and a full
+device, a folder that cannot be written, a manifest nested too deep or a metrics file that is not text is one line
+``PROG: error: ...`` with exit status 2, leaving the last complete checkpoint usable and no temporary file behind.
+
+The training command line runs in this process (``run_training_cli`` with the skeleton's tiny task), so that the tests
+inject the failures from outside the training code: a full device is an ``os.fsync`` (the call every write of a run
+ends with) that fails with ENOSPC, a read-only folder is ``faults.read_only`` (chmod, and for root, whom chmod does not
+stop, failing writes under the folder with EROFS)."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from deq_core.train.checkpoints import CheckpointWriter, checkpoint_path, latest_complete_checkpoint
+from deq_core.train.cli import run_training_cli, training_parser
+from deq_core.train.faults import read_only, save_points
+from deq_core.train.files import OutputError, append_text, output_error, write_file, write_json
+from deq_core.train.metrics import read_metrics
+from deq_core.train.overrides import apply_overrides
+
+sys.path.insert(0, str(Path(__file__).parent))
+from skeleton_task import TinyConfig, run  # noqa: E402
+
+BASE = TinyConfig(steps=8, save_every=4, eval_every=4, pretrain_steps=2)
+
+
+def _cli(out: Path, *argv: str) -> int:
+    """``prog --output-dir OUT [ARGV...]`` of a training command line built on the skeleton's tiny task."""
+    parser = training_parser("prog", "Train the tiny task.", ["tiny"], default="tiny", threads=False)
+    return run_training_cli(
+        parser, ["--output-dir", str(out), *argv], lambda args: apply_overrides(BASE, args.overrides),
+        lambda cfg, output_dir, args: run(cfg, output_dir, resume=args.resume),
+    )  # fmt: skip
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], *expected: str) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("prog: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, err
+    return err
+
+
+def _stopped_run(out: Path) -> None:
+    """A run stopped (with a checkpoint) after 4 of its 8 steps."""
+    assert _cli(out, "stop_after=4") == 0
+    assert latest_complete_checkpoint(out) == checkpoint_path(out, 4)
+
+
+def _temporary_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if ".partial" in p.name or p.name.endswith(".tmp"))
+
+
+# ------------------------------------------------------------------------------------------------ symbolic links
+
+
+def test_a_lock_file_linked_outside_is_refused_and_the_target_untouched(tmp_path: Path, capsys) -> None:
+    out, outside = tmp_path / "run", tmp_path / "outside.txt"
+    _stopped_run(out)
+    outside.write_text("not the run's\n")
+    (out / ".lock").unlink()
+    (out / ".lock").symlink_to(outside)
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{out / '.lock'} is a symbolic link", "delete the link")
+    assert outside.read_text() == "not the run's\n"
+
+
+def test_outputs_replace_links_planted_in_the_run_and_never_write_through_them(tmp_path: Path) -> None:
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    _stopped_run(out)
+    elsewhere.mkdir()
+    saved_config = (out / "config.json").read_text()
+    planted = {  # a link in the run folder -> the file outside it, and what that file holds
+        "summary.json": "summary outside\n",
+        "training.png": "png outside\n",
+        "config.json": saved_config,  # the run reads it (a copy of its own), then records the resume in it
+        "config.json.partial": "config partial outside\n",  # the fixed temporary names of earlier versions
+        "metrics.jsonl.partial": "metrics partial outside\n",
+    }
+    for name, text in planted.items():
+        (elsewhere / name).write_text(text)
+        (out / name).unlink(missing_ok=True)
+        (out / name).symlink_to(elsewhere / name)
+    assert _cli(out, "--resume") == 0  # stop_after changes (4 -> 0): config.json records the resume
+    for name, text in planted.items():
+        assert (elsewhere / name).read_text() == text, name
+    for name in ("summary.json", "training.png", "config.json"):
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    assert json.loads((out / "config.json").read_text())["resumed"][0]["step"] == 4
+
+
+def test_a_checkpoint_folder_linked_outside_is_removed_not_written_into(tmp_path: Path) -> None:
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    _stopped_run(out)
+    (elsewhere / "kept").mkdir(parents=True)
+    (elsewhere / "kept" / "file").write_text("outside\n")
+    for name in ("step_0000008.partial", "step_0000008.old"):  # the folders of the next save, linked outside
+        (out / "checkpoints" / name).symlink_to(elsewhere / "kept", target_is_directory=True)
+    assert _cli(out, "--resume") == 0
+    assert [p.name for p in (elsewhere / "kept").iterdir()] == ["file"]
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step_0000008"]  # links gone, step 4 pruned
+
+
+def test_a_metrics_file_linked_outside_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    out, outside = tmp_path / "run", tmp_path / "outside.jsonl"
+    _stopped_run(out)
+    outside.write_text('{"step": 1, "split": "elsewhere"}\n' * 20)
+    before = outside.read_bytes()
+    (out / "metrics.jsonl").unlink()
+    (out / "metrics.jsonl").symlink_to(outside)
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{out / 'metrics.jsonl'} is a symbolic link")
+    assert outside.read_bytes() == before
+    with pytest.raises(OutputError, match="is a symbolic link"):
+        append_text(out / "metrics.jsonl", "{}\n")
+    assert outside.read_bytes() == before
+
+
+# --------------------------------------------------------------------------------------------------- full device
+
+
+def _enospc_under(fragment: str):
+    """A save point (``faults.save_points``) that fails the first ``os.fsync`` of a path containing ``fragment``
+    with ENOSPC, as a device that fills up while the file is written."""
+
+    def point(call: str, path: str) -> None:
+        if call == "fsync" and fragment in path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    return point
+
+
+def test_a_full_device_during_a_checkpoint_is_one_line_and_the_last_checkpoint_resumes(tmp_path: Path, capsys):
+    out = tmp_path / "run"
+    _stopped_run(out)
+    first = sum(p.stat().st_size for p in checkpoint_path(out, 4).iterdir())
+    capsys.readouterr()
+    with save_points(out, _enospc_under("step_0000008.partial")):
+        assert _cli(out, "--resume") == 2
+    err = _one_line(capsys, f"no space left on the device of {out / 'checkpoints'} to write checkpoint step_0000008",
+                    "the size of step_0000004", "step_0000004, the last complete one, is kept", "--resume")  # fmt: skip
+    assert f"{first / 1000:.1f} kB" in err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_0000004"]  # the partial save is gone
+    assert _cli(out, "--resume") == 0  # space again: the run resumes from step 4 and finishes
+    assert latest_complete_checkpoint(out) == checkpoint_path(out, 8)
+    straight = tmp_path / "straight"
+    assert _cli(straight) == 0
+    drop = ("items_per_s",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in read_metrics(out / "metrics.jsonl")] == [
+        {k: v for k, v in r.items() if k not in drop} for r in read_metrics(straight / "metrics.jsonl")
+    ]
+
+
+def test_a_full_device_for_the_first_checkpoint_or_the_summary_is_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    with save_points(out, _enospc_under("step_0000004.partial")):
+        assert _cli(out, "stop_after=4") == 2
+    _one_line(capsys, "to write checkpoint step_0000004", "choose another --output-dir")
+    assert list((out / "checkpoints").iterdir()) == []
+    _stopped_run(out)  # nothing to resume there: a new run may start
+    capsys.readouterr()
+    with save_points(out, _enospc_under(".summary.json.")):
+        assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"no space left on the device of {out} to write summary.json, which needs ",
+              "free space there or choose another --output-dir")  # fmt: skip
+    assert _temporary_files(out) == [] and not (out / "summary.json").exists()
+
+
+def test_a_write_that_fails_is_removed_and_the_old_file_kept(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    write_json(path, {"old": 1})
+    with save_points(tmp_path, _enospc_under(".summary.json.")):
+        with pytest.raises(OutputError, match=r"to write summary.json, which needs 14 bytes; free space there"):
+            write_json(path, {"new": 2})
+    assert json.loads(path.read_text()) == {"old": 1} and _temporary_files(tmp_path) == []
+
+    def bug(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise KeyError("not a failure to write")
+
+    with pytest.raises(KeyError):  # anything else is raised as it is, and the temporary file removed too
+        write_file(path, bug)
+    assert json.loads(path.read_text()) == {"old": 1} and _temporary_files(tmp_path) == []
+
+
+class _FullDevice(io.RawIOBase):
+    """A file that takes ``room`` bytes, then fails every write with ENOSPC."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return len(data)
+
+
+class _Usage:
+    def __init__(self, free: int) -> None:
+        self.total, self.used, self.free = 1 << 30, 1 << 30, free
+
+
+def test_writers_that_hide_the_errno_are_recognised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.save reports a failed write to a file object as a RuntimeError raised while handling the OSError;
+    writers that keep no errno at all (torch.save to a file name, safetensors) failed for lack of space when the
+    device is (nearly) full."""
+    with pytest.raises(RuntimeError) as raised:
+        torch.save({"w": torch.zeros(100_000)}, io.BufferedWriter(_FullDevice(5000)))
+    assert "No space left on device" not in str(raised.value)  # torch's own message does not say why
+    assert str(output_error(tmp_path / "model.pt", raised.value)).startswith("no space left on the device of")
+    bare = RuntimeError("[enforce fail at inline_container.cc] . PytorchStreamWriter failed writing file")
+    assert output_error(tmp_path / "model.pt", bare) is None  # a device with space left: not a full one
+    monkeypatch.setattr("shutil.disk_usage", lambda path: _Usage(free=0))
+    message = str(output_error(tmp_path / "model.pt", bare, needed="about 2.0 MB"))
+    assert message.startswith(f"no space left on the device of {tmp_path} to write model.pt, which needs about 2.0 MB")
+
+
+def test_checkpoint_files_are_new_files_never_written_through_a_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.pt"
+    outside.write_bytes(b"outside")
+    (tmp_path / "x.pt").symlink_to(outside)
+    with pytest.raises(FileExistsError):
+        CheckpointWriter(tmp_path).save_torch("x.pt", {"a": torch.ones(1)})
+    assert outside.read_bytes() == b"outside"
+
+
+# ------------------------------------------------------------------------------------------- read-only folders
+
+
+def test_a_read_only_output_folder_is_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    with read_only(out):
+        assert _cli(out) == 2
+    _one_line(capsys, f"cannot write to {out}: ", "choose a writable --output-dir")
+    assert list(out.iterdir()) == []
+    with read_only(tmp_path):  # the folder to create is in a read-only one
+        assert _cli(tmp_path / "new") == 2
+    _one_line(capsys, f"cannot write to {tmp_path / 'new'}: ", "choose a writable --output-dir")
+
+
+def test_a_read_only_run_folder_on_resume_is_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    files = lambda: {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}  # noqa: E731
+    before = files()
+    capsys.readouterr()
+    with read_only(out):  # (a user other than root may still write the files in it: .lock takes its pid)
+        assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"cannot write to {out}: ", "choose a writable --output-dir")
+    assert files() == before
+
+
+def test_an_output_path_that_is_a_file_is_one_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("")
+    assert _cli(tmp_path / "file") == 2
+    _one_line(capsys, "choose a")
+    with pytest.raises(OutputError, match=f"cannot write to {tmp_path / 'file'}: it is a file, not a folder"):
+        write_json(tmp_path / "file" / "x.json", {})
+
+
+# ------------------------------------------------------------------------------------------ files the run reads
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_a_manifest_nested_too_deep_is_one_line_naming_it(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    manifest = checkpoint_path(out, 4) / "checkpoint.json"
+    manifest.write_text(_nested(200_000))
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{manifest} is not a valid manifest")
+
+
+@pytest.mark.parametrize("name", ["config.json", "checkpoints/step_0000004/train_state.json"])
+def test_json_files_nested_too_deep_are_one_line_naming_them(tmp_path: Path, capsys, name: str) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    (out / name).write_text(_nested(200_000))
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, str(out / name))
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(b'{"step": 1}\n\xff\xfe\x00binary\n', "metrics.jsonl:2 is not UTF-8 text"),
+     (_nested(200_000).encode() + b"\n", "metrics.jsonl:1 is JSON nested too deeply")],
+)  # fmt: skip
+def test_a_metrics_file_that_is_not_a_log_is_one_line_on_resume(tmp_path: Path, capsys, content, expected) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    (out / "metrics.jsonl").write_bytes(content)
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, expected)
+    assert (out / "metrics.jsonl").read_bytes() == content  # left as it was
