@@ -16,7 +16,6 @@ import torch
 import deq_core
 from conftest import Counter, exact_fixed_point_layer, rel_err
 
-README = Path(__file__).resolve().parents[1] / "README.md"  # its Python blocks: test_layer_api.py
 EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "examples" / "custom_solver.py"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -201,16 +202,17 @@ def test_converged_solves_do_not_warn():
     assert bool(info.converged.all()) and bool(info.converged_backward.all())
 
 
-def _readme_blocks() -> list[str]:
-    from test_custom_solver import README
+README = Path(__file__).resolve().parents[1] / "README.md"
 
+
+def _readme_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
 @pytest.mark.parametrize("block", range(len(_readme_blocks())))
 def test_readme_python_examples_run(block, tmp_path, monkeypatch):
-    """Every Python block of the README runs as written, in an empty folder (the custom-solver one is also checked
-    in detail in test_custom_solver.py)."""
+    """Every Python block of the README runs as written, in an empty folder (the examples of the site's deq-core
+    pages run in test_docs.py, the custom-solver example in test_custom_solver.py)."""
     code = _readme_blocks()[block]
     monkeypatch.chdir(tmp_path)  # an example may write files (the training-pieces one writes runs/demo/)
     with warnings.catch_warnings():

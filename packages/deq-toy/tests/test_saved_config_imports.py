@@ -92,7 +92,7 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytes
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
     user_solver = "deq.solver=my_solvers:Relaxed"
-    # a new run: the import path on the command line is the user's choice (the README's "write your own solver")
+    # a new run: the import path on the command line is the user's choice (docs/custom-solver.md)
     assert train.main([*ARGS, "--output-dir", str(tmp_path / "run"), "--stop-after", "10", user_solver]) == 0
     sys.modules.pop("my_solvers", None)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["deq"]["solver"] == "my_solvers:Relaxed"

@@ -107,7 +107,7 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, data_dir: str, mon
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
     user_solver = "deq.solver=my_solvers:Relaxed"
-    # a new run: the import path on the command line is the user's choice (the README's "write your own solver")
+    # a new run: the import path on the command line is the user's choice (docs/custom-solver.md)
     new_run = [*ARGS, "--data-dir", data_dir, "--output-dir", str(tmp_path / "run"), "run.stop_after=2", user_solver]
     assert train.main(new_run) == 0
     sys.modules.pop("my_solvers", None)

@@ -62,7 +62,7 @@ def test_timm_has_no_plugin_discovery_and_import_deq_vision_registers_the_models
     assert lines[1] == "error Unknown model (mdeq_mini)"
     names = sorted(n for n in MODEL_NAMES if n.startswith("mdeq_"))
     assert lines[2] == f"after MDEQ (1, 16, 16) {names}"
-    # No entry point is declared: timm would not read it (see the README's timm section).
+    # No entry point is declared: timm would not read it (see the timm section of docs/deq-vision.md).
     assert "entry-points" not in (PACKAGE / "pyproject.toml").read_text()
 
 

@@ -62,7 +62,7 @@ from .train import RESUMABLE_CHANGES, train
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
 # Claim 4 again on narrower models trained to a plateau: width 32 (the width-64 try, presets pdocs-plateau-*, did not
-# reach the plateau rule; its run logs and numbers stay in the README).
+# reach the plateau rule; its run logs and numbers stay in docs/deq-lm.md).
 PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU32_PREFIX}-{name}" for name in PLATEAU32_MODELS)
 PRESETS = (DEQ, TXL, TIED, *JR, PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED)
 TIMING_REPEATS = {False: 7, True: 1}

@@ -2,14 +2,15 @@
 
 - ``copy400-*``: the DEQ paper's Table 1 setting, T = 400, about 14K parameters each (sized for a GPU).
 - ``copy-*``: the same models at a CPU-sized horizon (T = 100, 120 positions), one budget for all (1500 steps of
-  32 sequences, Adam 2e-3): the measured table of the README.
+  32 sequences, Adam 2e-3): the measured table of docs/deq-lm.md.
 - ``copy-deq-transformer-quick``: the main job of ``python -m deq_lm.train`` with no arguments (400 steps, a few
   minutes on a CPU).
 - ``tiny-*``: one per model, a few seconds each, for tests; ``tiny-lm-*``: language modeling on a corpus the tests
   write (pass ``--data-dir``).
 - ``ptb-*``, ``wt103-*``: the language models of the DEQ paper's Tables 2-3 and the JR paper's Table 1 with the
-  papers' hyperparameters (sized for GPUs; ``PAPER_RESULTS`` holds the published perplexities, and the README table
-  says which settings come from the authors' scripts and which are derived from the published parameter counts).
+  papers' hyperparameters (sized for GPUs; ``PAPER_RESULTS`` holds the published perplexities, and the table of
+  docs/deq-lm.md says which settings come from the authors' scripts and which are derived from the published
+  parameter counts).
 - ``pydoc-*``: the CPU-scale language-modeling comparison (DEQ-Transformer, the same with Jacobian regularization,
   its Transformer-XL twin) on Python's documentation text (``corpus=pydoc``, written offline from ``pydoc_data``),
   one budget for all.
@@ -25,7 +26,7 @@ from deq_core.train.run_config import replace_config
 from . import pythondocs
 from .config import MODELS, Config
 
-# About 14K parameters each (TCN 16K, as in the paper); counts in the README table.
+# About 14K parameters each (TCN 16K, as in the paper); counts in the table of docs/deq-lm.md.
 _COPY_MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": dict(
         model="deq_transformer", d_embed=16, d_model=32, n_heads=2, d_head=16, d_ff=96,

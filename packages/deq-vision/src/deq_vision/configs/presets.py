@@ -8,7 +8,8 @@ epochs converted to optimizer steps at the given global batch):
 - ``cifar10-resnet18``, ``cifar10-resnet101``, ``imagenet-resnet18``, ``imagenet-resnet101``: timm's ResNets through
   the same pipeline (standard SGD recipes, not from the papers).
 
-CPU presets: ``digits-mdeq``, ``digits-mdeq-jr``, ``digits-resnet`` (one budget: the CPU-scale result of the README);
+CPU presets: ``digits-mdeq``, ``digits-mdeq-jr``, ``digits-resnet`` (one budget: the CPU-scale result of
+docs/deq-vision.md);
 ``glyphs-mdeq``, ``glyphs-mdeq-jr``, ``glyphs-resnet`` (one budget: the JR paper's claims, ``deq_vision.reproduce``);
 and ``tiny-mdeq``, ``tiny-mdeq-jr``, ``tiny-resnet`` (a few seconds each, on a tiny CIFAR-format folder; for tests).
 
