@@ -158,7 +158,7 @@ def unanswered_line(group: Any, timeout_s: float) -> str:
         if missing:
             return start + f"{_named(_ranks(missing.group(1)))} did not answer (stopped, hung or dead)" + end
         if "from rank 0" in text:
-            also = "" if world == 2 else " (or it found another rank missing: see rank 0's line)"
-            return start + f"rank 0 did not answer{also}" + end
+            also = "" if world == 2 else "; or rank 0 found another rank missing: see its line"
+            return start + f"rank 0 did not answer (stopped, hung or dead{also})" + end
         return start + f"which ranks did not answer is unknown ({text.splitlines()[0]})" + end
     return start + f"every rank answered {wait:g} s later: one was slower than run.dist_timeout, raise it" + end
