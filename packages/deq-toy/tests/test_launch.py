@@ -28,7 +28,7 @@ def _free_port() -> str:
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TQDM_DISABLE="1")
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TQDM_DISABLE="1", PYTHONUNBUFFERED="1")
     return env
 
 
