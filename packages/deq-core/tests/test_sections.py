@@ -67,6 +67,11 @@ class _Clash:
         (RunConfig, {"seed": -1}, "run.seed must be an integer from 0 to 2**32 - 1 = 4294967295"),
         (RunConfig, {"seed": 2**32}, "run.seed must be an integer from 0 to 2**32 - 1 = 4294967295 (what NumPy's and"),
         (RunConfig, {"seed": 1.0}, "run.seed must be an integer from 0 to 2**32 - 1"),
+        (RunConfig, {"log_with": ("tensorbord",)}, "run.log_with: unknown tracker 'tensorbord' (did you mean tensorb"),
+        (RunConfig, {"project": "../up"}, "run.project must be a name without '/' or '\\' (or none: the preset's"),
+        (RunConfig, {"project": ".."}, "run.project must be a name without '/'"),
+        (RunConfig, {"dist_timeout": 0.0}, "run.dist_timeout must be a number of seconds > 0, got 0.0"),
+        (RunConfig, {"dist_timeout": float("inf")}, "run.dist_timeout must be a finite number, got inf"),
     ],
 )
 def test_sections_name_the_bad_setting(cls, changes, message):
@@ -146,6 +151,21 @@ def test_train_settings_from_the_sections():
     assert train_settings(cfg, "name", 40, is_deq=False, eval_every=7).eval_every == 7  # a task's own value wins
 
 
+def test_the_run_section_reaches_trackers_precision_and_timeout():
+    cfg = _Config()
+    assert cfg.run.mixed_precision is None  # unset: the launcher's choice applies
+    assert (cfg.run.log_with, cfg.run.project, cfg.run.dist_timeout) == ((), None, 600.0)
+    cfg = apply_overrides(cfg, ["run.log_with=tensorboard,wandb,tensorboard", "run.project=p", "run.dist_timeout=5"])
+    assert cfg.run.log_with == ("tensorboard", "wandb", "tensorboard")
+    assert apply_overrides(cfg, ["run.mixed_precision=bf16"]).run.mixed_precision == "bf16"
+    assert apply_overrides(cfg, ["run.mixed_precision=bf16", "run.mixed_precision=none"]).run.mixed_precision is None
+    settings = train_settings(cfg, "name", 40, is_deq=False, resumable=frozenset({"run.stop_after"}))
+    assert (settings.log_with, settings.project, settings.dist_timeout) == (("tensorboard", "wandb"), "p", 5.0)
+    assert settings.mixed_precision is None
+    assert settings.resumable == {"run.stop_after", "run.log_with", "run.project", "run.dist_timeout",
+                                  "run.mixed_precision"}  # fmt: skip
+
+
 def _float_keys(config: object) -> list[str]:
     """Dotted names of the fields annotated float (or float | None) in every section of the config ``config``."""
     keys = []
@@ -162,7 +182,7 @@ def _float_keys(config: object) -> list[str]:
 def test_the_float_settings_of_the_shared_sections_are_all_found():
     assert set(_float_keys(_Config())) == {
         "optim.lr", "optim.weight_decay", "optim.grad_clip", "deq.tol", "deq.eval_tol", "deq.backward_tol",
-        "deq.phantom_damping", "deq.jac_weight", "deq.jac_prob", "deq.jac_growth",
+        "deq.phantom_damping", "deq.jac_weight", "deq.jac_prob", "deq.jac_growth", "run.dist_timeout",
     }  # fmt: skip
 
 

@@ -169,6 +169,7 @@ def test_the_float_settings_of_every_section_are_found():
     assert set(FLOAT_KEYS) == {
         "model.dropout", "deq.tol", "deq.eval_tol", "deq.backward_tol", "deq.phantom_damping", "deq.jac_weight",
         "deq.jac_prob", "deq.jac_growth", "optim.lr", "optim.weight_decay", "optim.grad_clip", "optim.min_lr_ratio",
+        "run.dist_timeout",
     }  # fmt: skip
 
 

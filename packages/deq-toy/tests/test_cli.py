@@ -130,6 +130,11 @@ def test_reproduce_synthetic_table(tmp_path):
         (["--config", "arith-fc-tiny", "weight_decay=nan"], "optim.weight_decay must be a finite number, got nan"),
         (["--config", "arith-fc-tiny", "grad_clip=nan"], "optim.grad_clip must be a finite number, got nan"),
         (["--config", "arith-fc-tiny", "run.seed=4294967296"], "run.seed must be an integer from 0 to 2**32 - 1"),
+        (["--config", "synthetic-tiny", "run.log_with=tensorbord"], "run.log_with: unknown tracker 'tensorbord' (did"),
+        (["--config", "synthetic-tiny", "run.project=../x"], "run.project must be a name without '/'"),
+        (["--config", "synthetic-tiny", "run.dist_timeout=0"], "run.dist_timeout must be a number of seconds > 0"),
+        (["--config", "synthetic-tiny", "run.dist_timeout=nan"], "run.dist_timeout must be a finite number, got nan"),
+        (["--config", "synthetic-tiny", "run.mixed_precision=fp8"], "Invalid value 'fp8', expected one of ['no', "),
     ],
 )
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):

@@ -9,6 +9,7 @@ import pytest
 
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import flat_dict
+from deq_core.train.sections import RUN_RESUMABLE
 from deq_toy.configs import PRESETS, ArithmeticConfig, SyntheticConfig, load_config
 from deq_toy.loop import RESUMABLE_CHANGES, toy_settings
 
@@ -65,7 +66,8 @@ def test_the_skeletons_settings_of_every_preset(name):
     assert (settings.batch_size, settings.grad_clip) == (config.optim.batch_size, config.optim.grad_clip)
     assert settings.grad_clip == (1.0 if isinstance(config, ArithmeticConfig) else 0.0)
     assert settings.is_deq == (getattr(config.model, "name", "deq") == "deq") and settings.stop_after == 0
-    assert settings.resumable == RESUMABLE_CHANGES and all(k.startswith("run.") for k in RESUMABLE_CHANGES)
+    assert settings.resumable == RESUMABLE_CHANGES | RUN_RESUMABLE  # the trackers, timeout, precision as written
+    assert all(k.startswith("run.") for k in RESUMABLE_CHANGES)
     assert toy_settings(config, name, 3, progress=False).stop_after == 3
 
 
@@ -89,7 +91,7 @@ def _float_keys(config: object) -> list[str]:
 
 
 _SHARED = {"deq.tol", "deq.eval_tol", "deq.backward_tol", "deq.phantom_damping", "deq.jac_weight", "deq.jac_prob",
-           "deq.jac_growth", "optim.lr", "optim.weight_decay", "optim.grad_clip"}  # fmt: skip
+           "deq.jac_growth", "optim.lr", "optim.weight_decay", "optim.grad_clip", "run.dist_timeout"}  # fmt: skip
 FLOAT_KEYS = [("synthetic-tiny", key) for key in _float_keys(SyntheticConfig())]
 FLOAT_KEYS += [("arith-deq-tiny", key) for key in _float_keys(ArithmeticConfig())]
 

@@ -185,9 +185,11 @@ def test_a_run_folder_of_version_040_loads_and_resumes(tmp_path: Path) -> None:
     same = ["steps=6", "eval_every=3", "save_every=3", "augment=true", "mixup=0.2", "dropout=0.1", "weight_decay=1e-4",
             "warmup_steps=2", "grad_clip=1.0"]  # fmt: skip
     current = apply_overrides(get_config("tiny-mdeq"), same)
-    assert replace_config(cfg, {"run.stop_after": 0}) == current
-    allowed = check_resume_config(tmp_path, current, RESUMABLE_CHANGES, data_dir="d")
-    assert allowed == {"run.stop_after": (3, 0)}  # resumes with the preset: only stop_after changed
+    # 0.4.0 wrote mixed_precision "no"; the preset leaves it unset now (the skeleton keeps the run's "no" on resume)
+    assert replace_config(cfg, {"run.stop_after": 0, "run.mixed_precision": None}) == current
+    resumable = train_settings(current, "tiny-mdeq", 6, True, resumable=RESUMABLE_CHANGES).resumable
+    allowed = check_resume_config(tmp_path, current, resumable, data_dir="d")
+    assert allowed == {"run.stop_after": (3, 0), "run.mixed_precision": ("no", None)}  # resumes with the preset
     with pytest.raises(ValueError, match=r"--resume with a different config .*: optim\.lr: 0\.003 -> 0\.01"):
         check_resume_config(tmp_path, replace_config(current, {"lr": 0.01}), RESUMABLE_CHANGES)
 
@@ -211,7 +213,7 @@ def test_the_float_settings_of_every_section_are_found() -> None:
         "data.scale_min", "data.hflip", "data.color_jitter", "data.mixup", "data.cutmix", "data.label_smoothing",
         "model.dropout", "model.drop_rate", "deq.tol", "deq.eval_tol", "deq.backward_tol", "deq.phantom_damping",
         "deq.jac_weight", "deq.jac_prob", "deq.jac_growth", "optim.lr", "optim.weight_decay", "optim.grad_clip",
-        "optim.momentum", "optim.warmup_lr", "optim.min_lr", "optim.ema_decay",
+        "optim.momentum", "optim.warmup_lr", "optim.min_lr", "optim.ema_decay", "run.dist_timeout",
     }  # fmt: skip
 
 

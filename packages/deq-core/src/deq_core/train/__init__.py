@@ -10,6 +10,9 @@
 - :mod:`~deq_core.train.deq_config`: :class:`~deq_core.train.deq_config.DEQConfig`, the ``deq`` section of every task
   config (the layer's solvers, limits, backward mode; jitter, pretraining and Jacobian schedules).
 - :mod:`~deq_core.train.metrics`: the ``metrics.jsonl`` file of a run.
+- :mod:`~deq_core.train.trackers`: what experiment trackers (``run.log_with``: TensorBoard, W&B, ...) get from a run.
+- :mod:`~deq_core.train.launch`: the launcher's mixed precision against the config's; the process-group timeout and
+  the line naming the ranks that stopped answering.
 - :mod:`~deq_core.train.progress`: whether to draw a progress bar.
 - :mod:`~deq_core.train.checkpoints`: checkpoint folders written aside and renamed, read as tensors and plain data.
 - :mod:`~deq_core.train.state`, :mod:`~deq_core.train.rng`: a training run's checkpoint (step, state dicts, weights,

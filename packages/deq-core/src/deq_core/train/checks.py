@@ -58,15 +58,24 @@ def check_finite(config: Any, *keys: str) -> None:
 
 
 def check_choice(config: Any, *keys: str) -> None:
-    """Raise ValueError unless each field in ``keys`` holds one of the values of its ``Literal[...]`` annotation
-    (a field annotated otherwise, e.g. a solver given as ``str``, is left to its own check)."""
+    """Raise ValueError unless each field in ``keys`` holds one of the values of its ``Literal[...]`` annotation, or
+    None when it is optional (``Literal[...] | None``); a field annotated otherwise, e.g. a solver given as ``str``,
+    is left to its own check."""
     hints = typing.get_type_hints(type(config))
     for key in keys:
-        if typing.get_origin(hints[key]) is not typing.Literal:
+        hint, optional = hints[key], False
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            args = typing.get_args(hint)
+            optional = type(None) in args
+            hint = next((a for a in args if typing.get_origin(a) is typing.Literal), None)
+        if typing.get_origin(hint) is not typing.Literal:
             continue
-        choices = typing.get_args(hints[key])
-        if getattr(config, key) not in choices:
-            raise ValueError(f"{key} must be one of {list(choices)}, got {getattr(config, key)!r}.")
+        choices, value = typing.get_args(hint), getattr(config, key)
+        if value is None and optional:
+            continue
+        if value not in choices:
+            unset = " or none (unset)" if optional else ""
+            raise ValueError(f"{key} must be one of {list(choices)}{unset}, got {value!r}.")
 
 
 def check_at_least(config: Any, minimum: float, *keys: str) -> None:

@@ -6,10 +6,11 @@
 :func:`training_parser` builds the parser (the task adds its own options, e.g. ``--data-dir``), and
 :func:`run_training_cli` runs it: the config from the preset and the overrides, the thread count, the output folder
 (default ``runs/CONFIG``), then the task's training; a bad setting or any :class:`~deq_core.train.errors.UsageError`
-is one line ``PROG: error: ...`` and exit status 2, never a traceback. :func:`usage_error` prints that line and gives
-that status, also for the task packages' ``evaluate`` and ``reproduce`` command lines. :func:`add_trust_option` adds
-``--trust-solver MODULE``, the modules whose solvers a run's saved config.json may name by import path (on
-``--resume`` and in ``evaluate``; :mod:`~deq_core.train.trust`).
+is one line ``PROG: error: ...`` and exit status 2, never a traceback; a run stopped because another process stopped
+answering (:class:`~deq_core.train.launch.ProcessTimeoutError`, whose line the skeleton printed) is exit status 1.
+:func:`usage_error` prints that line and gives that status, also for the task packages' ``evaluate`` and
+``reproduce`` command lines. :func:`add_trust_option` adds ``--trust-solver MODULE``, the modules whose solvers a
+run's saved config.json may name by import path (on ``--resume`` and in ``evaluate``; :mod:`~deq_core.train.trust`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from .errors import UsageError
+from .launch import ProcessTimeoutError
 from .trust import TRUST_OPTION
 
 __all__ = ["add_trust_option", "module_name", "run_training_cli", "training_parser", "usage_error"]
@@ -67,7 +69,8 @@ def run_training_cli(
     """Parse ``argv``, build the config with ``configure(args)`` (the preset with the overrides and the task's
     options applied), set ``--threads``, and call ``train(config, output_dir, args)``. Returns the exit status: 0, or
     2 after printing ``PROG: error: MESSAGE`` (one line, no traceback) for a ValueError from ``configure`` or a
-    UsageError from either (argparse itself exits with status 2 on an unknown option)."""
+    UsageError from either (argparse itself exits with status 2 on an unknown option), or 1 when another process of
+    the run stopped answering (:class:`~deq_core.train.launch.ProcessTimeoutError`: its line is printed already)."""
     args = parser.parse_args(argv)
     try:
         config = configure(args)
@@ -79,6 +82,8 @@ def run_training_cli(
         train(config, Path(args.output_dir or Path("runs") / args.config), args)
     except UsageError as err:
         return usage_error(parser.prog, err)
+    except ProcessTimeoutError:
+        return 1
     return 0
 
 

@@ -17,10 +17,16 @@ from typing import Any, Literal, TypeVar
 
 from .checks import check_at_least, check_choice, check_finite, check_seed, in_section
 from .task import TrainSettings
+from .trackers import check_project, check_tracker_names
 
-__all__ = ["OptimConfig", "RunConfig", "section", "train_settings"]
+__all__ = ["RUN_RESUMABLE", "OptimConfig", "RunConfig", "section", "train_settings"]
 
 S = TypeVar("S")
+
+RUN_RESUMABLE = frozenset({"run.log_with", "run.project", "run.dist_timeout", "run.mixed_precision"})
+"""Settings of the ``run`` section that may change when a run is resumed (:func:`train_settings` adds them to the
+task's): the trackers, their project, the process-group timeout, and ``run.mixed_precision`` as written (unset or
+set: the skeleton refuses a resume whose effective precision differs from the one the run recorded)."""
 
 
 @dataclass(frozen=True)
@@ -29,21 +35,31 @@ class RunConfig:
     optimization, except ``seed``).
 
     seed: the global seed (weights, data order, dropout, Jacobian draws), an int from 0 to 2**32 - 1 (NumPy's limit).
-    mixed_precision: "no", "fp16" or "bf16" (Accelerate). log_every: optimizer steps between metrics lines.
+    mixed_precision: "no", "fp16" or "bf16" (Accelerate), or None (unset, the default): the launcher's choice
+    (``accelerate launch --mixed_precision``, ``accelerate config``), else "no"; a value set here wins over the
+    launcher's. log_every: optimizer steps between metrics lines.
     eval_every: steps between evaluations (0: the task's default, e.g. once per epoch; always also at the last step).
     save_every: steps between checkpoints (0: only at the end); keep_checkpoints: how many to keep. stop_after: stop
     with a checkpoint after this step as if interrupted (0: never; for resume tests). save_grads_at: write the
     synchronized gradients of this step to OUTPUT_DIR (0: never; for tests).
+    log_with: experiment trackers that get every metrics line and the config (Accelerate's ``log_with``:
+    tensorboard, wandb, mlflow, aim, comet_ml, ...; ``run.log_with=tensorboard,wandb``), writing under
+    OUTPUT_DIR/trackers/; project: the trackers' project name (None: the preset's name).
+    dist_timeout: seconds a collective operation of several processes waits for the others before the run stops with
+    a line naming the ranks that did not answer (torch's default would be 30 minutes).
     """
 
     seed: int = 0
-    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    mixed_precision: Literal["no", "fp16", "bf16"] | None = None
     log_every: int = 10
     eval_every: int = 100
     save_every: int = 0
     keep_checkpoints: int = 2
     stop_after: int = 0
     save_grads_at: int = 0
+    log_with: tuple[str, ...] = ()
+    project: str | None = None
+    dist_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         with in_section("run"):
@@ -79,6 +95,11 @@ def _check_run(config: RunConfig) -> None:
     check_seed(config, "seed")
     check_at_least(config, 1, "log_every", "keep_checkpoints")
     check_at_least(config, 0, "eval_every", "save_every", "stop_after", "save_grads_at")
+    check_tracker_names(config.log_with)
+    check_project(config.project)
+    timeout = config.dist_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"dist_timeout must be a number of seconds > 0, got {timeout!r}.")
 
 
 def _check_optim(config: OptimConfig) -> None:
@@ -103,7 +124,8 @@ def train_settings(config: Any, name: str, steps: int, is_deq: bool, **extra: An
     evaluations every ``run.eval_every`` steps (0: at the last step only), the DEQ step of ``deq`` when ``is_deq``
     (iteration limit and jitter, unrolled pretraining, Jacobian schedule seeded by ``run.seed``). ``extra``: further
     :class:`~deq_core.train.task.TrainSettings` fields (``resumable``, ``config_extra``, ``progress``, ...), which also
-    replace those derived here (e.g. a task's own ``eval_every``)."""
+    replace those derived here (e.g. a task's own ``eval_every``). The settings of :data:`RUN_RESUMABLE` are added to
+    ``resumable`` (the skeleton checks a change of the effective mixed precision itself)."""
     run, optim, deq = config.run, config.optim, config.deq
     settings: dict[str, Any] = dict(
         name=name, config=config, steps=steps, seed=run.seed, batch_size=optim.batch_size,
@@ -111,6 +133,8 @@ def train_settings(config: Any, name: str, steps: int, is_deq: bool, **extra: An
         log_every=run.log_every, eval_every=run.eval_every or steps, save_every=run.save_every,
         keep_checkpoints=run.keep_checkpoints, stop_after=run.stop_after, save_grads_at=run.save_grads_at,
         is_deq=is_deq, max_iter=deq.max_iter, max_iter_jitter=deq.max_iter_jitter, pretrain=deq.pretrain_schedule(),
-        jacobian=deq.jacobian_schedule(run.seed),
+        jacobian=deq.jacobian_schedule(run.seed), log_with=tuple(dict.fromkeys(run.log_with)), project=run.project,
+        dist_timeout=float(run.dist_timeout),
     )  # fmt: skip
-    return TrainSettings(**{**settings, **extra})
+    resumable = RUN_RESUMABLE | frozenset(extra.pop("resumable", ()))
+    return TrainSettings(**{**settings, **extra, "resumable": resumable})

@@ -33,7 +33,8 @@ class TrainSettings:
         batch_size: rows per optimizer step over all processes; when > 0 it must be divisible by the number of
             processes times ``grad_accum`` (checked before anything is built).
         grad_accum: micro-batches per optimizer step (each process splits its batch rows into this many).
-        grad_clip: max global gradient norm (0: off). mixed_precision: "no", "fp16" or "bf16" (Accelerate).
+        grad_clip: max global gradient norm (0: off). mixed_precision: "no", "fp16" or "bf16" (Accelerate); None:
+            the launcher's choice (``accelerate launch --mixed_precision``: ACCELERATE_MIXED_PRECISION), else "no".
         log_every, eval_every: steps between metrics lines / evaluations (also at the last step).
         save_every: steps between checkpoints (0: only at the end); keep_checkpoints: how many to keep.
         stop_after: stop with a checkpoint once this many steps are done in all (0: never), for a later resume.
@@ -44,6 +45,9 @@ class TrainSettings:
         progress: draw a progress bar (on the main process, when stderr is a terminal).
         find_unused_parameters: tell DistributedDataParallel that some parameters may get no gradient in a step
             (e.g. a network computing a DEQ's initial guess without gradients); costs a graph traversal per step.
+        log_with: experiment trackers (Accelerate's ``log_with`` names) that get every metrics line and the config,
+            writing under OUTPUT_DIR/trackers/; project: their project name (None: ``name``).
+        dist_timeout: seconds a collective operation waits for the other processes (the process-group timeout).
     """
 
     name: str
@@ -55,7 +59,7 @@ class TrainSettings:
     batch_size: int = 0
     grad_accum: int = 1
     grad_clip: float = 0.0
-    mixed_precision: str = "no"
+    mixed_precision: str | None = None
     log_every: int = 10
     eval_every: int = 100
     save_every: int = 0
@@ -69,11 +73,16 @@ class TrainSettings:
     jacobian: JacobianSchedule = JacobianSchedule()
     progress: bool = True
     find_unused_parameters: bool = False
+    log_with: tuple[str, ...] = ()
+    project: str | None = None
+    dist_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         for key in ("steps", "grad_accum", "log_every", "eval_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}.")
+        if not self.dist_timeout > 0 or self.dist_timeout == float("inf"):
+            raise ValueError(f"dist_timeout must be a number of seconds > 0, got {self.dist_timeout}.")
         if self.save_every < 0 or self.stop_after < 0 or self.keep_checkpoints < 1:
             raise ValueError("save_every and stop_after must be >= 0 and keep_checkpoints >= 1.")
 

@@ -5,8 +5,15 @@ It owns devices and processes (``Accelerator(cpu=True)`` without CUDA, so that `
 --num_processes N`` / ``torchrun`` processes join on CPU too), mixed precision, gradient accumulation and clipping,
 the DEQ step (:func:`plan_step`), the metrics file, the progress bar and console lines, crash-safe checkpoints
 (:mod:`deq_core.train.state`: written aside, renamed when complete, tensors and plain data only) with bit-exact
-resume, and the training plot. Files of OUTPUT_DIR: config.json, metrics.jsonl, checkpoints/step_N/, summary.json,
-training.png (and what :meth:`Task.finish` writes).
+resume, the training plot, and experiment trackers (``log_with``: every metrics line and the config, under
+OUTPUT_DIR/trackers/; ended when training ends or fails). Files of OUTPUT_DIR: config.json, metrics.jsonl,
+checkpoints/step_N/, summary.json, training.png, trackers/ (and what :meth:`Task.finish` writes).
+
+Mixed precision: the config's when it sets one, else the launcher's (``accelerate launch --mixed_precision``); the
+precision used is recorded in config.json and summary.json (``mixed_precision``) and kept on resume
+(:mod:`deq_core.train.launch`). Several processes wait ``dist_timeout`` seconds for each other; a collective that
+times out stops the run with a line naming the ranks that did not answer
+(:class:`~deq_core.train.launch.ProcessTimeoutError`).
 
 config.json records torch's intra-op thread count (``torch_threads``): it changes the floating-point rounding of
 reductions, so a run resumed with another count is not bit-identical to an uninterrupted one; such a resume is
@@ -20,6 +27,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,14 +35,31 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, send_to_device, set_seed
+from accelerate.utils import (
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    ProjectConfiguration,
+    send_to_device,
+    set_seed,
+)
 from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from .checkpoints import clean_partial_checkpoints, prune_checkpoints
+from .checkpoints import CONFIG_FILE, clean_partial_checkpoints, prune_checkpoints, read_json
 from .errors import UsageError
 from .files import write_file, write_json
+from .launch import (
+    PRECISION_ENV,
+    PRECISION_KEY,
+    ProcessTimeoutError,
+    choose_precision,
+    is_collective_timeout,
+    liveness_group,
+    process_group_kwargs,
+    recorded_precision,
+    unanswered_line,
+)
 from .metrics import MetricsLog
 from .plots import plot_training
 from .progress import progress_enabled
@@ -43,6 +68,14 @@ from .rundir import RunLock, check_run_dir
 from .schedules import jittered_max_iter
 from .state import TrainState, load_training_checkpoint, save_training_checkpoint
 from .task import Forward, StepPlan, Task, TrainSettings
+from .trackers import (
+    TRACKER_ID_KEY,
+    TRACKERS_DIR,
+    check_trackers_installed,
+    hyperparameters,
+    tracker_init_kwargs,
+    tracker_values,
+)
 
 __all__ = [
     "THREADS_KEY",
@@ -51,12 +84,14 @@ __all__ = [
     "build_accelerator",
     "evaluate",
     "final_line",
+    "log_record",
     "micro_batches",
     "plan_step",
     "progress_postfix",
     "save_checkpoint",
     "save_gradients",
     "setup_run",
+    "start_trackers",
     "step_scheduler",
     "threads_line",
     "train",
@@ -67,15 +102,32 @@ __all__ = [
 THREADS_KEY = "torch_threads"  # the top-level entry of config.json with torch's intra-op thread count
 
 
-def build_accelerator(mixed_precision: str = "no", find_unused_parameters: bool = False) -> Accelerator:
+def build_accelerator(
+    mixed_precision: str | None = None,
+    find_unused_parameters: bool = False,
+    *,
+    log_with: Collection[str] = (),
+    output_dir: str | Path | None = None,
+    dist_timeout: float = 600.0,
+) -> Accelerator:
     """An Accelerator that joins the processes of ``accelerate launch`` / ``torchrun``, also on CPU (where a plain
     ``Accelerator()`` would let each process train alone), with a seedable sampler so that prepared data loaders
-    reshuffle per epoch from the seed (the same batches after a resume)."""
+    reshuffle per epoch from the seed (the same batches after a resume). ``mixed_precision`` None: the launcher's
+    (ACCELERATE_MIXED_PRECISION), else "no". ``log_with``: trackers writing under OUTPUT_DIR/trackers/ (``output_dir``
+    is then needed). ``dist_timeout``: seconds a collective waits for the other processes."""
+    project = None
+    if output_dir is not None:
+        project = ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(Path(output_dir) / TRACKERS_DIR))
     return Accelerator(
         cpu=not torch.cuda.is_available(),
         mixed_precision=mixed_precision,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
-        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters)],
+        kwargs_handlers=[
+            DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters),
+            process_group_kwargs(dist_timeout),
+        ],
+        log_with=list(log_with) or None,
+        project_config=project,
     )
 
 
@@ -143,6 +195,7 @@ class Run:
     state: TrainState
     log: MetricsLog
     summary: dict[str, Any] = field(default_factory=dict)
+    liveness: Any = None  # a spare gloo group to find the ranks that stopped answering (several processes)
 
     @property
     def main(self) -> bool:
@@ -164,8 +217,26 @@ def setup_run(
     outside ``trusted_modules``: see :mod:`~deq_core.train.trust`). Call it holding the folder's RunLock.
 
     config.json gets the ``config_extra`` entries and torch's thread count (``torch_threads``); a resume with another
-    thread count is recorded in its ``resumed`` list and said in one line (the run is no longer bit-identical)."""
-    accelerator = build_accelerator(settings.mixed_precision, settings.find_unused_parameters)
+    thread count is recorded in its ``resumed`` list and said in one line (the run is no longer bit-identical).
+    Mixed precision: :func:`~deq_core.train.launch.choose_precision` (recorded in config.json and the summary); the
+    trackers of ``settings.log_with`` are started (:func:`start_trackers`).
+
+    Raises:
+        UsageError: a tracker whose package is missing; a resume in another precision than the run's
+            (ResumeConfigError); and those of :func:`train`.
+    """
+    output_dir = Path(output_dir)
+    check_trackers_installed(settings.log_with)
+    saved = read_json(output_dir / CONFIG_FILE) if resume and (output_dir / CONFIG_FILE).is_file() else {}
+    precision, precision_line = choose_precision(
+        settings.mixed_precision, recorded_precision(saved) if saved else None, os.environ.get(PRECISION_ENV)
+    )
+    accelerator = build_accelerator(
+        precision, settings.find_unused_parameters, log_with=settings.log_with, output_dir=output_dir,
+        dist_timeout=settings.dist_timeout,
+    )  # fmt: skip
+    if precision_line:
+        accelerator.print(precision_line, flush=True)
     world, accum = accelerator.num_processes, settings.grad_accum
     if settings.batch_size % (world * accum):
         raise UsageError(
@@ -184,10 +255,13 @@ def setup_run(
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
         clean_partial_checkpoints(output_dir)
         if found is None:
-            save_config(settings.config, output_dir, settings.name, **extra)
+            ids = {PRECISION_KEY: accelerator.mixed_precision, TRACKER_ID_KEY: uuid.uuid4().hex}
+            save_config(settings.config, output_dir, settings.name, **extra, **ids)
     model, optimizer = accelerator.prepare(parts.model, parts.optimizer)
     run = Run(task, settings, output_dir, accelerator, model, accelerator.unwrap_model(model), optimizer,
-              parts.scheduler, TrainState(), MetricsLog(output_dir / "metrics.jsonl"))  # fmt: skip
+              parts.scheduler, TrainState(), MetricsLog(output_dir / "metrics.jsonl"),
+              liveness=liveness_group(settings.dist_timeout))  # fmt: skip
+    run.summary[PRECISION_KEY] = accelerator.mixed_precision
     if found is not None:
         extra_state = load_training_checkpoint(
             found, run.state, run.objects(), rank=accelerator.process_index, processes=accelerator.num_processes,
@@ -205,8 +279,30 @@ def setup_run(
                 print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
         elif run.log.path.exists():
             run.log.path.unlink()
+        start_trackers(run)
     accelerator.wait_for_everyone()
     return run
+
+
+def start_trackers(run: Run) -> None:
+    """Start the trackers of ``run.settings.log_with`` on the main process (project ``settings.project``, else the
+    run's name) with the config as hyperparameters (flat dotted keys, plus the precision used and the number of
+    processes), continuing a resumed run from its step (:func:`~deq_core.train.trackers.tracker_init_kwargs`)."""
+    s, acc = run.settings, run.accelerator
+    if not s.log_with or not run.main:
+        return
+    saved = read_json(run.output_dir / CONFIG_FILE)
+    config = hyperparameters(s.config, mixed_precision=acc.mixed_precision, num_processes=acc.num_processes)
+    kwargs = tracker_init_kwargs(s.log_with, run.output_dir, run.state.step + 1, saved.get(TRACKER_ID_KEY))
+    acc.init_trackers(s.project or s.name, config=config, init_kwargs=kwargs)
+
+
+def log_record(run: Run, record: dict[str, Any]) -> None:
+    """Write a metrics record (main process): a line of metrics.jsonl, and its numbers to the trackers at its step
+    (``{split}/{key}``, :func:`~deq_core.train.trackers.tracker_values`)."""
+    run.log.write(record)
+    if run.accelerator.trackers:
+        run.accelerator.log(tracker_values(record), step=int(record["step"]))
 
 
 def threads_line(saved: Any, current: int) -> str:
@@ -299,7 +395,7 @@ def evaluate(run: Run, split: str, log: bool = True) -> dict[str, float]:
     finally:
         run.raw.train(was_training)
     if run.main and log:
-        run.log.write({"step": run.state.step, "split": split, **result})
+        log_record(run, {"step": run.state.step, "split": split, **result})
     run.summary.update({f"{split}_{k}": v for k, v in result.items()})
     return result
 
@@ -358,11 +454,38 @@ def train(
         ResumeConfigError: ``resume`` with a config that changes what is computed.
         UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
+        UsageError: a tracker of ``settings.log_with`` whose package is not installed.
+        ProcessTimeoutError: a collective operation of several processes timed out (``settings.dist_timeout``); the
+            message, also printed, names the ranks that did not answer.
+
+    The trackers are ended (``accelerator.end_training()``) when training ends, and also when it fails.
     """
     main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     with RunLock(output_dir) if main else contextlib.nullcontext():
         run = setup_run(task, settings, Path(output_dir), resume, trusted_modules)
-        return _loop(run)
+        try:
+            summary = _loop(run)
+        except BaseException as error:
+            line = _end_after_failure(run, error)
+            if line is None:
+                raise
+            raise ProcessTimeoutError(line) from error
+        run.accelerator.end_training()
+        return summary
+
+
+def _end_after_failure(run: Run, error: BaseException) -> str | None:
+    """End the trackers of a failed run; after a timed-out collective, print (stderr) and return the line naming the
+    ranks that did not answer."""
+    line = None
+    if run.liveness is not None and is_collective_timeout(error):
+        line = unanswered_line(run.liveness, run.settings.dist_timeout)
+        print(line, file=sys.stderr, flush=True)
+    try:
+        run.accelerator.end_training()
+    except Exception as err:  # ending the trackers must not hide why the run failed
+        print(f"WARNING: ending the trackers failed: {err}", file=sys.stderr, flush=True)
+    return line
 
 
 def _announce(run: Run) -> None:
@@ -421,7 +544,7 @@ def _loop(run: Run) -> dict[str, Any]:
 def _log_train(run: Run, record: dict[str, Any], bar: Any) -> None:
     """Write the train record (main process; none when ``bar`` is None) and keep its loss and NFE in the summary."""
     if run.main and bar is not None:
-        run.log.write(record)
+        log_record(run, record)
         bar.set_postfix(progress_postfix(record, run.task.metric))
     run.summary["train_loss"] = record["loss"]
     run.summary.update({f"train_{k}": record[k] for k in ("nfe_forward", "nfe_backward") if k in record})
