@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,36 @@ def test_a_batch_that_the_processes_cannot_share_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match=r"batch_size \(10\) must be divisible by processes x grad_accum \(1 x 4\)"):
         train(TinyTask(TinyConfig()), settings, tmp_path / "r")
     assert not (tmp_path / "r" / "config.json").exists()
+
+
+def test_unconverged_solves_are_counted_and_said_once_at_the_end(tmp_path, capsys):
+    """A limit too low to converge (2 iterations at tol 1e-5): no RuntimeWarning in the middle of the progress bar;
+    each solve-mode train record counts the unconverged fraction, one line at the end sums them up, and the final
+    line names the train and the validation NFE. An evaluation during unrolled pretraining says that it solved."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = run(TinyConfig(steps=10, max_iter=2, max_iter_jitter=0, pretrain_steps=3, eval_every=2),
+                      tmp_path / "run")  # fmt: skip
+    out = capsys.readouterr().out
+    assert not [w for w in caught if "stopped unconverged" in str(w.message)], [str(w.message) for w in caught]
+    train = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
+    assert all("unconverged" not in r for r in train if r["mode"] == "unrolled")
+    solved = [r["unconverged"] for r in train if r["mode"] == "solve"]
+    assert len(solved) == 7 and all(0 < f <= 1 for f in solved), solved
+    said = [line for line in out.splitlines() if line.startswith("unconverged solves during training")]
+    assert len(said) == 1 and "forward in 7 of 7 logged steps" in said[0], out
+    final = [line for line in out.splitlines() if line.startswith("final (step 10)")]
+    valid_nfe = f", valid NFE {summary['valid_nfe_forward']:.1f}"  # the layer's eval limit, not the training one
+    assert len(final) == 1 and ", train NFE forward 2.0 / backward " in final[0] and valid_nfe in final[0], final
+    during = [line for line in out.splitlines() if line.startswith("step 2: valid")]
+    assert len(during) == 1 and "training is still unrolled" in during[0], during
+    after = [line for line in out.splitlines() if line.startswith("step 4: valid")]
+    assert len(after) == 1 and "still unrolled" not in after[0], after
+
+
+def test_converged_runs_say_nothing_about_unconverged_solves(tmp_path, capsys):
+    run(TinyConfig(steps=8, max_iter=60, max_iter_jitter=0, dropout=0.0), tmp_path / "run")
+    out = capsys.readouterr().out
+    train = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
+    assert [r["unconverged"] for r in train if r["mode"] == "solve"] == [0.0] * 5
+    assert "unconverged solves" not in out

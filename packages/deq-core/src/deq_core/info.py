@@ -72,11 +72,16 @@ class DEQInfo:
 
     def statistics(self) -> dict[str, float]:
         """This call's statistics under their metrics.jsonl names, as floats: ``nfe_forward``, ``residual`` (batch
-        mean), and once set, ``nfe_backward``, ``residual_backward`` (batch mean) and ``jacobian_loss``."""
+        mean), ``unconverged`` (the fraction of samples the forward solve left above its tol, NaN / Inf ones included;
+        not in unrolled mode, which has no tol), and once set, ``nfe_backward``, ``residual_backward`` (batch mean),
+        ``unconverged_backward`` and ``jacobian_loss``."""
         stats = {"nfe_forward": float(self.nfe), "residual": float(self.residual.float().mean())}
+        if self.mode == "solve":
+            stats["unconverged"] = _unconverged(self.forward)
         if self.backward is not None:
             stats["nfe_backward"] = float(self.backward.nfe)
             stats["residual_backward"] = float(self.backward.residual.float().mean())
+            stats["unconverged_backward"] = _unconverged(self.backward)
         if self.jacobian_loss is not None:
             stats["jacobian_loss"] = float(self.jacobian_loss.detach())
         return stats
@@ -129,3 +134,8 @@ class DEQInfo:
 def _detached(state: State) -> State:
     tensors = tuple(t.detach() for t in as_tensors(state))
     return tensors[0] if isinstance(state, Tensor) else type(state)(tensors)
+
+
+def _unconverged(res: SolverResult) -> float:
+    """The fraction of a solve's samples that did not converge (0 for an empty batch)."""
+    return float((~res.converged).float().mean()) if res.converged.numel() else 0.0

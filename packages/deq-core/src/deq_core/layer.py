@@ -22,7 +22,11 @@ from .info import DEQInfo
 from .jacobian import frobenius_from_graph
 from .solve import SolverResult, check_limits, solve
 
-__all__ = ["DEQ"]
+__all__ = ["DEQ", "UNCONVERGED_WARNING"]
+
+# The start of the RuntimeWarning a solve that stops above its tol raises (``warn_unconverged``), as a regular
+# expression for ``warnings.filterwarnings(message=...)``: e.g. a training loop that counts these solves instead.
+UNCONVERGED_WARNING = r"DEQ (forward|backward) solve stopped unconverged"
 
 _WARN_UNCONVERGED = ("once", "always", "never")
 

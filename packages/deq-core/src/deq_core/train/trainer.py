@@ -28,6 +28,7 @@ import os
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +47,7 @@ from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..layer import UNCONVERGED_WARNING
 from .checkpoints import CONFIG_FILE, clean_partial_checkpoints, prune_checkpoints, read_json
 from .errors import UsageError
 from .files import write_file, write_json
@@ -421,10 +423,30 @@ def final_line(run: Run, split: str) -> str:
     line = f"final (step {run.state.step}): train loss {s.get('train_loss', float('nan')):.4g}"
     line += f", {split} loss {s[f'{split}_loss']:.4g}, {split} {metric} {s[f'{split}_{metric}']:.4f}"
     if "train_nfe_forward" in s:
-        line += f", NFE forward {s['train_nfe_forward']:.1f}"
+        line += f", train NFE forward {s['train_nfe_forward']:.1f}"
         if "train_nfe_backward" in s:
             line += f" / backward {s['train_nfe_backward']:.1f}"
+    if f"{split}_nfe_forward" in s:
+        line += f", {split} NFE {s[f'{split}_nfe_forward']:.1f}"
     return line + f"; chance level: {run.task.baseline()}; outputs in {run.output_dir}"
+
+
+def unconverged_line(records: list[dict[str, Any]]) -> str | None:
+    """One line summing up the solves that stopped above their tol during training (the ``unconverged`` and
+    ``unconverged_backward`` fractions of the train records of metrics.jsonl), or None when every solve converged."""
+    train = [r for r in records if r.get("split") == "train"]
+    parts = []
+    for key, what in (("unconverged", "forward"), ("unconverged_backward", "backward")):
+        values = [float(r[key]) for r in train if key in r]
+        hit = sum(v > 0 for v in values)
+        if hit:
+            parts.append(f"{what} in {hit} of {len(values)} logged steps ({max(values):.0%} of the samples at most)")
+    if not parts:
+        return None
+    return (
+        "unconverged solves during training: " + "; ".join(parts) + " (metrics.jsonl: unconverged, "
+        "unconverged_backward); raise deq.max_iter or deq.tol, or regularize the Jacobian, if this persists"
+    )
 
 
 def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:
@@ -464,7 +486,9 @@ def train(
     with RunLock(output_dir) if main else contextlib.nullcontext():
         run = setup_run(task, settings, Path(output_dir), resume, trusted_modules)
         try:
-            summary = _loop(run)
+            with warnings.catch_warnings():  # counted in metrics.jsonl and summed up once at the end instead
+                warnings.filterwarnings("ignore", message=UNCONVERGED_WARNING, category=RuntimeWarning)
+                summary = _loop(run)
         except BaseException as error:
             line = _end_after_failure(run, error)
             if line is None:
@@ -526,7 +550,10 @@ def _loop(run: Run) -> dict[str, Any]:
         if state.step % s.eval_every == 0 or state.step == s.steps:
             for split in run.task.eval_splits:
                 result = evaluate(run, split)
-                say(f"step {state.step}: {split} " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
+                line = f"step {state.step}: {split} " + ", ".join(f"{k} {v:.4g}" for k, v in result.items())
+                if s.is_deq and state.step < s.pretrain.steps:
+                    line += " (evaluated by solving for the equilibrium; training is still unrolled)"
+                say(line)
         stop = 0 < s.stop_after <= state.step < s.steps
         if (s.save_every > 0 and state.step % s.save_every == 0) or stop or state.step == s.steps:
             save_checkpoint(run)
@@ -569,3 +596,6 @@ def _finish(run: Run) -> None:
         run.summary["results"] = results
     write_json(run.output_dir / "summary.json", run.summary)
     print(final_line(run, split), flush=True)
+    unconverged = unconverged_line(run.log.read())
+    if unconverged is not None:
+        print(unconverged, flush=True)
