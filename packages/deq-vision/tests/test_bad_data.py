@@ -170,3 +170,20 @@ def test_balanced_subset_counts(limit: int) -> None:
             if counts[b] < available[b]:
                 assert counts[a] <= counts[b] + 1, counts
     assert torch.equal(torch.as_tensor(chosen), torch.as_tensor(balanced_subset(labels, limit, seed=3)))
+
+
+def test_a_failed_cifar_download_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """--download without a network (torchvision's URLError, an OSError): one line saying what to check, exit 2,
+    instead of a traceback. The download is replaced by one that fails as urllib does offline."""
+    import urllib.error
+
+    import torchvision.datasets
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", offline)
+    line = _error_line(capsys, ["--config", "tiny-mdeq", "--data-dir", str(tmp_path), "--download",
+                                "--output-dir", str(tmp_path / "run")])  # fmt: skip
+    assert "could not download CIFAR-10 into" in line and "check the network connection" in line, line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -150,7 +150,13 @@ class CIFAR10(ArrayImages):
         if download:
             from torchvision.datasets import CIFAR10 as TorchvisionCIFAR10
 
-            TorchvisionCIFAR10(str(data_dir), train=train, download=True)
+            try:
+                TorchvisionCIFAR10(str(data_dir), train=train, download=True)
+            except (OSError, RuntimeError) as err:  # URLError is an OSError; a failed checksum a RuntimeError
+                raise DatasetError(
+                    f"could not download CIFAR-10 into {data_dir} ({err}); check the network connection (or proxy), "
+                    f"or put the files there yourself: {_where(data_dir)}."
+                ) from err
         folder = data_dir / FOLDER
         files = TRAIN_FILES if train else TEST_FILES
         missing = [name for name in files if not (folder / name).is_file()]
