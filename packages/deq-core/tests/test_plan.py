@@ -1,7 +1,12 @@
 """deq_core.Plan / deq_core.step_plan: the one route of a step's choices (unroll, limit, Jacobian term) to every DEQ
-layer of a model."""
+layer of a model, and the training skeleton that takes its settings from the config's sections only."""
 
 from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +14,10 @@ from torch import nn
 
 import deq_core
 from deq_core import DEQ, Plan, step_plan
+from deq_core.train import sections, task, trainer
+from deq_core.train.deq_config import DEQConfig
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 class TwoLayers(nn.Module):
@@ -88,3 +97,32 @@ def test_a_bad_plan_is_refused(kwargs, error):
     with pytest.raises(TypeError, match="deq_core.Plan"):
         with step_plan(nn.Linear(1, 1), {"unroll": 2}):  # type: ignore[arg-type]
             pass
+
+
+def test_the_skeleton_holds_no_copy_of_a_section_setting():
+    """Each setting of the run / optim / deq sections has one home: no TrainSettings, no per-package *_settings, and
+    neither the step plan nor the run nor the task base class repeats a section's field."""
+    assert not hasattr(task, "TrainSettings") and not hasattr(sections, "train_settings")
+    section_fields = {f.name for cls in (sections.RunConfig, sections.OptimConfig, DEQConfig) for f in
+                      dataclasses.fields(cls)}  # fmt: skip
+    for cls in (task.StepPlan, trainer.Run):
+        assert not section_fields & {f.name for f in dataclasses.fields(cls)}, cls
+    task_attributes = {k for k in vars(task.Task) if not k.startswith("_")}
+    assert not section_fields & task_attributes
+    # the plan's own fields: what a layer takes per step, and the DEQ.forward keywords they stand for
+    assert [f.name for f in dataclasses.fields(Plan)] == ["unroll", "max_iter", "jacobian_loss"]
+    assert {"unroll", "max_iter", "jacobian_loss"} <= set(inspect.signature(DEQ.forward).parameters)
+    assert list(inspect.signature(task.Task.forward).parameters) == ["self", "model", "batch", "plan"]
+
+
+def test_plan_step_gives_no_limit_without_jitter_and_the_run_reads_the_sections(tmp_path):
+    from skeleton_task import TinyConfig, TinyTask
+
+    cfg = TinyConfig(max_iter=9, max_iter_jitter=0, pretrain_steps=1)
+    assert trainer.plan_step(cfg, 0).deq == Plan(unroll=2, jacobian_loss=trainer.plan_step(cfg, 0).jacobian)
+    assert trainer.plan_step(cfg, 1).deq.max_iter is None  # the layers keep their own max_iter
+    tiny = TinyTask(cfg)
+    assert trainer.run_steps(tiny, cfg) == cfg.steps
+    tiny.steps = 0
+    with pytest.raises(ValueError, match="steps >= 1"):
+        trainer.run_steps(tiny, cfg)

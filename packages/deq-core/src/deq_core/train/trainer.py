@@ -1,9 +1,10 @@
-"""The training skeleton shared by the task packages: :func:`train` runs a :class:`~deq_core.train.task.Task` with
-:class:`~deq_core.train.task.TrainSettings` on Accelerate.
+"""The training skeleton shared by the task packages: :func:`train` runs a :class:`~deq_core.train.task.Task` on
+Accelerate, with the settings of its config's sections ``run``, ``optim`` and ``deq`` read where they are used.
 
 It owns devices and processes (``Accelerator(cpu=True)`` without CUDA, so that ``accelerate launch --multi_gpu
 --num_processes N`` / ``torchrun`` processes join on CPU too), mixed precision, gradient accumulation and clipping,
-the DEQ step (:func:`plan_step`), the metrics file, the progress bar and console lines, crash-safe checkpoints
+the DEQ step (:func:`plan_step`, handed to every DEQ layer of the model by :func:`deq_core.step_plan`), the
+metrics file, the progress bar and console lines, crash-safe checkpoints
 (:mod:`deq_core.train.state`: written aside, renamed when complete, tensors and plain data only) with bit-exact
 resume, and the training plot. Files of OUTPUT_DIR: config.json, metrics.jsonl, checkpoints/step_N/, summary.json,
 training.png (and what :meth:`Task.finish` writes).
@@ -33,6 +34,7 @@ from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from .. import DEQ, Plan, step_plan
 from .checkpoints import clean_partial_checkpoints, prune_checkpoints
 from .errors import UsageError
 from .metrics import MetricsLog
@@ -42,7 +44,7 @@ from .run_config import check_resume_config, record_resume, save_config
 from .rundir import RunLock, check_run_dir
 from .schedules import jittered_max_iter
 from .state import TrainState, load_training_checkpoint, save_training_checkpoint
-from .task import Forward, StepPlan, Task, TrainSettings
+from .task import Forward, StepPlan, Task
 
 __all__ = [
     "THREADS_KEY",
@@ -54,6 +56,7 @@ __all__ = [
     "micro_batches",
     "plan_step",
     "progress_postfix",
+    "run_steps",
     "save_checkpoint",
     "save_gradients",
     "setup_run",
@@ -91,20 +94,21 @@ def micro_batches(batch: tuple[Tensor, ...], n: int) -> list[tuple[Tensor, ...]]
     return list(zip(*(t.chunk(n) for t in batch), strict=True))
 
 
-def plan_step(settings: TrainSettings, step: int) -> StepPlan:
-    """The DEQ step of optimizer step ``step`` (0-based): pretraining unroll, jittered forward limit and Jacobian
-    regularization, each a function of (seed, step) only."""
-    if not settings.is_deq:
-        return StepPlan(step, micro_batches=settings.grad_accum)
-    jacobian = settings.jacobian
-    return StepPlan(
-        step,
-        micro_batches=settings.grad_accum,
-        unroll=settings.pretrain.unroll_at(step),
-        max_iter=jittered_max_iter(settings.max_iter, settings.max_iter_jitter, settings.seed, step),
-        jacobian=jacobian.active(step),
-        jacobian_weight=jacobian.weight_at(step),
+def plan_step(config: Any, step: int, has_deq: bool = True) -> StepPlan:
+    """The plan of optimizer step ``step`` (0-based) of a config with sections ``run``, ``optim`` and ``deq``: the
+    micro-batches of ``optim.grad_accum`` and, when the model has DEQ layers (``has_deq``), what they do
+    (:class:`deq_core.Plan`): the pretraining unroll, the jittered forward limit (None without ``deq.max_iter_jitter``:
+    the layers' own ``max_iter``) and the Jacobian term, each a function of (``run.seed``, step) only."""
+    micro_batches = config.optim.grad_accum
+    if not has_deq:
+        return StepPlan(step, micro_batches=micro_batches)
+    deq, seed = config.deq, config.run.seed
+    jacobian = deq.jacobian_schedule(seed)
+    limit = jittered_max_iter(deq.max_iter, deq.max_iter_jitter, seed, step) if deq.max_iter_jitter else None
+    layer_plan = Plan(
+        unroll=deq.pretrain_schedule().unroll_at(step), max_iter=limit, jacobian_loss=jacobian.active(step)
     )
+    return StepPlan(step, micro_batches=micro_batches, deq=layer_plan, jacobian_weight=jacobian.weight_at(step))
 
 
 @dataclass
@@ -130,10 +134,11 @@ class StepStats:
 
 @dataclass
 class Run:
-    """Everything a training run holds, built by :func:`setup_run`."""
+    """Everything a training run holds, built by :func:`setup_run`. ``config``: the task's config (sections ``run``,
+    ``optim``, ``deq``); ``name``: the run's name (the preset); ``has_deq``: the model has DEQ layers."""
 
     task: Task
-    settings: TrainSettings
+    config: Any
     output_dir: Path
     accelerator: Accelerator
     model: nn.Module  # prepared (e.g. wrapped in DistributedDataParallel)
@@ -142,11 +147,24 @@ class Run:
     scheduler: Any
     state: TrainState
     log: MetricsLog
+    name: str = "custom"
+    has_deq: bool = False
+    progress: bool = True
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def main(self) -> bool:
         return self.accelerator.is_main_process
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps in all: the task's ``steps``, else the config's ``optim.steps``."""
+        return run_steps(self.task, self.config)
+
+    @property
+    def eval_every(self) -> int:
+        """Steps between evaluations: ``run.eval_every``, else the task's ``eval_period``, else all the steps."""
+        return self.config.run.eval_every or self.task.eval_period or self.steps
 
     def objects(self) -> dict[str, Any]:
         """The state-dict objects of a checkpoint besides the weights."""
@@ -156,38 +174,54 @@ class Run:
         return objects
 
 
+def run_steps(task: Task, config: Any) -> int:
+    """The optimizer steps of a run: ``task.steps`` when the task sets it (e.g. from epochs), else ``optim.steps``.
+
+    Raises:
+        ValueError: neither gives a number >= 1.
+    """
+    steps = task.steps or getattr(config.optim, "steps", 0)
+    if not (isinstance(steps, int) and steps >= 1):
+        raise ValueError(f"a run needs steps >= 1 (the task's steps or the config's optim.steps), got {steps!r}.")
+    return steps
+
+
 def setup_run(
-    task: Task, settings: TrainSettings, output_dir: Path, resume: bool, trusted_modules: Collection[str] = ()
-) -> Run:
+    task: Task, config: Any, output_dir: Path, resume: bool, trusted_modules: Collection[str] = (),
+    name: str = "custom", progress: bool = True,
+) -> Run:  # fmt: skip
     """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
     ``output_dir`` (refusing a config that changes what is computed, or whose solver import path names a module
     outside ``trusted_modules``: see :mod:`~deq_core.train.trust`). Call it holding the folder's RunLock.
 
-    config.json gets the ``config_extra`` entries and torch's thread count (``torch_threads``); a resume with another
-    thread count is recorded in its ``resumed`` list and said in one line (the run is no longer bit-identical)."""
-    accelerator = build_accelerator(settings.mixed_precision, settings.find_unused_parameters)
-    world, accum = accelerator.num_processes, settings.grad_accum
-    if settings.batch_size % (world * accum):
+    config.json gets the task's :meth:`~deq_core.train.task.Task.config_extra` entries and torch's thread count
+    (``torch_threads``); a resume with another thread count is recorded in its ``resumed`` list and said in one line
+    (the run is no longer bit-identical)."""
+    run_steps(task, config)
+    run_cfg, optim = config.run, config.optim
+    accelerator = build_accelerator(run_cfg.mixed_precision, task.find_unused_parameters)
+    world, accum = accelerator.num_processes, optim.grad_accum
+    if optim.batch_size % (world * accum):
         raise UsageError(
-            f"batch_size ({settings.batch_size}) must be divisible by processes x grad_accum ({world} x {accum}): "
+            f"batch_size ({optim.batch_size}) must be divisible by processes x grad_accum ({world} x {accum}): "
             "change batch_size, grad_accum or the number of processes."
         )
     found = check_run_dir(output_dir, resume)
-    extra = {**settings.config_extra, THREADS_KEY: torch.get_num_threads()}
+    extra = {**task.config_extra(), THREADS_KEY: torch.get_num_threads()}
     changes: dict[str, tuple[Any, Any]] = {}
     if resume:
-        changes = check_resume_config(
-            output_dir, settings.config, settings.resumable, trusted_modules=trusted_modules, **extra
-        )
-    set_seed(settings.seed)
+        changes = check_resume_config(output_dir, config, task.resumable, trusted_modules=trusted_modules, **extra)
+    set_seed(run_cfg.seed)
     parts = task.build(accelerator)
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
         clean_partial_checkpoints(output_dir)
         if found is None:
-            save_config(settings.config, output_dir, settings.name, **extra)
+            save_config(config, output_dir, name, **extra)
     model, optimizer = accelerator.prepare(parts.model, parts.optimizer)
-    run = Run(task, settings, output_dir, accelerator, model, accelerator.unwrap_model(model), optimizer,
-              parts.scheduler, TrainState(), MetricsLog(output_dir / "metrics.jsonl"))  # fmt: skip
+    raw = accelerator.unwrap_model(model)
+    has_deq = any(isinstance(m, DEQ) for m in raw.modules())
+    run = Run(task, config, output_dir, accelerator, model, raw, optimizer, parts.scheduler, TrainState(),
+              MetricsLog(output_dir / "metrics.jsonl"), name=name, has_deq=has_deq, progress=progress)  # fmt: skip
     if found is not None:
         extra_state = load_training_checkpoint(
             found, run.state, run.objects(), rank=accelerator.process_index, processes=accelerator.num_processes,
@@ -224,30 +258,31 @@ def threads_line(saved: Any, current: int) -> str:
 
 
 def train_step(run: Run, batches: Iterator[Any]) -> StepStats:
-    """One optimizer step (``run.state.step`` is its 0-based index): this process's batch in ``grad_accum``
-    micro-batches, gradients synchronized on the last, the Jacobian term added when scheduled, clipped, optimizer
-    and LR-schedule steps, then :meth:`Task.after_step`."""
-    settings, acc, state = run.settings, run.accelerator, run.state
-    plan = plan_step(settings, state.step)
+    """One optimizer step (``run.state.step`` is its 0-based index): this process's batch in ``optim.grad_accum``
+    micro-batches, each forward with the step's plan set on every DEQ layer of the model (:func:`deq_core.step_plan`),
+    gradients synchronized on the last, the Jacobian term added when scheduled, clipped, optimizer and LR-schedule
+    steps, then :meth:`Task.after_step`."""
+    acc, state, optim = run.accelerator, run.state, run.config.optim
+    plan = plan_step(run.config, state.step, run.has_deq)
     stats = StepStats(plan.mode, run.optimizer.param_groups[0]["lr"], plan.jacobian)
-    parts = micro_batches(send_to_device(next(batches), acc.device), settings.grad_accum)
+    parts = micro_batches(send_to_device(next(batches), acc.device), optim.grad_accum)
     for i, micro in enumerate(parts):
         last = i == len(parts) - 1
         with contextlib.nullcontext() if last else acc.no_sync(run.model):
-            with acc.autocast():
+            with acc.autocast(), step_plan(run.raw, plan.deq):
                 out = run.task.forward(run.model, micro, replace(plan, micro=i))
             total = out.loss
             if plan.jacobian and out.info is not None and out.info.jacobian_loss is not None:
                 total = total + plan.jacobian_weight * out.info.jacobian_loss
-            acc.backward(total / settings.grad_accum)
+            acc.backward(total / optim.grad_accum)
         stats.add(out)
     loss = stats.means()["loss"]
     if not math.isfinite(loss):
         raise FloatingPointError(f"training loss is {loss} at step {state.step + 1}; stopping.")
-    if settings.save_grads_at == state.step + 1 and run.main:
+    if run.config.run.save_grads_at == state.step + 1 and run.main:
         save_gradients(run.raw, run.output_dir / f"grads_step{state.step + 1}.safetensors")
-    if settings.grad_clip > 0:
-        acc.clip_grad_norm_(run.model.parameters(), settings.grad_clip)
+    if optim.grad_clip > 0:
+        acc.clip_grad_norm_(run.model.parameters(), optim.grad_clip)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     state.step += 1
@@ -304,7 +339,7 @@ def evaluate(run: Run, split: str, log: bool = True) -> dict[str, float]:
 
 
 def save_checkpoint(run: Run) -> None:
-    """Checkpoint the run at its step (every process calls it); keep the newest ``keep_checkpoints``."""
+    """Checkpoint the run at its step (every process calls it); keep the newest ``run.keep_checkpoints``."""
     acc = run.accelerator
     run.state.metrics_lines = run.log.line_count() if run.main else 0
     save_training_checkpoint(
@@ -313,7 +348,7 @@ def save_checkpoint(run: Run) -> None:
         per_process=run.task.process_state(),
     )  # fmt: skip
     if run.main:
-        prune_checkpoints(run.output_dir, run.settings.keep_checkpoints)
+        prune_checkpoints(run.output_dir, run.config.run.keep_checkpoints)
     acc.wait_for_everyone()
 
 
@@ -342,15 +377,24 @@ def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:
 
 def train(
     task: Task,
-    settings: TrainSettings,
+    config: Any,
     output_dir: str | Path,
     resume: bool = False,
     trusted_modules: Collection[str] = (),
+    name: str = "custom",
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) training of ``task`` in ``output_dir``, locked for the run; return the summary (step,
     parameters, train loss and NFE of the last logged step, ``{split}_{key}`` of the last evaluations, seconds spent
     in training steps this session, "results" of :meth:`Task.finish`), also written to OUTPUT_DIR/summary.json.
-    ``trusted_modules``: the modules whose solvers the saved config.json may name by import path (``resume``).
+
+    ``config``: the task's config, a dataclass with the sections ``run`` (:class:`~deq_core.train.sections.RunConfig`),
+    ``optim`` (:class:`~deq_core.train.sections.OptimConfig`) and ``deq``
+    (:class:`~deq_core.train.deq_config.DEQConfig`, read when the model has DEQ layers), saved in
+    OUTPUT_DIR/config.json and compared on resume (its fields in ``task.resumable`` may change). ``name``: the run's
+    name (the preset), on the console and in config.json. ``progress``: draw a progress bar (on the main process,
+    when stderr is a terminal). ``trusted_modules``: the modules whose solvers the saved config.json may name by
+    import path (``resume``).
 
     Raises:
         RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
@@ -360,58 +404,61 @@ def train(
     """
     main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     with RunLock(output_dir) if main else contextlib.nullcontext():
-        run = setup_run(task, settings, Path(output_dir), resume, trusted_modules)
+        run = setup_run(task, config, Path(output_dir), resume, trusted_modules, name, progress)
         return _loop(run)
 
 
 def _announce(run: Run) -> None:
     """The first console lines: what is trained, on what, by how many processes; data warnings."""
-    s, acc = run.settings, run.accelerator
+    acc = run.accelerator
     run.summary["parameters"] = sum(p.numel() for p in run.raw.parameters() if p.requires_grad)
     acc.print(
-        f"{s.name}: {run.summary['parameters']} parameters, {run.task.describe()}, {acc.num_processes} process(es), "
-        f"{s.steps} steps"
+        f"{run.name}: {run.summary['parameters']} parameters, {run.task.describe()}, {acc.num_processes} "
+        f"process(es), {run.steps} steps"
     )
-    if s.is_deq and s.pretrain.steps > 0 and run.state.step < s.pretrain.steps:
-        acc.print(f"unrolled pretraining (depth {s.pretrain.depth}) for {s.pretrain.steps} steps, then solving")
+    if run.has_deq and run.state.step < run.config.deq.pretrain_steps:
+        deq = run.config.deq
+        acc.print(f"unrolled pretraining (depth {deq.pretrain_depth}) for {deq.pretrain_steps} steps, then solving")
     for warning in run.task.warnings() if run.main else []:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
 
 def _loop(run: Run) -> dict[str, Any]:
-    s, state = run.settings, run.state
+    state, steps, cfg = run.state, run.steps, run.config.run
     _announce(run)
-    bar = tqdm(total=s.steps, initial=state.step, disable=not (s.progress and progress_enabled(run.main)),
-               desc=s.name, dynamic_ncols=True)  # fmt: skip
+    bar = tqdm(total=steps, initial=state.step, disable=not (run.progress and progress_enabled(run.main)),
+               desc=run.name, dynamic_ncols=True)  # fmt: skip
     say = bar.write if run.main else (lambda text: None)
     batches = run.task.train_batches(state.step, run.accelerator)
     window = [0.0, 0]  # training-step seconds and steps since the last metrics line
     seconds = 0.0
     run.model.train()
-    while state.step < s.steps:
+    while state.step < steps:
         started = time.perf_counter()
         stats = train_step(run, batches)
         elapsed = time.perf_counter() - started
         seconds, window = seconds + elapsed, [window[0] + elapsed, window[1] + 1]
         bar.update(1)
-        if state.step % s.log_every == 0 or state.step == s.steps:
+        if state.step % cfg.log_every == 0 or state.step == steps:
             _log_train(run, train_record(run, stats, window[0], window[1]), bar)
             window = [0.0, 0]
-        if s.is_deq and state.step == s.pretrain.steps < s.steps:
+        if run.has_deq and state.step == run.config.deq.pretrain_steps < steps:
             say(f"step {state.step}: unrolled pretraining done; the DEQ now solves for its equilibrium")
-        if state.step % s.eval_every == 0 or state.step == s.steps:
+        if state.step % run.eval_every == 0 or state.step == steps:
             for split in run.task.eval_splits:
                 result = evaluate(run, split)
                 say(f"step {state.step}: {split} " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
-        stop = 0 < s.stop_after <= state.step < s.steps
-        if (s.save_every > 0 and state.step % s.save_every == 0) or stop or state.step == s.steps:
+        stop = 0 < cfg.stop_after <= state.step < steps
+        if (cfg.save_every > 0 and state.step % cfg.save_every == 0) or stop or state.step == steps:
             save_checkpoint(run)
         if stop:
-            run.accelerator.print(f"stopping after step {state.step} (stop_after={s.stop_after}); resume with --resume")
+            run.accelerator.print(
+                f"stopping after step {state.step} (stop_after={cfg.stop_after}); resume with --resume"
+            )
             break
     bar.close()
     run.summary.update(step=state.step, train_seconds_this_session=seconds)
-    if state.step == s.steps:
+    if state.step == steps:
         _finish(run)
     run.accelerator.wait_for_everyone()
     return run.summary
