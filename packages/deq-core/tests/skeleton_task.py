@@ -1,6 +1,7 @@
 """A tiny task for the training skeleton's tests: regress y = sin(A x) with a small DEQ (or without one), batches a
 function of (seed, step). Run as a script it trains one run (for the multi-process test under accelerate launch):
-``python skeleton_task.py OUTPUT_DIR [key=value ...]`` with keys of :class:`TinyConfig`."""
+``python skeleton_task.py OUTPUT_DIR [key=value ...]`` with keys of :class:`TinyConfig`, a flat config that shows
+the skeleton its ``run``, ``optim`` and ``deq`` sections."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ import torch
 from torch import Tensor, nn
 
 import deq_core
-from deq_core.train.schedules import JacobianSchedule, PretrainSchedule
-from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
+from deq_core.train.deq_config import DEQConfig
+from deq_core.train.sections import OptimConfig, RunConfig
+from deq_core.train.task import Forward, Parts, StepPlan, Task
 from deq_core.train.trainer import train
 
 
 @dataclasses.dataclass(frozen=True)
 class TinyConfig:
-    deq: bool = True
+    use_deq: bool = True
     steps: int = 30
     batch_size: int = 16
     lr: float = 3e-2
@@ -39,9 +41,28 @@ class TinyConfig:
     log_every: int = 1
     eval_every: int = 5
 
+    @property
+    def run(self) -> RunConfig:
+        return RunConfig(
+            seed=self.seed, log_every=self.log_every, eval_every=self.eval_every, save_every=self.save_every,
+            stop_after=self.stop_after, save_grads_at=self.save_grads_at,
+        )  # fmt: skip
+
+    @property
+    def optim(self) -> OptimConfig:
+        return OptimConfig(batch_size=self.batch_size, grad_accum=self.grad_accum, lr=self.lr, grad_clip=1.0)
+
+    @property
+    def deq(self) -> DEQConfig:
+        return DEQConfig(
+            max_iter=self.max_iter, max_iter_jitter=self.max_iter_jitter, pretrain_steps=self.pretrain_steps,
+            pretrain_depth=2, jac_weight=self.jac_weight, jac_prob=self.jac_prob,
+        )  # fmt: skip
+
 
 class TinyDEQModel(nn.Module):
-    """x (B, 4) -> z* = tanh(W z + U x) (B, 8) -> head (B, 2); ``deq=False``: two explicit layers."""
+    """x (B, 4) -> z* = tanh(W z + U x) (B, 8) -> head (B, 2); ``deq=False``: two explicit layers. The forward
+    takes no DEQ arguments: the skeleton sets its step plan on the layer."""
 
     def __init__(self, deq: bool, dropout: float) -> None:
         super().__init__()
@@ -53,11 +74,11 @@ class TinyDEQModel(nn.Module):
         self.head = nn.Linear(8, 2)
         self.deq = deq_core.DEQ(solver="anderson", max_iter=12, tol=1e-5) if deq else None
 
-    def forward(self, x: Tensor, **deq_kwargs: Any) -> tuple[Tensor, Any]:
+    def forward(self, x: Tensor) -> tuple[Tensor, Any]:
         u = self.drop(self.inject(x))
         if self.deq is None:
             return self.head(torch.tanh(self.cell(torch.tanh(u)) + u)), None
-        z, info = self.deq(lambda z: torch.tanh(self.cell(z) + u), torch.zeros_like(u), **deq_kwargs)
+        z, info = self.deq(lambda z: torch.tanh(self.cell(z) + u), torch.zeros_like(u))
         return self.head(z), info
 
 
@@ -70,14 +91,16 @@ def make_data(n: int, seed: int) -> tuple[Tensor, Tensor]:
 
 class TinyTask(Task):
     metric = "mse"
+    resumable = frozenset({"stop_after", "save_every"})
 
     def __init__(self, cfg: TinyConfig) -> None:
         self.cfg = cfg
+        self.steps = cfg.steps
         self.x, self.y = make_data(256, 123)
         self.vx, self.vy = make_data(64, 456)
 
     def build(self, accelerator: Any) -> Parts:
-        model = TinyDEQModel(self.cfg.deq, self.cfg.dropout)
+        model = TinyDEQModel(self.cfg.use_deq, self.cfg.dropout)
         optimizer = torch.optim.Adam(model.parameters(), lr=self.cfg.lr)
         return Parts(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + 0.01 * s)))
 
@@ -91,7 +114,7 @@ class TinyTask(Task):
 
     def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
         x, y = batch
-        out, info = model(x, **plan.deq_kwargs()) if self.cfg.deq else model(x)
+        out, info = model(x)
         loss = nn.functional.mse_loss(out, y)
         return Forward(loss, {"mse": float(loss.detach())}, info)
 
@@ -110,19 +133,8 @@ class TinyTask(Task):
         return f"mse {float(self.vy.var(unbiased=False).mean()):.3f} (predicting 0)"
 
 
-def settings_for(cfg: TinyConfig, name: str = "tiny") -> TrainSettings:
-    return TrainSettings(
-        name=name, config=cfg, steps=cfg.steps, seed=cfg.seed, resumable=frozenset({"stop_after", "save_every"}),
-        grad_accum=cfg.grad_accum, grad_clip=1.0, log_every=cfg.log_every, eval_every=cfg.eval_every,
-        save_every=cfg.save_every, stop_after=cfg.stop_after, save_grads_at=cfg.save_grads_at, is_deq=cfg.deq,
-        max_iter=cfg.max_iter, max_iter_jitter=cfg.max_iter_jitter,
-        pretrain=PretrainSchedule(cfg.pretrain_steps, 2),
-        jacobian=JacobianSchedule(cfg.jac_weight, cfg.jac_prob, seed=cfg.seed), progress=False,
-    )  # fmt: skip
-
-
 def run(cfg: TinyConfig, output_dir: Path, resume: bool = False) -> dict[str, Any]:
-    return train(TinyTask(cfg), settings_for(cfg), output_dir, resume=resume)
+    return train(TinyTask(cfg), cfg, output_dir, resume=resume, name="tiny", progress=False)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """The shared config sections (``deq_core.train.sections``): checks naming the dotted key, short names resolved to
 their section on the command line and in presets, run folders of flatter layouts read into sections, and the
-training skeleton's settings built from the sections."""
+training skeleton reading its settings from the sections."""
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +14,9 @@ from deq_core.train.checks import SEED_LIMIT, check_at_least, check_finite
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import config_from_dict, replace_config, resolve_key
-from deq_core.train.sections import OptimConfig, RunConfig, section, train_settings
+from deq_core.train.sections import RUN_RESUMABLE, OptimConfig, RunConfig, section
+from deq_core.train.task import Task
+from deq_core.train.trainer import Run, plan_step, run_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,17 +141,24 @@ def test_run_folders_of_flatter_layouts_read_into_sections():
     assert nested == cfg
 
 
-def test_train_settings_from_the_sections():
+def test_the_skeleton_reads_its_settings_from_the_sections():
     changes = ["batch_size=8", "grad_accum=2", "grad_clip=0.5", "run.seed=3", "save_every=4", "jac_weight=0.2"]
     cfg = apply_overrides(_Config(), [*changes, "jac_prob=0.5", "pretrain_steps=6", "max_iter_jitter=2"])
-    settings = train_settings(cfg, "name", 40, is_deq=True, progress=False)
-    assert (settings.steps, settings.seed, settings.batch_size, settings.grad_accum) == (40, 3, 8, 2)
-    assert (settings.grad_clip, settings.eval_every, settings.save_every, settings.progress) == (0.5, 5, 4, False)
-    assert (settings.max_iter, settings.max_iter_jitter, settings.is_deq) == (12, 2, True)
-    assert settings.pretrain == cfg.deq.pretrain_schedule() and settings.jacobian == cfg.deq.jacobian_schedule(3)
-    once = train_settings(replace_config(cfg, {"eval_every": 0}), "name", 40, is_deq=False)
-    assert once.eval_every == 40  # 0: only at the last step
-    assert train_settings(cfg, "name", 40, is_deq=False, eval_every=7).eval_every == 7  # a task's own value wins
+    plans = [plan_step(cfg, step) for step in range(40)]
+    assert {p.micro_batches for p in plans} == {2} and [p.mode for p in plans[5:7]] == ["unrolled", "solve"]
+    assert {p.deq.max_iter for p in plans} == {10, 11, 12} and {p.jacobian_weight for p in plans} == {0.2}
+    jacobian = cfg.deq.jacobian_schedule(3)  # drawn from run.seed
+    assert [p.jacobian for p in plans] == [jacobian.active(step) for step in range(40)]
+
+    def eval_every(config, task):  # the rule of Run.eval_every, on a stand-in for the run
+        return Run.eval_every.fget(SimpleNamespace(config=config, task=task, steps=run_steps(task, config)))
+
+    task = Task()
+    assert run_steps(task, cfg) == 10 and eval_every(cfg, task) == 5  # optim.steps; run.eval_every
+    once = replace_config(cfg, {"eval_every": 0})
+    assert eval_every(once, task) == 10  # 0: only at the last step
+    task.eval_period, task.steps = 7, 40  # a task's own period (e.g. an epoch) and step count
+    assert (eval_every(once, task), eval_every(cfg, task), run_steps(task, cfg)) == (7, 5, 40)
 
 
 def test_the_run_section_reaches_trackers_precision_and_timeout():
@@ -159,11 +169,8 @@ def test_the_run_section_reaches_trackers_precision_and_timeout():
     assert cfg.run.log_with == ("tensorboard", "wandb", "tensorboard")
     assert apply_overrides(cfg, ["run.mixed_precision=bf16"]).run.mixed_precision == "bf16"
     assert apply_overrides(cfg, ["run.mixed_precision=bf16", "run.mixed_precision=none"]).run.mixed_precision is None
-    settings = train_settings(cfg, "name", 40, is_deq=False, resumable=frozenset({"run.stop_after"}))
-    assert (settings.log_with, settings.project, settings.dist_timeout) == (("tensorboard", "wandb"), "p", 5.0)
-    assert settings.mixed_precision is None
-    assert settings.resumable == {"run.stop_after", "run.log_with", "run.project", "run.dist_timeout",
-                                  "run.mixed_precision"}  # fmt: skip
+    assert (cfg.run.project, cfg.run.dist_timeout, cfg.run.mixed_precision) == ("p", 5.0, None)
+    assert RUN_RESUMABLE == {"run.log_with", "run.project", "run.dist_timeout", "run.mixed_precision"}
 
 
 def _float_keys(config: object) -> list[str]:

@@ -11,15 +11,15 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+import deq_core
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.metrics import read_metrics
-from deq_core.train.schedules import JacobianSchedule, PretrainSchedule
-from deq_core.train.task import TrainSettings
 from deq_core.train.trainer import micro_batches, plan_step
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -122,23 +122,29 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path):
 
 
 def test_an_explicit_model_trains_without_deq_statistics(tmp_path):
-    run(TinyConfig(deq=False, steps=6), tmp_path / "mlp")
+    run(TinyConfig(use_deq=False, steps=6), tmp_path / "mlp")
     record = read_metrics(tmp_path / "mlp" / "metrics.jsonl")[0]
     assert "nfe_forward" not in record and record["mode"] == "solve" and record["jacobian_active"] is False
 
 
-def test_plan_step_follows_the_schedules():
-    settings = TrainSettings(
-        name="t", config=TinyConfig(), steps=100, seed=3, is_deq=True, max_iter=10, max_iter_jitter=3,
-        pretrain=PretrainSchedule(5, 2), jacobian=JacobianSchedule(1.0, 0.5, growth=0.5, every=10, seed=3),
-    )  # fmt: skip
-    plans = [plan_step(settings, s) for s in range(100)]
-    assert [p.unroll for p in plans[:6]] == [2, 2, 2, 2, 2, None]
-    assert {p.max_iter for p in plans} == {7, 8, 9, 10}
+def test_plan_step_follows_the_config_sections():
+    cfg = TinyConfig(seed=3, max_iter=10, max_iter_jitter=3, pretrain_steps=5, jac_weight=1.0, jac_prob=0.5,
+                     grad_accum=2)  # fmt: skip
+    grown = dataclasses.replace(cfg.deq, jac_growth=0.5, jac_every=10)
+    config = SimpleNamespace(run=cfg.run, optim=cfg.optim, deq=grown)
+    plans = [plan_step(config, s) for s in range(100)]
+    assert [p.deq.unroll for p in plans[:6]] == [2, 2, 2, 2, 2, None]
+    assert [p.mode for p in plans[4:6]] == ["unrolled", "solve"]
+    assert {p.deq.max_iter for p in plans} == {7, 8, 9, 10} and {p.micro_batches for p in plans} == {2}
     assert 20 < sum(p.jacobian for p in plans) < 80 and plans[25].jacobian_weight == 2.0
-    assert plans == [plan_step(settings, s) for s in range(100)]
-    explicit = plan_step(dataclasses.replace(settings, is_deq=False), 0)
-    assert explicit.unroll is None and explicit.max_iter is None and not explicit.jacobian
+    assert all(p.jacobian == p.deq.jacobian_loss for p in plans)
+    assert plans == [plan_step(config, s) for s in range(100)]
+    steady = plan_step(
+        SimpleNamespace(run=cfg.run, optim=cfg.optim, deq=dataclasses.replace(grown, max_iter_jitter=0)), 9
+    )
+    assert steady.deq.max_iter is None  # no jitter: every DEQ layer keeps its own limit
+    explicit = plan_step(config, 0, has_deq=False)
+    assert explicit.deq == deq_core.Plan() and explicit.mode == "solve" and not explicit.jacobian
 
 
 def test_micro_batches_split_rows_and_refuse_a_remainder():
@@ -149,9 +155,16 @@ def test_micro_batches_split_rows_and_refuse_a_remainder():
         micro_batches((x[:5], y[:5]), 2)
 
 
-def test_bad_settings_are_refused():
-    with pytest.raises(ValueError, match="steps must be >= 1"):
-        TrainSettings(name="t", config=TinyConfig(), steps=0)
+def test_a_task_without_steps_is_refused(tmp_path):
+    from skeleton_task import TinyTask
+
+    from deq_core.train.trainer import train
+
+    task = TinyTask(TinyConfig())
+    task.steps = 0
+    with pytest.raises(ValueError, match="a run needs steps >= 1"):
+        train(task, TinyConfig(), tmp_path / "r")
+    assert not (tmp_path / "r" / "config.json").exists()
 
 
 def _free_port() -> int:
@@ -204,14 +217,17 @@ def test_cosine_lr_factor_warms_up_then_decays_to_the_floor():
 
 
 def test_a_batch_that_the_processes_cannot_share_is_a_usage_error(tmp_path):
-    from skeleton_task import TinyTask, settings_for
+    from skeleton_task import TinyTask
 
     from deq_core.train.errors import UsageError
     from deq_core.train.trainer import train
 
-    settings = dataclasses.replace(settings_for(TinyConfig()), batch_size=10, grad_accum=4)
+    cfg = TinyConfig()  # an optim section that did not check itself (OptimConfig refuses 10 rows in 4 micro-batches)
+    config = SimpleNamespace(
+        run=cfg.run, optim=SimpleNamespace(batch_size=10, grad_accum=4, grad_clip=0.0), deq=cfg.deq
+    )
     with pytest.raises(UsageError, match=r"batch_size \(10\) must be divisible by processes x grad_accum \(1 x 4\)"):
-        train(TinyTask(TinyConfig()), settings, tmp_path / "r")
+        train(TinyTask(cfg), config, tmp_path / "r")
     assert not (tmp_path / "r" / "config.json").exists()
 
 

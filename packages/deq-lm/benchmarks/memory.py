@@ -70,7 +70,7 @@ from deq_core.train.run_config import replace_config
 from deq_lm.configs import Config, get_config
 from deq_lm.models.factory import build_body
 from deq_lm.models.heads import build_embedding_and_head, embedding_width
-from deq_lm.models.interface import BodyOutput, Control
+from deq_lm.models.interface import BodyOutput
 
 T = TypeVar("T")
 # DEQs also measured past Broyden's memory (cheap at paper widths; the medium DEQ-Transformers share the small one's
@@ -229,7 +229,7 @@ def precomputed_weights(body: nn.Module) -> Iterator[list[Tensor]]:
         ]
 
 
-def warm_state(body: nn.Module, cfg: Config, proto: Protocol, control: Control, device: torch.device) -> Any:
+def warm_state(body: nn.Module, cfg: Config, proto: Protocol, plan: deq_core.Plan, device: torch.device) -> Any:
     """The state (memory, or TrellisNet history) after enough earlier segments to fill ``cfg.model.mem_len`` (at least
     one), run under no_grad (a DEQ with at most 2 iterations: only the state's size matters here)."""
     width = body_input_width(cfg)
@@ -237,8 +237,9 @@ def warm_state(body: nn.Module, cfg: Config, proto: Protocol, control: Control, 
     with torch.no_grad():
         for _ in range(max(1, math.ceil(cfg.model.mem_len / proto.tgt_len))):
             x = torch.randn(proto.batch, proto.tgt_len, width, device=device)
-            limit = None if control.max_iter is None else min(control.max_iter, 2)
-            state = body(x, state, Control(max_iter=limit)).state
+            limit = None if plan.max_iter is None else min(plan.max_iter, 2)
+            with deq_core.step_plan(body, deq_core.Plan(max_iter=limit)):
+                state = body(x, state).state
     return state
 
 
@@ -260,13 +261,14 @@ def peak_bytes(fn: Callable[[], T], device: torch.device) -> tuple[T, int]:
 
 
 def training_step(
-    body: nn.Module, x: Tensor, state: Any, control: Control, probe: Tensor, jac_weight: float
+    body: nn.Module, x: Tensor, state: Any, plan: deq_core.Plan, probe: Tensor, jac_weight: float
 ) -> Callable[[], BodyOutput]:
-    """Forward, loss = sum(hidden * probe) (+ jac_weight x the Jacobian term when the control asks for it),
-    backward."""
+    """Forward with ``plan`` set on the body's DEQ layer, loss = sum(hidden * probe) (+ jac_weight x the Jacobian
+    term when the plan asks for it), backward."""
 
     def run() -> BodyOutput:
-        out: BodyOutput = body(x, state, control)
+        with deq_core.step_plan(body, plan):
+            out: BodyOutput = body(x, state)
         loss = (out.hidden * probe).sum()
         if out.info is not None and out.info.jacobian_loss is not None:
             loss = loss + jac_weight * out.info.jacobian_loss
@@ -277,7 +279,7 @@ def training_step(
 
 
 def measure_step(
-    body: nn.Module, x: Tensor, state: Any, control: Control, d_out: int, jac_weight: float = 0.0
+    body: nn.Module, x: Tensor, state: Any, plan: deq_core.Plan, d_out: int, jac_weight: float = 0.0
 ) -> tuple[BodyOutput, int, int]:
     """(output, saved bytes, step peak bytes) of one training step of ``body`` on ``x`` after ``state``; ``d_out``:
     the width of the hidden states.
@@ -292,16 +294,16 @@ def measure_step(
     probe = torch.randn(x.shape[0], x.shape[1], d_out, device=x.device)
     with precomputed_weights(body) as weights:
         exclude = [*body.parameters(), *weights, x, *tensors_in(state), probe]
-        step = training_step(body, x, state, control, probe, jac_weight)
+        step = training_step(body, x, state, plan, probe, jac_weight)
         (out, saved), peak = peak_bytes(lambda: deq_core.saved_tensor_bytes(step, exclude=exclude), x.device)
     return out, saved, peak
 
 
-def measure_solve(body: nn.Module, x: Tensor, state: Any, control: Control) -> int:
+def measure_solve(body: nn.Module, x: Tensor, state: Any, plan: deq_core.Plan) -> int:
     """Peak live bytes of the body's forward under no_grad (a DEQ: the solver's buffers plus f's temporaries)."""
-    control = dataclasses.replace(control, jacobian_loss=False)
-    with precomputed_weights(body), torch.no_grad():
-        return peak_bytes(lambda: body(x, state, control), x.device)[1]
+    plan = dataclasses.replace(plan, jacobian_loss=False)
+    with precomputed_weights(body), torch.no_grad(), deq_core.step_plan(body, plan):
+        return peak_bytes(lambda: body(x, state), x.device)[1]
 
 
 def measure_twin(cfg: Config, proto: Protocol, n_layers: int | None = None) -> BodyMemory:
@@ -310,9 +312,9 @@ def measure_twin(cfg: Config, proto: Protocol, n_layers: int | None = None) -> B
         cfg = replace_config(cfg, {"model.n_layers": n_layers})
     device = proto.twin_device
     body = make_body(cfg, device, proto.seed)
-    state = warm_state(body, cfg, proto, Control(), device)
+    state = warm_state(body, cfg, proto, deq_core.Plan(), device)
     x = torch.randn(proto.batch, proto.tgt_len, body_input_width(cfg), device=device, requires_grad=True)
-    _, saved, peak = measure_step(body, x, state, Control(), cfg.model.d_model)
+    _, saved, peak = measure_step(body, x, state, deq_core.Plan(), cfg.model.d_model)
     return BodyMemory(saved=saved, step_peak=peak, params=param_bytes(body))
 
 
@@ -322,11 +324,11 @@ def measure_deq(cfg: Config, proto: Protocol, limit: int | None, jacobian: bool 
     cfg = deq_config(cfg, limit)
     device = proto.device
     body = make_body(cfg, device, proto.seed)
-    control = Control(max_iter=cfg.deq.max_iter, jacobian_loss=jacobian)
-    state = warm_state(body, cfg, proto, control, device)
+    plan = deq_core.Plan(max_iter=cfg.deq.max_iter, jacobian_loss=jacobian)
+    state = warm_state(body, cfg, proto, plan, device)
     x = torch.randn(proto.batch, proto.tgt_len, body_input_width(cfg), device=device, requires_grad=True)
-    solve_peak = measure_solve(body, x, state, control)
-    out, saved, peak = measure_step(body, x, state, control, cfg.model.d_model, cfg.deq.jac_weight)
+    solve_peak = measure_solve(body, x, state, plan)
+    out, saved, peak = measure_step(body, x, state, plan, cfg.model.d_model, cfg.deq.jac_weight)
     assert out.info is not None
     nfe = (out.info.nfe, out.info.nfe_backward)
     deq: Any = body.deq  # type: ignore[union-attr]

@@ -44,6 +44,7 @@ import _lm_bench as lb
 import torch
 from torch import Tensor
 
+import deq_core
 from deq_core import DEQInfo
 from deq_core.train.checkpoints import resolve_checkpoint
 from deq_core.train.devices import add_device_argument
@@ -167,7 +168,8 @@ def training_step(entry: Entry, seg: tuple[Tensor, Tensor], state: Any) -> Calla
 
     def run() -> DEQInfo | None:
         entry.model.zero_grad(set_to_none=True)
-        out = entry.model(x, state, targets=y, jacobian_loss=entry.jacobian)
+        with deq_core.step_plan(entry.model, deq_core.Plan(jacobian_loss=entry.jacobian)):
+            out = entry.model(x, state, targets=y)
         assert out.nll is not None
         loss = out.nll.mean()
         if entry.jacobian and out.info is not None and out.info.jacobian_loss is not None:

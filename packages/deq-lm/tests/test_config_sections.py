@@ -13,8 +13,9 @@ import pytest
 
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import check_resume_config, flat_dict, load_config, resolve_key
+from deq_core.train.trainer import run_steps
 from deq_lm.configs import PRESETS, Config, get_config
-from deq_lm.train import RESUMABLE_CHANGES, lm_settings
+from deq_lm.train import RESUMABLE_CHANGES, SequenceTask
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 COMMITTED = sorted(RESULTS.rglob("config.json"))
@@ -55,13 +56,12 @@ def test_short_and_dotted_names_give_the_same_config():
 
 
 def test_every_preset_trains_with_its_sections_settings():
+    """The skeleton reads the config's run / optim / deq sections itself (steps: optim.steps); the task adds no step
+    count or evaluation period of its own (run.eval_every 0: at the last step), only what may change on resume."""
     for name, cfg in PRESETS.items():
-        settings = lm_settings(cfg, name)
-        assert (settings.steps, settings.batch_size, settings.seed) == (cfg.optim.steps, cfg.optim.batch_size, 0)
-        assert settings.eval_every == cfg.run.eval_every and settings.is_deq == cfg.is_deq, name
-        assert settings.resumable == RESUMABLE_CHANGES
-    once = lm_settings(apply_overrides(get_config("tiny-gru"), ["eval_every=0"]), "once")
-    assert once.eval_every == once.steps == 6  # 0: evaluate at the last step only
+        task = SequenceTask(cfg)
+        assert (task.steps, task.eval_period, task.resumable) == (0, 0, RESUMABLE_CHANGES), name
+        assert run_steps(task, cfg) == cfg.optim.steps
     assert all(name.split(".")[0] in _sections(Config()) for name in RESUMABLE_CHANGES)
 
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from deq_core import Plan, step_plan
 from deq_lm.configs import MODELS, get_config
 from deq_lm.data import copy_memory_batch, copy_memory_metrics
 from deq_lm.models import build_model
@@ -38,17 +39,32 @@ def test_deq_training_features_reach_the_layer(mode):
     torch.manual_seed(0)
     model = build_model(cfg, 10).train()
     x, y = copy_memory_batch(4, cfg.data.T, torch.Generator().manual_seed(0))
+    plan = {"unroll": Plan(unroll=3), "jacobian": Plan(jacobian_loss=True), "jitter": Plan(max_iter=2)}[mode]
+    with step_plan(model, plan):  # the one route of the per-step choices: the plan set on the model's DEQ layer
+        out = model(x)
     if mode == "unroll":
-        out = model(x, unroll=3)
         assert out.info.mode == "unrolled" and out.info.nfe == 3
     elif mode == "jacobian":
-        out = model(x, jacobian_loss=True)
         assert out.info.jacobian_loss is not None and out.info.jacobian_loss > 0
         out.info.jacobian_loss.backward()  # differentiable w.r.t. the parameters
         assert model.body.cell.block.ff1.parametrizations.weight.original1.grad.abs().sum() > 0
     else:
-        out = model(x, max_iter=2)
         assert out.info.nfe <= 2
         loss, _ = copy_memory_metrics(out.logits, y)
         loss.backward()
         assert out.info.nfe_backward is not None and out.info.nfe_backward >= 1
+
+
+def test_no_model_or_body_forward_takes_per_step_arguments():
+    """A training step's choices reach the DEQ layer by its plan only (deq_core.step_plan): no forward on the way
+    takes unroll / max_iter / jacobian_loss / a control object, and deq_lm.models no longer has Control."""
+    import inspect
+
+    import deq_lm.models as models
+
+    per_step = {"unroll", "max_iter", "jacobian_loss", "control"}
+    classes = [models.SequenceModel, models.DEQBody, models.UnrolledBody, models.TransformerXLBody, models.TCNBody,
+               models.RecurrentBody]  # fmt: skip
+    for cls in classes:
+        assert not per_step & set(inspect.signature(cls.forward).parameters), cls
+    assert not hasattr(models, "Control") and not hasattr(models.interface, "Control")

@@ -4,14 +4,14 @@ skeleton's settings of a preset."""
 
 import dataclasses
 import typing
+from pathlib import Path
 
 import pytest
 
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import flat_dict
-from deq_core.train.sections import RUN_RESUMABLE
 from deq_toy.configs import PRESETS, ArithmeticConfig, SyntheticConfig, load_config
-from deq_toy.loop import RESUMABLE_CHANGES, toy_settings
+from deq_toy.loop import RESUMABLE_CHANGES, ToyRun
 
 SECTIONS = ("data", "model", "deq", "optim", "run")
 
@@ -56,27 +56,25 @@ def test_short_and_dotted_names_set_the_same_setting():
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_the_skeletons_settings_of_every_preset(name):
-    """As deq-toy 0.5 set them by hand: one checkpoint kept, no clipping for the 1D task, evaluations every
-    ``run.eval_every`` steps or once per epoch (0), a DEQ step only for the DEQ models."""
+    """As deq-toy 0.5 set them by hand, now read by the skeleton from the config's sections: one checkpoint kept, no
+    clipping for the 1D task, evaluations every ``run.eval_every`` steps or once per epoch (0); the task adds only its
+    step budget, its epoch and what may change on resume."""
     config = PRESETS[name]
-    settings = toy_settings(config, name, None, progress=False)
+    task = ToyRun(config, Path("data"))
     per_epoch = max(config.data.n_train // config.optim.batch_size, 1)
-    assert settings.steps == config.optim.epochs * per_epoch and settings.seed == config.run.seed
-    assert settings.eval_every == (config.run.eval_every or per_epoch) and settings.keep_checkpoints == 1
-    assert (settings.batch_size, settings.grad_clip) == (config.optim.batch_size, config.optim.grad_clip)
-    assert settings.grad_clip == (1.0 if isinstance(config, ArithmeticConfig) else 0.0)
-    assert settings.is_deq == (getattr(config.model, "name", "deq") == "deq") and settings.stop_after == 0
-    assert settings.resumable == RESUMABLE_CHANGES | RUN_RESUMABLE  # the trackers, timeout, precision as written
-    assert all(k.startswith("run.") for k in RESUMABLE_CHANGES)
-    assert toy_settings(config, name, 3, progress=False).stop_after == 3
+    assert (task.steps, task.eval_period) == (config.optim.epochs * per_epoch, per_epoch)
+    assert config.run.keep_checkpoints == 1 and config.run.stop_after == 0
+    assert config.optim.grad_clip == (1.0 if isinstance(config, ArithmeticConfig) else 0.0)
+    assert task.find_unused_parameters == isinstance(config, ArithmeticConfig)
+    assert task.resumable == RESUMABLE_CHANGES and all(k.startswith("run.") for k in RESUMABLE_CHANGES)
 
 
 def test_eval_every_0_is_once_per_epoch_in_both_tasks():
     synthetic = load_config("synthetic-tiny", ["eval_every=0"])  # 512 pairs in batches of 128: 4 steps an epoch
-    assert toy_settings(synthetic, "s", None, progress=False).eval_every == 4
+    assert (synthetic.run.eval_every, ToyRun(synthetic, Path("data")).eval_period) == (0, 4)
     arithmetic = load_config("arith-deq-tiny", ["eval_every=0", "max_steps=3"])  # 128 rows, batch 32; cut at 3
-    settings = toy_settings(arithmetic, "a", None, progress=False)
-    assert (settings.eval_every, settings.steps) == (4, 3)
+    task = ToyRun(arithmetic, Path("data"))
+    assert (task.eval_period, task.steps) == (4, 3)
 
 
 def _float_keys(config: object) -> list[str]:

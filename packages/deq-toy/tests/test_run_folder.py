@@ -83,6 +83,7 @@ def test_resume_accepts_the_run_settings_and_records_them_by_dotted_name(tmp_pat
     assert train.main(["--resume", *args, "threads=2", "run.save_every=3"]) == 0
     resumed = json.loads((out / "config.json").read_text())["resumed"]
     changes = {"run.threads": [1, 2], "run.save_every": [10, 3], "torch_threads": [1, 2]}
+    changes["run.stop_after"] = [5, 0]  # --stop-after 5 is run.stop_after=5 in config.json; the resume runs to the end
     assert resumed == [{"step": 5, "changes": changes}]
     said = [line for line in capsys.readouterr().out.splitlines() if "torch thread" in line]
     assert len(said) == 1 and "where the run used 1: bit-identical resumption is lost" in said[0], said

@@ -67,7 +67,9 @@ def measure(
 
     def loss() -> Tensor:
         if cfg.is_deq:
-            logits, info = model(x, jacobian_loss=jacobian, unroll=unroll if model.training else None, return_info=True)
+            plan = deq_core.Plan(unroll=unroll if model.training else None, jacobian_loss=jacobian)
+            with deq_core.step_plan(model, plan):
+                logits, info = model(x, return_info=True)
             total = nn.functional.cross_entropy(logits, y)
             return total + cfg.deq.jac_weight * info.jacobian_loss if jacobian else total
         return nn.functional.cross_entropy(model(x), y)

@@ -20,9 +20,10 @@ from deq_core.train.run_config import (
     resolve_key,
     save_config,
 )
-from deq_core.train.sections import train_settings
+from deq_core.train.sections import RUN_RESUMABLE
+from deq_core.train.trainer import run_steps
 from deq_vision.configs import PRESETS, Config, get_config
-from deq_vision.train import RESUMABLE_CHANGES, main
+from deq_vision.train import RESUMABLE_CHANGES, VisionTask, main
 
 
 def test_paper_presets() -> None:
@@ -123,7 +124,9 @@ def test_short_names_reach_their_section() -> None:
     assert apply_overrides(get_config("tiny-mdeq"), dotted) == cfg
     assert (cfg.optim.lr, cfg.model.name, cfg.data.image_size, cfg.run.seed) == (1e-2, "resnet_mini", 8, 3)
     assert (cfg.optim.ema_decay, cfg.deq.max_iter, cfg.run.eval_every, cfg.is_deq) == (0.5, 4, 0, False)
-    assert train_settings(cfg, "x", cfg.optim.steps, cfg.is_deq).eval_every == cfg.optim.steps  # 0: at the end
+    task = VisionTask(cfg, None, download=False)  # the skeleton reads run.eval_every itself: 0 means at the end
+    assert (task.steps, task.eval_period, task.resumable) == (0, 0, RESUMABLE_CHANGES)
+    assert run_steps(task, cfg) == cfg.optim.steps  # the skeleton's count: optim.steps
 
 
 def _located(cfg: Config, key: str) -> object:
@@ -187,7 +190,7 @@ def test_a_run_folder_of_version_040_loads_and_resumes(tmp_path: Path) -> None:
     current = apply_overrides(get_config("tiny-mdeq"), same)
     # 0.4.0 wrote mixed_precision "no"; the preset leaves it unset now (the skeleton keeps the run's "no" on resume)
     assert replace_config(cfg, {"run.stop_after": 0, "run.mixed_precision": None}) == current
-    resumable = train_settings(current, "tiny-mdeq", 6, True, resumable=RESUMABLE_CHANGES).resumable
+    resumable = RUN_RESUMABLE | RESUMABLE_CHANGES  # what the trainer allows on resume
     allowed = check_resume_config(tmp_path, current, resumable, data_dir="d")
     assert allowed == {"run.stop_after": (3, 0), "run.mixed_precision": ("no", None)}  # resumes with the preset
     with pytest.raises(ValueError, match=r"--resume with a different config .*: optim\.lr: 0\.003 -> 0\.01"):

@@ -14,6 +14,7 @@ import timm
 import torch
 from safetensors.torch import load_file
 
+import deq_core
 import deq_vision  # noqa: F401
 from deq_vision import evaluate, train
 from deq_vision.models import default_deq
@@ -32,7 +33,8 @@ def test_a_few_steps_lower_the_loss(jacobian: bool) -> None:
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(8):
-        logits, info = model(x, jacobian_loss=jacobian, return_info=True)
+        with deq_core.step_plan(model, deq_core.Plan(jacobian_loss=jacobian)):
+            logits, info = model(x, return_info=True)
         loss = torch.nn.functional.cross_entropy(logits, y)
         total = loss + 0.5 * info.jacobian_loss if jacobian else loss
         opt.zero_grad()

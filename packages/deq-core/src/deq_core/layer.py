@@ -20,6 +20,7 @@ from ._trajectory import sampled_iterations, tracked_states, untracked_states
 from .backward import Backward, resolve_backward
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph
+from .plan import Plan
 from .solve import SolverResult, check_limits, solve
 
 __all__ = ["DEQ", "UNCONVERGED_WARNING"]
@@ -55,6 +56,10 @@ class DEQ(nn.Module):
             with samples above its tol: "once" (per layer and direction, the default), "always" or "never".
         compile_step: run the solvers' tensor work between calls of f (forward and implicit backward solves)
             through torch.compile, f eagerly (see :func:`deq_core.solve`); False (the default): all eager.
+
+    Attribute ``plan``: a :class:`~deq_core.Plan` (unroll, this step's max_iter, jacobian_loss) that the layer follows
+    in every call, or None (the default). A training loop sets it on every DEQ layer of a model for one step with
+    :func:`deq_core.step_plan`, so that models need not pass these arguments down; arguments given in a call win.
 
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
     does not grow with the number of solver iterations. In eval mode z_out is still differentiable when autograd
@@ -103,6 +108,7 @@ class DEQ(nn.Module):
             raise TypeError(f"compile_step must be True or False, got {compile_step!r}.")
         self.compile_step = compile_step
         self._warned: set[str] = set()  # directions ("forward", "backward") already warned about, for "once"
+        self.plan: Plan | None = None  # set for one step by deq_core.step_plan
 
     def extra_repr(self) -> str:
         return (
@@ -118,7 +124,7 @@ class DEQ(nn.Module):
         max_iter: int | None = None,
         tol: float | None = None,
         unroll: int | None = None,
-        jacobian_loss: bool = False,
+        jacobian_loss: bool | None = None,
         n_states: int | None = None,
         states_at: Sequence[int] | None = None,
     ) -> tuple[State, DEQInfo]:
@@ -129,11 +135,13 @@ class DEQ(nn.Module):
             z0: initial state, Tensor (B, ...) or tuple/list of Tensors. When solving, no gradient flows into z0
                 (z* does not depend on it).
             max_iter, tol: override the limits for this call (e.g. a random jitter of max_iter during training).
+                ``max_iter``, ``unroll`` and ``jacobian_loss`` left at None come from the layer's ``plan`` when
+                one is set (:func:`deq_core.step_plan`).
             unroll: instead of solving, apply f ``unroll`` times from z0 with ordinary backpropagation (the
                 weight-tied pretraining phase of the papers); gradients also reach z0 when it requires grad (e.g. a
                 learned initial state); info.residual is that of the last-but-one iterate.
             jacobian_loss: also set ``info.jacobian_loss``, the Hutchinson estimate of ||J_f(z*)||_F^2 / D computed
-                from the same tracked call f(z*) (no extra call of f). Needs autograd.
+                from the same tracked call f(z*) (no extra call of f). Needs autograd. None: the plan's, else False.
             n_states: fixed-point correction (Bai et al. 2022; TorchDEQ's ``n_states``): also return, in
                 ``info.states``, K = n_states differentiable states of the solve, the last being the output, spaced
                 over this call's max_iter (or ``unroll``) as TorchDEQ spaces them: at iterations
@@ -151,6 +159,12 @@ class DEQ(nn.Module):
             states_at: instead of n_states, the iterations of the states before the output (strictly increasing,
                 in 1..max_iter; TorchDEQ's ``indexing``): ``info.states`` has len(states_at) + 1 entries.
         """
+        plan = self.plan
+        if plan is not None:
+            max_iter = plan.max_iter if max_iter is None else max_iter
+            unroll = plan.unroll if unroll is None else unroll
+            jacobian_loss = plan.jacobian_loss if jacobian_loss is None else jacobian_loss
+        jacobian_loss = bool(jacobian_loss)
         if jacobian_loss and not torch.is_grad_enabled():
             raise RuntimeError("jacobian_loss=True needs autograd; call the layer outside torch.no_grad().")
         if unroll is not None:

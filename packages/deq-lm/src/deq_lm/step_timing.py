@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+import deq_core
+
 from .configs import Config
 from .models import SequenceModel
 
@@ -47,11 +49,12 @@ class TimedEntry:
 
 def _step(entry: TimedEntry, x: Tensor, y: Tensor, state: Any) -> Callable[[], tuple[int, int | None] | None]:
     """The timed computation of one training step of ``entry`` on (x, y) after ``state``."""
-    limit = entry.cfg.deq.max_iter if entry.model.is_deq else None
+    plan = deq_core.Plan(jacobian_loss=entry.jacobian)  # the layer's own limit: the preset's deq.max_iter
 
     def run() -> tuple[int, int | None] | None:
         entry.model.zero_grad(set_to_none=True)
-        out = entry.model(x, state, targets=y, max_iter=limit, jacobian_loss=entry.jacobian)
+        with deq_core.step_plan(entry.model, plan):
+            out = entry.model(x, state, targets=y)
         assert out.nll is not None
         loss = out.nll.mean()
         if entry.jacobian and out.info is not None and out.info.jacobian_loss is not None:

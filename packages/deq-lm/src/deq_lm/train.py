@@ -23,8 +23,7 @@ from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import replace_config
 from deq_core.train.schedules import cosine_lr_factor
-from deq_core.train.sections import train_settings
-from deq_core.train.task import Forward, Parts, StepPlan, TrainSettings
+from deq_core.train.task import Forward, Parts, StepPlan
 from deq_core.train.task import Task as SkeletonTask
 from deq_core.train.trainer import train as run_skeleton
 
@@ -54,10 +53,12 @@ def evaluate_split(model: SequenceModel, task: Task, split: str, device: torch.d
 class SequenceTask(SkeletonTask):
     """A deq-lm task (copy memory or language modeling) for the training skeleton: Adam with linear warmup and
     cosine decay, this process's rows of each global batch, and for language modeling the model's memory carried
-    from one segment to the next (one per micro-batch, saved in each process's checkpoint file)."""
+    from one segment to the next (one per micro-batch, saved in each process's checkpoint file). The skeleton reads the
+    config's ``run``, ``optim`` and ``deq`` sections itself (``run.eval_every`` 0: evaluate at the last step only)."""
 
     eval_splits = ("valid",)
     final_splits = ("test",)
+    resumable = RESUMABLE_CHANGES
 
     def __init__(self, cfg: Config, offline: bool = False) -> None:
         self.cfg = cfg
@@ -100,7 +101,7 @@ class SequenceTask(SkeletonTask):
         if plan.micro == 0 and fresh:
             self.memory = [None] * plan.micro_batches  # one state per micro-batch (its own rows)
         assert self.memory is not None
-        out = model(x, self.memory[plan.micro], targets=y, **plan.deq_kwargs())
+        out = model(x, self.memory[plan.micro], targets=y)
         loss, metric = task.loss_and_metric(out, y)
         if task.stateful:
             self.memory[plan.micro] = out.state
@@ -126,12 +127,6 @@ class SequenceTask(SkeletonTask):
         self.memory = send_to_device(state["memory"], device)
 
 
-def lm_settings(cfg: Config, name: str) -> TrainSettings:
-    """The training skeleton's settings of a deq-lm config (from its ``run``, ``optim`` and ``deq`` sections:
-    :func:`deq_core.train.sections.train_settings`)."""
-    return train_settings(cfg, name, cfg.optim.steps, cfg.is_deq, resumable=RESUMABLE_CHANGES)
-
-
 def train(
     cfg: Config,
     output_dir: Path,
@@ -151,9 +146,8 @@ def train(
         UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
     """
     return run_skeleton(
-        SequenceTask(cfg, offline), lm_settings(cfg, name), Path(output_dir), resume=resume,
-        trusted_modules=trusted_modules,
-    )  # fmt: skip
+        SequenceTask(cfg, offline), cfg, Path(output_dir), resume=resume, trusted_modules=trusted_modules, name=name
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from deq_core.train.run_config import replace_config
 from deq_core.train.schedules import cosine_lr_factor
-from deq_core.train.sections import train_settings
-from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
+from deq_core.train.task import Forward, Parts, StepPlan, Task
 from deq_core.train.trainer import train
 
 from .configs import ArithmeticConfig, Config
@@ -25,14 +25,22 @@ RESUMABLE_CHANGES = frozenset({"run.threads", "run.save_every", "run.keep_checkp
 
 
 class ToyRun(Task):
-    """A toy task for the training skeleton; the task itself (data, then model) is built after the seed is set."""
+    """A toy task for the training skeleton; the task itself (data, then model) is built after the seed is set. The
+    skeleton reads the config's ``run``, ``optim`` and ``deq`` sections itself; the run takes the step budget of
+    ``optim.epochs`` (cut at ``optim.max_steps``) and evaluates once per epoch when ``run.eval_every`` is 0."""
 
     eval_splits = ("valid",)
+    resumable = RESUMABLE_CHANGES
 
     def __init__(self, config: Config, data_dir: Path) -> None:
         self.config = config
         self.data_dir = Path(data_dir)
         self.metric = "acc" if isinstance(config, ArithmeticConfig) else "mse"
+        optim = config.optim
+        self.eval_period, self.steps = step_budget(
+            config.data.n_train, optim.batch_size, optim.epochs, getattr(optim, "max_steps", 0)
+        )
+        self.find_unused_parameters = isinstance(config, ArithmeticConfig)  # the GRU-DEQ's initial guess: no grad
         self._task: ToyTask | None = None
 
     @property
@@ -56,7 +64,7 @@ class ToyRun(Task):
             yield tuple(t[rank::world] for t in self.task.batch(step))
 
     def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
-        return self.task.forward(model, batch, plan.jacobian)
+        return self.task.forward(model, batch)
 
     def evaluate(self, model: nn.Module, split: str, accelerator: Any) -> dict[str, float]:
         return self.task.evaluate()
@@ -71,22 +79,6 @@ class ToyRun(Task):
 
     def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
         return self.task.finish(output_dir, records)
-
-
-def toy_settings(config: Config, name: str, stop_after: int | None, progress: bool) -> TrainSettings:
-    """The skeleton's settings of a toy config (:func:`deq_core.train.sections.train_settings` of its ``run``,
-    ``optim`` and ``deq`` sections): its step budget (``optim.epochs``, cut at ``optim.max_steps``), evaluations
-    every ``run.eval_every`` steps or once per epoch (0), and ``stop_after`` (None: ``run.stop_after``)."""
-    optim = config.optim
-    per_epoch, total = step_budget(config.data.n_train, optim.batch_size, optim.epochs, getattr(optim, "max_steps", 0))
-    arithmetic = isinstance(config, ArithmeticConfig)
-    extra = {} if stop_after is None else {"stop_after": stop_after}
-    return train_settings(
-        config, name, total, is_deq=getattr(config.model, "name", "deq") == "deq", resumable=RESUMABLE_CHANGES,
-        eval_every=config.run.eval_every or per_epoch, progress=progress,
-        find_unused_parameters=arithmetic,  # the GRU-DEQ computes its initial guess without gradients
-        **extra,
-    )  # fmt: skip
 
 
 def run_training(
@@ -108,7 +100,7 @@ def run_training(
         data_dir: where arithmetic data files are read from (and generated into when missing).
         resume: continue from the newest complete checkpoint of OUTPUT_DIR (same config required).
         stop_after: stop (with a checkpoint) once this many steps are done in all, without the final evaluation;
-            a later call with ``resume=True`` continues. None: run to the end.
+            a later call with ``resume=True`` continues. Sets ``run.stop_after`` (None: the config's).
         progress: show a progress bar (when stderr is a terminal).
         trusted_modules: the modules whose solvers the saved config.json may name by import path (``resume``).
 
@@ -122,8 +114,10 @@ def run_training(
             bad data.
     """
     torch.set_num_threads(config.run.threads)
-    settings = toy_settings(config, name, stop_after, progress)
+    if stop_after is not None:
+        config = replace_config(config, {"run.stop_after": stop_after})
     summary = train(
-        ToyRun(config, Path(data_dir)), settings, Path(output_dir), resume=resume, trusted_modules=trusted_modules
-    )
+        ToyRun(config, Path(data_dir)), config, Path(output_dir), resume=resume, trusted_modules=trusted_modules,
+        name=name, progress=progress,
+    )  # fmt: skip
     return summary.get("results", {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -9,20 +10,24 @@ from typing import Any
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.errors import UsageError
+from deq_core.train.run_config import replace_config
 
 from .configs import config_from_dict, load_config
-from .loop import run_training
+from .loop import RESUMABLE_CHANGES, run_training
 
 
 def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: Path, progress: bool) -> dict[str, Any]:
     """The results of the run of ``preset`` + ``overrides`` in ``run_dir``: read from RUN_DIR/results.json when the
-    run finished (with the same config), resumed from its checkpoint when interrupted, else trained from scratch."""
+    run finished (with the same config, up to the settings that change nothing computed: ``RESUMABLE_CHANGES``, e.g.
+    the ``run.stop_after`` of a run stopped and resumed), resumed from its checkpoint when interrupted, else trained
+    from scratch."""
     run_dir = Path(run_dir)
     results_path = run_dir / "results.json"
     config = load_config(preset, overrides)
     if results_path.exists():
         stored = config_from_dict(json.loads((run_dir / "config.json").read_text())["config"])
-        if stored != config:  # fields added since the run was stored take their defaults
+        unchanged = {key: functools.reduce(getattr, key.split("."), config) for key in RESUMABLE_CHANGES}
+        if replace_config(stored, unchanged) != config:  # fields added since the run was stored take their defaults
             raise UsageError(
                 f"{run_dir} holds a finished run with another config; use the same overrides as that "
                 "run, or another --output-dir."

@@ -299,7 +299,9 @@ def convention_text(runs: Sequence[RunLike], evals: dict[str, Any], jr_limit: in
     if evidence:
         text += (
             " Why max_iter 1 is at chance, measured: the classifier head applied directly to f(0) and f(f(0)) "
-            "(`model(x, unroll=1)` / `unroll=2`, no solver) gives " + "; ".join(evidence) + ". So max_iter 1 is the "
+            "(`deq_core.Plan(unroll=1)` / `unroll=2` set on the layer, no solver) gives "
+            + "; ".join(evidence)
+            + ". So max_iter 1 is the "
             "head on f(0), which these models do not classify; at max_iter 2, the paper's NFE=1 (same calls of "
             "f), ours returns f(z1) = f(f(0)) (whenever z1's residual is below z0's, which is 1) where the "
             "authors' code returns z1 = f(0)."

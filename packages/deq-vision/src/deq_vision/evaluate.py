@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader
 
+import deq_core
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
@@ -63,14 +64,16 @@ def hard_stop_sweep(
 
 @torch.no_grad()
 def unrolled_accuracy(model: nn.Module, loader: DataLoader, steps: int, device: torch.device | None = None) -> float:
-    """Top-1 % of the classifier head on f applied ``steps`` times to z0 = 0 (``model(x, unroll=steps)``, no
-    solver; eval mode, restores the training mode): unroll 1 is what a hard stop of max_iter 1 returns."""
+    """Top-1 % of the classifier head on f applied ``steps`` times to z0 = 0 (the plan ``deq_core.Plan(unroll=steps)``
+    set on the layer, no solver; eval mode, restores the training mode): unroll 1 is what a hard stop of max_iter 1
+    returns."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
     correct = count = 0
     for x, y in loader:
-        logits = model(x.to(device), unroll=steps)
+        with deq_core.step_plan(model, deq_core.Plan(unroll=steps)):
+            logits = model(x.to(device))
         correct += int((logits.argmax(dim=1) == y.to(device)).sum())
         count += y.shape[0]
     model.train(was_training)

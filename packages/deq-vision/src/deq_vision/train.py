@@ -28,10 +28,10 @@ from timm.utils import ModelEmaV3, accuracy
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+import deq_core
 from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.sections import train_settings
-from deq_core.train.task import Forward, Parts, StepPlan, Task, TrainSettings
+from deq_core.train.task import Forward, Parts, StepPlan, Task
 from deq_core.train.trainer import train as run_skeleton
 
 from .configs import PRESETS, Config, VisionOptimConfig, get_config
@@ -72,17 +72,19 @@ def evaluate_loader(
 ) -> dict[str, float]:
     """Sums over a loader, for one process: {"count", "loss", "acc", "acc5", "nfe_forward", "residual"} (loss and
     accuracies summed over images, in nats and percent; NFE and residual summed per image). Divide by "count" for
-    means (see :func:`finish_eval`). Runs in eval mode (the DEQ's eval limits, or ``max_iter`` as a hard stop) and
-    restores the model's training mode."""
+    means (see :func:`finish_eval`). Runs in eval mode (the DEQ's eval limits, or ``max_iter`` as a hard stop, set on
+    the layer as a :class:`deq_core.Plan`) and restores the model's training mode."""
     was_training = model.training
     model.eval()
     is_deq = hasattr(model, "deq")
     topk = (1, 5) if getattr(model, "num_classes", 10) >= 5 else (1, 1)
     totals = dict.fromkeys(("count", "loss", "acc", "acc5", "nfe_forward", "residual"), 0.0)
+    plan = None if max_iter is None else deq_core.Plan(max_iter=max_iter)
     for x, y in loader:
         x, y = x.to(device), y.to(device)
         if is_deq:
-            logits, info = model(x, max_iter=max_iter, return_info=True)
+            with deq_core.step_plan(model, plan):
+                logits, info = model(x, return_info=True)
             totals["nfe_forward"] += info.nfe * x.shape[0]
             totals["residual"] += float(info.residual.float().sum())
         else:
@@ -130,9 +132,11 @@ def batches_from(loader: Any, accelerator: Accelerator, step: int) -> Iterator[t
 
 class VisionTask(Task):
     """Image classification for the training skeleton: timm transforms (drawn per (seed, epoch, image)), Mixup /
-    CutMix, optimizer, LR schedule, accuracy and model EMA (evaluated as split "eval_ema")."""
+    CutMix, optimizer, LR schedule, accuracy and model EMA (evaluated as split "eval_ema"). The skeleton reads the
+    config's ``run``, ``optim`` and ``deq`` sections itself (``run.eval_every=0``: evaluate at the last step only)."""
 
     metric = "acc"
+    resumable = RESUMABLE_CHANGES
 
     def __init__(self, cfg: Config, data_dir: Path | None, download: bool) -> None:
         self.cfg, self.data_dir, self.download = cfg, data_dir, download
@@ -187,8 +191,7 @@ class VisionTask(Task):
         if self.mixup is not None:
             x, target = self.mixup(x, y)
         if self.cfg.is_deq:
-            logits, info = model(x, max_iter=plan.max_iter, unroll=plan.unroll, jacobian_loss=plan.jacobian,
-                                 return_info=True)  # fmt: skip
+            logits, info = model(x, return_info=True)
         else:
             logits, info = model(x), None
         loss = self.criterion(logits, target)
@@ -203,6 +206,9 @@ class VisionTask(Task):
         if self.ema is not None:
             self.ema.update(model, step=steps_done)
 
+    def config_extra(self) -> dict[str, Any]:
+        return {"data_dir": None if self.data_dir is None else str(self.data_dir)}
+
     def checkpoint_objects(self) -> dict[str, Any]:
         return {"ema": self.ema} if self.ema is not None else {}
 
@@ -215,13 +221,6 @@ class VisionTask(Task):
 
     def baseline(self) -> str:
         return f"acc {100 / self.cfg.head_classes:.3g} % (uniform guess over {self.cfg.head_classes} classes)"
-
-
-def vision_settings(cfg: Config, name: str, data_dir: Path | None) -> TrainSettings:
-    """The training skeleton's settings of a deq-vision config, from its ``run``, ``optim`` and ``deq`` sections
-    (``deq_core.train.sections.train_settings``; ``run.eval_every=0``: evaluate at the last step only)."""
-    extra = {"data_dir": None if data_dir is None else str(data_dir)}
-    return train_settings(cfg, name, cfg.optim.steps, cfg.is_deq, resumable=RESUMABLE_CHANGES, config_extra=extra)
 
 
 def train(
@@ -245,8 +244,7 @@ def train(
     """
     cfg = resolve_num_classes(cfg, data_dir)  # dataset=folder: the head from DATA_DIR/train; checked before any file
     task = VisionTask(cfg, data_dir, download)
-    settings = vision_settings(cfg, name, data_dir)
-    return run_skeleton(task, settings, Path(output_dir), resume=resume, trusted_modules=trusted_modules)
+    return run_skeleton(task, cfg, Path(output_dir), resume=resume, trusted_modules=trusted_modules, name=name)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 ``pip install 'deq-core[train]'`` and never imported by ``import deq_core``. One job per module:
 
 - :mod:`~deq_core.train.trainer`, :mod:`~deq_core.train.task`: the training skeleton (:func:`trainer.train`) and what
-  a task supplies to it (:class:`task.Task`, :class:`task.TrainSettings`).
+  a task supplies to it (:class:`task.Task`; its settings are the config's ``run``, ``optim`` and ``deq`` sections).
 - :mod:`~deq_core.train.schedules`: Jacobian-regularization and pretraining schedules, the jittered iteration limit, the
   cosine learning-rate factor.
 - :mod:`~deq_core.train.overrides`: ``key=value`` command-line overrides of a config dataclass.

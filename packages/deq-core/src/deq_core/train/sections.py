@@ -1,8 +1,8 @@
 """The sections every task config shares besides ``deq``: :class:`RunConfig` (``run``: seed, precision, logging and
 checkpoint periods) and :class:`OptimConfig` (``optim``: batch, accumulation, learning rate, weight decay, clipping;
-a task package subclasses it for its schedule), the field helper :func:`section`, and :func:`train_settings`, which
-turns a config's ``run`` / ``optim`` / ``deq`` sections into the training skeleton's
-:class:`~deq_core.train.task.TrainSettings`.
+a task package subclasses it for its schedule) and the field helper :func:`section`. The training skeleton
+(:func:`deq_core.train.trainer.train`) reads a config's ``run``, ``optim`` and ``deq`` sections directly: each
+setting has one home and one default, here or in :class:`~deq_core.train.deq_config.DEQConfig`.
 
 A task config is a frozen dataclass of sections: ``data``, ``model``, ``deq``, ``optim``, ``run``. A setting's name is
 its dotted path (``optim.lr=3e-4`` on the command line); a name found in one section only may be given without it
@@ -16,17 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from .checks import check_at_least, check_choice, check_finite, check_seed, in_section
-from .task import TrainSettings
 from .trackers import check_project, check_tracker_names
 
-__all__ = ["RUN_RESUMABLE", "OptimConfig", "RunConfig", "section", "train_settings"]
+__all__ = ["RUN_RESUMABLE", "OptimConfig", "RunConfig", "section"]
 
 S = TypeVar("S")
 
 RUN_RESUMABLE = frozenset({"run.log_with", "run.project", "run.dist_timeout", "run.mixed_precision"})
-"""Settings of the ``run`` section that may change when a run is resumed (:func:`train_settings` adds them to the
-task's): the trackers, their project, the process-group timeout, and ``run.mixed_precision`` as written (unset or
-set: the skeleton refuses a resume whose effective precision differs from the one the run recorded)."""
+"""Settings of the ``run`` section that may change when a run is resumed (the trainer adds them to the task's
+``resumable``): the trackers, their project, the process-group timeout, and ``run.mixed_precision`` as written (unset
+or set: the skeleton refuses a resume whose effective precision differs from the one the run recorded)."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,8 @@ class RunConfig:
     mixed_precision: "no", "fp16" or "bf16" (Accelerate), or None (unset, the default): the launcher's choice
     (``accelerate launch --mixed_precision``, ``accelerate config``), else "no"; a value set here wins over the
     launcher's. log_every: optimizer steps between metrics lines.
-    eval_every: steps between evaluations (0: the task's default, e.g. once per epoch; always also at the last step).
+    eval_every: steps between evaluations (0: the task's ``eval_period``, e.g. once per epoch, else only at the last
+    step; always also at the last step).
     save_every: steps between checkpoints (0: only at the end); keep_checkpoints: how many to keep. stop_after: stop
     with a checkpoint after this step as if interrupted (0: never; for resume tests). save_grads_at: write the
     synchronized gradients of this step to OUTPUT_DIR (0: never; for tests).
@@ -116,25 +116,3 @@ def section(cls: type[S], **defaults: Any) -> Any:
     """A dataclass field holding the section ``cls(**defaults)`` (a task's own defaults for a shared section), e.g.
     ``run: RunConfig = section(RunConfig, eval_every=200)``."""
     return dataclasses.field(default_factory=lambda: cls(**defaults))
-
-
-def train_settings(config: Any, name: str, steps: int, is_deq: bool, **extra: Any) -> TrainSettings:
-    """The training skeleton's settings of a task config with sections ``run`` (:class:`RunConfig`), ``optim``
-    (:class:`OptimConfig`) and ``deq`` (:class:`~deq_core.train.deq_config.DEQConfig`): ``steps`` optimizer steps,
-    evaluations every ``run.eval_every`` steps (0: at the last step only), the DEQ step of ``deq`` when ``is_deq``
-    (iteration limit and jitter, unrolled pretraining, Jacobian schedule seeded by ``run.seed``). ``extra``: further
-    :class:`~deq_core.train.task.TrainSettings` fields (``resumable``, ``config_extra``, ``progress``, ...), which also
-    replace those derived here (e.g. a task's own ``eval_every``). The settings of :data:`RUN_RESUMABLE` are added to
-    ``resumable`` (the skeleton checks a change of the effective mixed precision itself)."""
-    run, optim, deq = config.run, config.optim, config.deq
-    settings: dict[str, Any] = dict(
-        name=name, config=config, steps=steps, seed=run.seed, batch_size=optim.batch_size,
-        grad_accum=optim.grad_accum, grad_clip=optim.grad_clip, mixed_precision=run.mixed_precision,
-        log_every=run.log_every, eval_every=run.eval_every or steps, save_every=run.save_every,
-        keep_checkpoints=run.keep_checkpoints, stop_after=run.stop_after, save_grads_at=run.save_grads_at,
-        is_deq=is_deq, max_iter=deq.max_iter, max_iter_jitter=deq.max_iter_jitter, pretrain=deq.pretrain_schedule(),
-        jacobian=deq.jacobian_schedule(run.seed), log_with=tuple(dict.fromkeys(run.log_with)), project=run.project,
-        dist_timeout=float(run.dist_timeout),
-    )  # fmt: skip
-    resumable = RUN_RESUMABLE | frozenset(extra.pop("resumable", ()))
-    return TrainSettings(**{**settings, **extra, "resumable": resumable})

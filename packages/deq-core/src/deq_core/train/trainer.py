@@ -1,17 +1,18 @@
-"""The training skeleton shared by the task packages: :func:`train` runs a :class:`~deq_core.train.task.Task` with
-:class:`~deq_core.train.task.TrainSettings` on Accelerate.
+"""The training skeleton shared by the task packages: :func:`train` runs a :class:`~deq_core.train.task.Task` on
+Accelerate, with the settings of its config's sections ``run``, ``optim`` and ``deq`` read where they are used.
 
 It owns devices and processes (``Accelerator(cpu=True)`` without CUDA, so that ``accelerate launch --multi_gpu
 --num_processes N`` / ``torchrun`` processes join on CPU too), mixed precision, gradient accumulation and clipping,
-the DEQ step (:func:`plan_step`), the metrics file, the progress bar and console lines, crash-safe checkpoints
+the DEQ step (:func:`plan_step`, handed to every DEQ layer of the model by :func:`deq_core.step_plan`), the
+metrics file, the progress bar and console lines, crash-safe checkpoints
 (:mod:`deq_core.train.state`: written aside, renamed when complete, tensors and plain data only) with bit-exact
-resume, the training plot, and experiment trackers (``log_with``: every metrics line and the config, under
+resume, the training plot, and experiment trackers (``run.log_with``: every metrics line and the config, under
 OUTPUT_DIR/trackers/; ended when training ends or fails). Files of OUTPUT_DIR: config.json, metrics.jsonl,
 checkpoints/step_N/, summary.json, training.png, trackers/ (and what :meth:`Task.finish` writes).
 
 Mixed precision: the config's when it sets one, else the launcher's (``accelerate launch --mixed_precision``); the
 precision used is recorded in config.json and summary.json (``mixed_precision``) and kept on resume
-(:mod:`deq_core.train.launch`). Several processes wait ``dist_timeout`` seconds for each other; a collective that
+(:mod:`deq_core.train.launch`). Several processes wait ``run.dist_timeout`` seconds for each other; a collective that
 times out stops the run with a line naming the ranks that did not answer
 (:class:`~deq_core.train.launch.ProcessTimeoutError`).
 
@@ -47,6 +48,7 @@ from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from .. import DEQ, Plan, step_plan
 from ..layer import UNCONVERGED_WARNING
 from .checkpoints import CONFIG_FILE, clean_partial_checkpoints, prune_checkpoints, read_json
 from .errors import UsageError
@@ -68,8 +70,9 @@ from .progress import progress_enabled
 from .run_config import check_resume_config, record_resume, save_config
 from .rundir import RunLock, check_run_dir
 from .schedules import jittered_max_iter
+from .sections import RUN_RESUMABLE
 from .state import TrainState, load_training_checkpoint, save_training_checkpoint
-from .task import Forward, StepPlan, Task, TrainSettings
+from .task import Forward, StepPlan, Task
 from .trackers import (
     TRACKER_ID_KEY,
     TRACKERS_DIR,
@@ -90,6 +93,7 @@ __all__ = [
     "micro_batches",
     "plan_step",
     "progress_postfix",
+    "run_steps",
     "save_checkpoint",
     "save_gradients",
     "setup_run",
@@ -128,7 +132,7 @@ def build_accelerator(
             DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters),
             process_group_kwargs(dist_timeout),
         ],
-        log_with=list(log_with) or None,
+        log_with=list(dict.fromkeys(log_with)) or None,  # a name given twice starts one tracker
         project_config=project,
     )
 
@@ -145,20 +149,21 @@ def micro_batches(batch: tuple[Tensor, ...], n: int) -> list[tuple[Tensor, ...]]
     return list(zip(*(t.chunk(n) for t in batch), strict=True))
 
 
-def plan_step(settings: TrainSettings, step: int) -> StepPlan:
-    """The DEQ step of optimizer step ``step`` (0-based): pretraining unroll, jittered forward limit and Jacobian
-    regularization, each a function of (seed, step) only."""
-    if not settings.is_deq:
-        return StepPlan(step, micro_batches=settings.grad_accum)
-    jacobian = settings.jacobian
-    return StepPlan(
-        step,
-        micro_batches=settings.grad_accum,
-        unroll=settings.pretrain.unroll_at(step),
-        max_iter=jittered_max_iter(settings.max_iter, settings.max_iter_jitter, settings.seed, step),
-        jacobian=jacobian.active(step),
-        jacobian_weight=jacobian.weight_at(step),
+def plan_step(config: Any, step: int, has_deq: bool = True) -> StepPlan:
+    """The plan of optimizer step ``step`` (0-based) of a config with sections ``run``, ``optim`` and ``deq``: the
+    micro-batches of ``optim.grad_accum`` and, when the model has DEQ layers (``has_deq``), what they do
+    (:class:`deq_core.Plan`): the pretraining unroll, the jittered forward limit (None without ``deq.max_iter_jitter``:
+    the layers' own ``max_iter``) and the Jacobian term, each a function of (``run.seed``, step) only."""
+    micro_batches = config.optim.grad_accum
+    if not has_deq:
+        return StepPlan(step, micro_batches=micro_batches)
+    deq, seed = config.deq, config.run.seed
+    jacobian = deq.jacobian_schedule(seed)
+    limit = jittered_max_iter(deq.max_iter, deq.max_iter_jitter, seed, step) if deq.max_iter_jitter else None
+    layer_plan = Plan(
+        unroll=deq.pretrain_schedule().unroll_at(step), max_iter=limit, jacobian_loss=jacobian.active(step)
     )
+    return StepPlan(step, micro_batches=micro_batches, deq=layer_plan, jacobian_weight=jacobian.weight_at(step))
 
 
 @dataclass
@@ -184,10 +189,11 @@ class StepStats:
 
 @dataclass
 class Run:
-    """Everything a training run holds, built by :func:`setup_run`."""
+    """Everything a training run holds, built by :func:`setup_run`. ``config``: the task's config (sections ``run``,
+    ``optim``, ``deq``); ``name``: the run's name (the preset); ``has_deq``: the model has DEQ layers."""
 
     task: Task
-    settings: TrainSettings
+    config: Any
     output_dir: Path
     accelerator: Accelerator
     model: nn.Module  # prepared (e.g. wrapped in DistributedDataParallel)
@@ -196,12 +202,25 @@ class Run:
     scheduler: Any
     state: TrainState
     log: MetricsLog
+    name: str = "custom"
+    has_deq: bool = False
+    progress: bool = True
     summary: dict[str, Any] = field(default_factory=dict)
     liveness: Any = None  # a spare gloo group to find the ranks that stopped answering (several processes)
 
     @property
     def main(self) -> bool:
         return self.accelerator.is_main_process
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps in all: the task's ``steps``, else the config's ``optim.steps``."""
+        return run_steps(self.task, self.config)
+
+    @property
+    def eval_every(self) -> int:
+        """Steps between evaluations: ``run.eval_every``, else the task's ``eval_period``, else all the steps."""
+        return self.config.run.eval_every or self.task.eval_period or self.steps
 
     def objects(self) -> dict[str, Any]:
         """The state-dict objects of a checkpoint besides the weights."""
@@ -211,58 +230,74 @@ class Run:
         return objects
 
 
+def run_steps(task: Task, config: Any) -> int:
+    """The optimizer steps of a run: ``task.steps`` when the task sets it (e.g. from epochs), else ``optim.steps``.
+
+    Raises:
+        ValueError: neither gives a number >= 1.
+    """
+    steps = task.steps or getattr(config.optim, "steps", 0)
+    if not (isinstance(steps, int) and steps >= 1):
+        raise ValueError(f"a run needs steps >= 1 (the task's steps or the config's optim.steps), got {steps!r}.")
+    return steps
+
+
 def setup_run(
-    task: Task, settings: TrainSettings, output_dir: Path, resume: bool, trusted_modules: Collection[str] = ()
-) -> Run:
+    task: Task, config: Any, output_dir: Path, resume: bool, trusted_modules: Collection[str] = (),
+    name: str = "custom", progress: bool = True,
+) -> Run:  # fmt: skip
     """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
     ``output_dir`` (refusing a config that changes what is computed, or whose solver import path names a module
     outside ``trusted_modules``: see :mod:`~deq_core.train.trust`). Call it holding the folder's RunLock.
 
-    config.json gets the ``config_extra`` entries and torch's thread count (``torch_threads``); a resume with another
-    thread count is recorded in its ``resumed`` list and said in one line (the run is no longer bit-identical).
-    Mixed precision: :func:`~deq_core.train.launch.choose_precision` (recorded in config.json and the summary); the
-    trackers of ``settings.log_with`` are started (:func:`start_trackers`).
+    config.json gets the task's :meth:`~deq_core.train.task.Task.config_extra` entries and torch's thread count
+    (``torch_threads``); a resume with another thread count is recorded in its ``resumed`` list and said in one line
+    (the run is no longer bit-identical). Mixed precision: :func:`~deq_core.train.launch.choose_precision` (recorded
+    in config.json and the summary); the trackers of ``run.log_with`` are started (:func:`start_trackers`).
 
     Raises:
         UsageError: a tracker whose package is missing; a resume in another precision than the run's
             (ResumeConfigError); and those of :func:`train`.
     """
+    run_steps(task, config)
+    run_cfg, optim = config.run, config.optim
     output_dir = Path(output_dir)
-    check_trackers_installed(settings.log_with)
+    check_trackers_installed(run_cfg.log_with)
     saved = read_json(output_dir / CONFIG_FILE) if resume and (output_dir / CONFIG_FILE).is_file() else {}
     precision, precision_line = choose_precision(
-        settings.mixed_precision, recorded_precision(saved) if saved else None, os.environ.get(PRECISION_ENV)
+        run_cfg.mixed_precision, recorded_precision(saved) if saved else None, os.environ.get(PRECISION_ENV)
     )
     accelerator = build_accelerator(
-        precision, settings.find_unused_parameters, log_with=settings.log_with, output_dir=output_dir,
-        dist_timeout=settings.dist_timeout,
+        precision, task.find_unused_parameters, log_with=run_cfg.log_with, output_dir=output_dir,
+        dist_timeout=run_cfg.dist_timeout,
     )  # fmt: skip
     if precision_line:
         accelerator.print(precision_line, flush=True)
-    world, accum = accelerator.num_processes, settings.grad_accum
-    if settings.batch_size % (world * accum):
+    world, accum = accelerator.num_processes, optim.grad_accum
+    if optim.batch_size % (world * accum):
         raise UsageError(
-            f"batch_size ({settings.batch_size}) must be divisible by processes x grad_accum ({world} x {accum}): "
+            f"batch_size ({optim.batch_size}) must be divisible by processes x grad_accum ({world} x {accum}): "
             "change batch_size, grad_accum or the number of processes."
         )
     found = check_run_dir(output_dir, resume)
-    extra = {**settings.config_extra, THREADS_KEY: torch.get_num_threads()}
+    extra = {**task.config_extra(), THREADS_KEY: torch.get_num_threads()}
     changes: dict[str, tuple[Any, Any]] = {}
     if resume:
-        changes = check_resume_config(
-            output_dir, settings.config, settings.resumable, trusted_modules=trusted_modules, **extra
-        )
-    set_seed(settings.seed)
+        resumable = RUN_RESUMABLE | task.resumable  # the run settings any task may change, and the task's
+        changes = check_resume_config(output_dir, config, resumable, trusted_modules=trusted_modules, **extra)
+    set_seed(run_cfg.seed)
     parts = task.build(accelerator)
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
         clean_partial_checkpoints(output_dir)
         if found is None:
             ids = {PRECISION_KEY: accelerator.mixed_precision, TRACKER_ID_KEY: uuid.uuid4().hex}
-            save_config(settings.config, output_dir, settings.name, **extra, **ids)
+            save_config(config, output_dir, name, **extra, **ids)
     model, optimizer = accelerator.prepare(parts.model, parts.optimizer)
-    run = Run(task, settings, output_dir, accelerator, model, accelerator.unwrap_model(model), optimizer,
-              parts.scheduler, TrainState(), MetricsLog(output_dir / "metrics.jsonl"),
-              liveness=liveness_group(settings.dist_timeout))  # fmt: skip
+    raw = accelerator.unwrap_model(model)
+    has_deq = any(isinstance(m, DEQ) for m in raw.modules())
+    run = Run(task, config, output_dir, accelerator, model, raw, optimizer, parts.scheduler, TrainState(),
+              MetricsLog(output_dir / "metrics.jsonl"), name=name, has_deq=has_deq, progress=progress,
+              liveness=liveness_group(run_cfg.dist_timeout))  # fmt: skip
     run.summary[PRECISION_KEY] = accelerator.mixed_precision
     if found is not None:
         extra_state = load_training_checkpoint(
@@ -287,16 +322,17 @@ def setup_run(
 
 
 def start_trackers(run: Run) -> None:
-    """Start the trackers of ``run.settings.log_with`` on the main process (project ``settings.project``, else the
-    run's name) with the config as hyperparameters (flat dotted keys, plus the precision used and the number of
-    processes), continuing a resumed run from its step (:func:`~deq_core.train.trackers.tracker_init_kwargs`)."""
-    s, acc = run.settings, run.accelerator
-    if not s.log_with or not run.main:
+    """Start the trackers of ``run.log_with`` on the main process (project ``run.project``, else the run's name) with
+    the config as hyperparameters (flat dotted keys, plus the precision used and the number of processes), continuing a
+    resumed run from its step (:func:`~deq_core.train.trackers.tracker_init_kwargs`)."""
+    cfg, acc = run.config.run, run.accelerator
+    if not cfg.log_with or not run.main:
         return
     saved = read_json(run.output_dir / CONFIG_FILE)
-    config = hyperparameters(s.config, mixed_precision=acc.mixed_precision, num_processes=acc.num_processes)
-    kwargs = tracker_init_kwargs(s.log_with, run.output_dir, run.state.step + 1, saved.get(TRACKER_ID_KEY))
-    acc.init_trackers(s.project or s.name, config=config, init_kwargs=kwargs)
+    config = hyperparameters(run.config, mixed_precision=acc.mixed_precision, num_processes=acc.num_processes)
+    names = tuple(dict.fromkeys(cfg.log_with))
+    kwargs = tracker_init_kwargs(names, run.output_dir, run.state.step + 1, saved.get(TRACKER_ID_KEY))
+    acc.init_trackers(cfg.project or run.name, config=config, init_kwargs=kwargs)
 
 
 def log_record(run: Run, record: dict[str, Any]) -> None:
@@ -322,30 +358,31 @@ def threads_line(saved: Any, current: int) -> str:
 
 
 def train_step(run: Run, batches: Iterator[Any]) -> StepStats:
-    """One optimizer step (``run.state.step`` is its 0-based index): this process's batch in ``grad_accum``
-    micro-batches, gradients synchronized on the last, the Jacobian term added when scheduled, clipped, optimizer
-    and LR-schedule steps, then :meth:`Task.after_step`."""
-    settings, acc, state = run.settings, run.accelerator, run.state
-    plan = plan_step(settings, state.step)
+    """One optimizer step (``run.state.step`` is its 0-based index): this process's batch in ``optim.grad_accum``
+    micro-batches, each forward with the step's plan set on every DEQ layer of the model (:func:`deq_core.step_plan`),
+    gradients synchronized on the last, the Jacobian term added when scheduled, clipped, optimizer and LR-schedule
+    steps, then :meth:`Task.after_step`."""
+    acc, state, optim = run.accelerator, run.state, run.config.optim
+    plan = plan_step(run.config, state.step, run.has_deq)
     stats = StepStats(plan.mode, run.optimizer.param_groups[0]["lr"], plan.jacobian)
-    parts = micro_batches(send_to_device(next(batches), acc.device), settings.grad_accum)
+    parts = micro_batches(send_to_device(next(batches), acc.device), optim.grad_accum)
     for i, micro in enumerate(parts):
         last = i == len(parts) - 1
         with contextlib.nullcontext() if last else acc.no_sync(run.model):
-            with acc.autocast():
+            with acc.autocast(), step_plan(run.raw, plan.deq):
                 out = run.task.forward(run.model, micro, replace(plan, micro=i))
             total = out.loss
             if plan.jacobian and out.info is not None and out.info.jacobian_loss is not None:
                 total = total + plan.jacobian_weight * out.info.jacobian_loss
-            acc.backward(total / settings.grad_accum)
+            acc.backward(total / optim.grad_accum)
         stats.add(out)
     loss = stats.means()["loss"]
     if not math.isfinite(loss):
         raise FloatingPointError(f"training loss is {loss} at step {state.step + 1}; stopping.")
-    if settings.save_grads_at == state.step + 1 and run.main:
+    if run.config.run.save_grads_at == state.step + 1 and run.main:
         save_gradients(run.raw, run.output_dir / f"grads_step{state.step + 1}.safetensors")
-    if settings.grad_clip > 0:
-        acc.clip_grad_norm_(run.model.parameters(), settings.grad_clip)
+    if optim.grad_clip > 0:
+        acc.clip_grad_norm_(run.model.parameters(), optim.grad_clip)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     state.step += 1
@@ -403,7 +440,7 @@ def evaluate(run: Run, split: str, log: bool = True) -> dict[str, float]:
 
 
 def save_checkpoint(run: Run) -> None:
-    """Checkpoint the run at its step (every process calls it); keep the newest ``keep_checkpoints``."""
+    """Checkpoint the run at its step (every process calls it); keep the newest ``run.keep_checkpoints``."""
     acc = run.accelerator
     run.state.metrics_lines = run.log.line_count() if run.main else 0
     save_training_checkpoint(
@@ -412,7 +449,7 @@ def save_checkpoint(run: Run) -> None:
         per_process=run.task.process_state(),
     )  # fmt: skip
     if run.main:
-        prune_checkpoints(run.output_dir, run.settings.keep_checkpoints)
+        prune_checkpoints(run.output_dir, run.config.run.keep_checkpoints)
     acc.wait_for_everyone()
 
 
@@ -461,30 +498,39 @@ def progress_postfix(record: dict[str, Any], metric: str) -> dict[str, str]:
 
 def train(
     task: Task,
-    settings: TrainSettings,
+    config: Any,
     output_dir: str | Path,
     resume: bool = False,
     trusted_modules: Collection[str] = (),
+    name: str = "custom",
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) training of ``task`` in ``output_dir``, locked for the run; return the summary (step,
     parameters, train loss and NFE of the last logged step, ``{split}_{key}`` of the last evaluations, seconds spent
     in training steps this session, "results" of :meth:`Task.finish`), also written to OUTPUT_DIR/summary.json.
-    ``trusted_modules``: the modules whose solvers the saved config.json may name by import path (``resume``).
+
+    ``config``: the task's config, a dataclass with the sections ``run`` (:class:`~deq_core.train.sections.RunConfig`),
+    ``optim`` (:class:`~deq_core.train.sections.OptimConfig`) and ``deq``
+    (:class:`~deq_core.train.deq_config.DEQConfig`, read when the model has DEQ layers), saved in
+    OUTPUT_DIR/config.json and compared on resume (its fields in ``task.resumable`` may change). ``name``: the run's
+    name (the preset), on the console and in config.json. ``progress``: draw a progress bar (on the main process,
+    when stderr is a terminal). ``trusted_modules``: the modules whose solvers the saved config.json may name by
+    import path (``resume``).
 
     Raises:
         RunDirError: the folder is locked by another run, holds a run (without ``resume``) or nothing to resume.
         ResumeConfigError: ``resume`` with a config that changes what is computed.
         UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
-        UsageError: a tracker of ``settings.log_with`` whose package is not installed.
-        ProcessTimeoutError: a collective operation of several processes timed out (``settings.dist_timeout``); the
+        UsageError: a tracker of ``run.log_with`` whose package is not installed.
+        ProcessTimeoutError: a collective operation of several processes timed out (``run.dist_timeout``); the
             message, also printed, names the ranks that did not answer.
 
     The trackers are ended (``accelerator.end_training()``) when training ends, and also when it fails.
     """
     main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     with RunLock(output_dir) if main else contextlib.nullcontext():
-        run = setup_run(task, settings, Path(output_dir), resume, trusted_modules)
+        run = setup_run(task, config, Path(output_dir), resume, trusted_modules, name, progress)
         try:
             with warnings.catch_warnings():  # counted in metrics.jsonl and summed up once at the end instead
                 warnings.filterwarnings("ignore", message=UNCONVERGED_WARNING, category=RuntimeWarning)
@@ -503,7 +549,7 @@ def _end_after_failure(run: Run, error: BaseException) -> str | None:
     ranks that did not answer."""
     line = None
     if run.liveness is not None and is_collective_timeout(error):
-        line = unanswered_line(run.liveness, run.settings.dist_timeout)
+        line = unanswered_line(run.liveness, run.config.run.dist_timeout)
         print(line, file=sys.stderr, flush=True)
     try:
         run.accelerator.end_training()
@@ -514,55 +560,58 @@ def _end_after_failure(run: Run, error: BaseException) -> str | None:
 
 def _announce(run: Run) -> None:
     """The first console lines: what is trained, on what, by how many processes; data warnings."""
-    s, acc = run.settings, run.accelerator
+    acc = run.accelerator
     run.summary["parameters"] = sum(p.numel() for p in run.raw.parameters() if p.requires_grad)
     acc.print(
-        f"{s.name}: {run.summary['parameters']} parameters, {run.task.describe()}, {acc.num_processes} process(es), "
-        f"{s.steps} steps"
+        f"{run.name}: {run.summary['parameters']} parameters, {run.task.describe()}, {acc.num_processes} "
+        f"process(es), {run.steps} steps"
     )
-    if s.is_deq and s.pretrain.steps > 0 and run.state.step < s.pretrain.steps:
-        acc.print(f"unrolled pretraining (depth {s.pretrain.depth}) for {s.pretrain.steps} steps, then solving")
+    if run.has_deq and run.state.step < run.config.deq.pretrain_steps:
+        deq = run.config.deq
+        acc.print(f"unrolled pretraining (depth {deq.pretrain_depth}) for {deq.pretrain_steps} steps, then solving")
     for warning in run.task.warnings() if run.main else []:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
 
 def _loop(run: Run) -> dict[str, Any]:
-    s, state = run.settings, run.state
+    state, steps, cfg = run.state, run.steps, run.config.run
     _announce(run)
-    bar = tqdm(total=s.steps, initial=state.step, disable=not (s.progress and progress_enabled(run.main)),
-               desc=s.name, dynamic_ncols=True)  # fmt: skip
+    bar = tqdm(total=steps, initial=state.step, disable=not (run.progress and progress_enabled(run.main)),
+               desc=run.name, dynamic_ncols=True)  # fmt: skip
     say = bar.write if run.main else (lambda text: None)
     batches = run.task.train_batches(state.step, run.accelerator)
     window = [0.0, 0]  # training-step seconds and steps since the last metrics line
     seconds = 0.0
     run.model.train()
-    while state.step < s.steps:
+    while state.step < steps:
         started = time.perf_counter()
         stats = train_step(run, batches)
         elapsed = time.perf_counter() - started
         seconds, window = seconds + elapsed, [window[0] + elapsed, window[1] + 1]
         bar.update(1)
-        if state.step % s.log_every == 0 or state.step == s.steps:
+        if state.step % cfg.log_every == 0 or state.step == steps:
             _log_train(run, train_record(run, stats, window[0], window[1]), bar)
             window = [0.0, 0]
-        if s.is_deq and state.step == s.pretrain.steps < s.steps:
+        if run.has_deq and state.step == run.config.deq.pretrain_steps < steps:
             say(f"step {state.step}: unrolled pretraining done; the DEQ now solves for its equilibrium")
-        if state.step % s.eval_every == 0 or state.step == s.steps:
+        if state.step % run.eval_every == 0 or state.step == steps:
             for split in run.task.eval_splits:
                 result = evaluate(run, split)
                 line = f"step {state.step}: {split} " + ", ".join(f"{k} {v:.4g}" for k, v in result.items())
-                if s.is_deq and state.step < s.pretrain.steps:
+                if run.has_deq and state.step < run.config.deq.pretrain_steps:
                     line += " (evaluated by solving for the equilibrium; training is still unrolled)"
                 say(line)
-        stop = 0 < s.stop_after <= state.step < s.steps
-        if (s.save_every > 0 and state.step % s.save_every == 0) or stop or state.step == s.steps:
+        stop = 0 < cfg.stop_after <= state.step < steps
+        if (cfg.save_every > 0 and state.step % cfg.save_every == 0) or stop or state.step == steps:
             save_checkpoint(run)
         if stop:
-            run.accelerator.print(f"stopping after step {state.step} (stop_after={s.stop_after}); resume with --resume")
+            run.accelerator.print(
+                f"stopping after step {state.step} (stop_after={cfg.stop_after}); resume with --resume"
+            )
             break
     bar.close()
     run.summary.update(step=state.step, train_seconds_this_session=seconds)
-    if state.step == s.steps:
+    if state.step == steps:
         _finish(run)
     run.accelerator.wait_for_everyone()
     return run.summary

@@ -2,7 +2,7 @@
 
 from .bodies import DEQBody, UnrolledBody
 from .factory import build_body, build_deq, build_model, count_parameters
-from .interface import BodyOutput, Control
+from .interface import BodyOutput
 from .recurrent import RecurrentBody
 from .sequence_model import ModelOutput, SequenceModel
 from .tcn import TCNBody
@@ -11,7 +11,6 @@ from .trellisnet import TrellisNetCell
 
 __all__ = [
     "BodyOutput",
-    "Control",
     "DEQBody",
     "DEQTransformerCell",
     "ModelOutput",

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 import deq_core
 from deq_core import DEQ
 
-from .interface import BodyOutput, Control
+from .interface import BodyOutput
 
 
 class DEQBody(nn.Module):
@@ -25,19 +25,13 @@ class DEQBody(nn.Module):
         self.cell = cell
         self.deq = deq
 
-    def forward(self, x: Tensor, state: Any = None, control: Control | None = None) -> BodyOutput:
-        """x: (B, L, d_in) -> BodyOutput with hidden (B, L, d_out) and the DEQ statistics."""
-        control = control or Control()
+    def forward(self, x: Tensor, state: Any = None) -> BodyOutput:
+        """x: (B, L, d_in) -> BodyOutput with hidden (B, L, d_out) and the DEQ statistics. The layer follows its
+        step plan when one is set (:func:`deq_core.step_plan`: pretraining unroll, jittered limit, Jacobian term)."""
         cell: Any = self.cell
         with deq_core.cached_weights(self.cell):
             ctx = cell.setup(x, state)
-            z, info = self.deq(
-                lambda z: cell.f(z, ctx),
-                cell.initial(ctx),
-                max_iter=control.max_iter,
-                unroll=control.unroll,
-                jacobian_loss=control.jacobian_loss,
-            )
+            z, info = self.deq(lambda z: cell.f(z, ctx), cell.initial(ctx))
             hidden = cell.readout(z, ctx)
         return BodyOutput(hidden, cell.next_state(z, ctx), info)
 
@@ -52,9 +46,7 @@ class UnrolledBody(nn.Module):
         self.cell = cell
         self.depth = depth
 
-    def forward(
-        self, x: Tensor, state: Any = None, control: Control | None = None, depth: int | None = None
-    ) -> BodyOutput:
+    def forward(self, x: Tensor, state: Any = None, depth: int | None = None) -> BodyOutput:
         """x: (B, L, d_in) -> BodyOutput with hidden (B, L, d_out); ``depth`` overrides the number of layers."""
         cell: Any = self.cell
         with deq_core.cached_weights(self.cell):

@@ -1,8 +1,10 @@
-"""The interface every sequence body implements, and the per-call DEQ controls the training loop passes down.
+"""The interface every sequence body implements.
 
 A *body* maps embedded inputs (B, L, d_in) and the state carried from the previous segment to hidden states
-(B, L, d_out), the state for the next segment, and, for DEQ bodies, the solver statistics. A *cell* is the map
-f(z; x) of a DEQ (or of a weight-tied network), split into the steps a body needs.
+(B, L, d_out), the state for the next segment, and, for DEQ bodies, the solver statistics: ``body(x, state)``. A
+*cell* is the map f(z; x) of a DEQ (or of a weight-tied network), split into the steps a body needs. What a DEQ body
+does in one training step (unrolled pretraining, a jittered limit, the Jacobian term) is not an argument: the training
+skeleton sets it on the model's DEQ layers (:func:`deq_core.step_plan`).
 """
 
 from __future__ import annotations
@@ -13,21 +15,6 @@ from typing import Any, Protocol
 from torch import Tensor
 
 from deq_core import DEQInfo
-
-
-@dataclass(frozen=True)
-class Control:
-    """Per-call settings of a DEQ body (ignored by explicit ones).
-
-    Attributes:
-        unroll: apply f this many times with ordinary backprop instead of solving (pretraining); None: solve.
-        max_iter: forward iteration limit for this call (e.g. a random jitter); None: the layer's own.
-        jacobian_loss: also compute the Hutchinson estimate of ||J_f(z*)||_F^2 / D (``info.jacobian_loss``).
-    """
-
-    unroll: int | None = None
-    max_iter: int | None = None
-    jacobian_loss: bool = False
 
 
 @dataclass

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .interface import BodyOutput, Control
+from .interface import BodyOutput
 
 
 class RecurrentBody(nn.Module):
@@ -25,7 +25,7 @@ class RecurrentBody(nn.Module):
         rnn = nn.LSTM if kind == "lstm" else nn.GRU
         self.rnn = rnn(d_in, d_hidden, n_layers, batch_first=True, dropout=dropout if n_layers > 1 else 0.0)
 
-    def forward(self, x: Tensor, state: Any = None, control: Control | None = None) -> BodyOutput:
+    def forward(self, x: Tensor, state: Any = None) -> BodyOutput:
         """x: (B, L, d_in) -> hidden (B, L, d_hidden); state: the final (h, c) or h of the previous segment."""
         hidden, last = self.rnn(x, state)
         detached = tuple(t.detach() for t in last) if isinstance(last, tuple) else last.detach()

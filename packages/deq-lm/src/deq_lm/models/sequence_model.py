@@ -9,8 +9,6 @@ from torch import Tensor, nn
 
 from deq_core import DEQInfo
 
-from .interface import Control
-
 
 @dataclass
 class ModelOutput:
@@ -31,7 +29,7 @@ class SequenceModel(nn.Module):
 
     Args:
         embedding: tokens (B, L) -> (B, L, d_in), e.g. ``nn.Embedding`` or ``AdaptiveEmbedding``.
-        body: a module ``body(x, state, control) -> BodyOutput`` (see :mod:`deq_lm.models.interface`).
+        body: a module ``body(x, state) -> BodyOutput`` (see :mod:`deq_lm.models.interface`).
         head: an ``OutputHead`` (``head.predict(hidden, targets) -> (logits or None, nll or None)``): a ``LinearHead``
             (logits) or an ``AdaptiveLogSoftmax`` (NLL only), possibly tied to ``embedding``.
         is_deq: whether the body solves for an equilibrium (for logging and the training loop's DEQ features).
@@ -50,17 +48,13 @@ class SequenceModel(nn.Module):
         state: Any = None,
         *,
         targets: Tensor | None = None,
-        unroll: int | None = None,
-        max_iter: int | None = None,
-        jacobian_loss: bool = False,
     ) -> ModelOutput:
         """tokens: (B, L) LongTensor; ``state`` from the previous segment's output (or None); ``targets`` (B, L):
         also return the per-token NLL.
 
-        ``unroll``, ``max_iter`` and ``jacobian_loss`` reach the DEQ layer (see :class:`Control`); explicit bodies
-        ignore them.
+        A DEQ body's per-step choices (unrolled pretraining, a jittered limit, the Jacobian term) are set on its
+        layer for the step, ``with deq_core.step_plan(model, deq_core.Plan(...)):``, as the training skeleton does.
         """
-        control = Control(unroll=unroll, max_iter=max_iter, jacobian_loss=jacobian_loss)
-        out = self.body(self.embed(tokens), state, control)
+        out = self.body(self.embed(tokens), state)
         logits, nll = self.head.predict(out.hidden, targets)
         return ModelOutput(logits, out.hidden, out.state, out.info, nll)

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from .common import apply_weight_norm, causal_conv
-from .interface import BodyOutput, Control
+from .interface import BodyOutput
 
 
 class TemporalBlock(nn.Module):
@@ -43,6 +43,6 @@ class TCNBody(nn.Module):
         )
         apply_weight_norm(self.blocks)
 
-    def forward(self, x: Tensor, state: Any = None, control: Control | None = None) -> BodyOutput:
+    def forward(self, x: Tensor, state: Any = None) -> BodyOutput:
         """x: (B, L, d_in) -> hidden (B, L, d_hidden)."""
         return BodyOutput(self.blocks(x), None, None)

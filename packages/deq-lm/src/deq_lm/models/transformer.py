@@ -20,7 +20,7 @@ from deq_core import VariationalDropout
 
 from .attention import AttentionContext, RelativeAttention, sinusoid_positions
 from .common import apply_weight_norm
-from .interface import BodyOutput, Control
+from .interface import BodyOutput
 
 
 class TransformerBlock(nn.Module):
@@ -182,8 +182,8 @@ class TransformerXLBody(nn.Module):
         if weight_norm:
             apply_weight_norm(self)
 
-    def forward(self, x: Tensor, state: Any = None, control: Control | None = None) -> BodyOutput:
-        """x: (B, L, d_in) -> hidden (B, L, d_model); ``control`` is ignored (no solver)."""
+    def forward(self, x: Tensor, state: Any = None) -> BodyOutput:
+        """x: (B, L, d_in) -> hidden (B, L, d_model)."""
         memories = state if state is not None else [None] * len(self.blocks)
         z = self.project(x)
         new_memories = []

@@ -22,7 +22,7 @@ class FCClassifier(nn.Module):
             nn.Linear(hidden, 1),
         )
 
-    def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, None]:
+    def forward(self, tokens: Tensor) -> tuple[Tensor, None]:
         """tokens (B, T, V) -> (logits (B,), None)."""
         if tokens.shape[1] != self.length:
             raise ValueError(f"the FC model was built for {self.length} symbols, got {tokens.shape[1]}.")
@@ -37,6 +37,6 @@ class GRUClassifier(nn.Module):
         self.gru = nn.GRU(vocab, hidden, num_layers=layers, batch_first=True)
         self.readout = Readout(hidden, length, readout)
 
-    def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, None]:
+    def forward(self, tokens: Tensor) -> tuple[Tensor, None]:
         """tokens (B, T, V) -> (logits (B,), None)."""
         return self.readout(self.gru(tokens)[0]), None

@@ -46,7 +46,7 @@ class RepeatedGRU(_GRUCellModel):
         super().__init__(vocab, hidden, length, readout)
         self.repeats = repeats
 
-    def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:
+    def forward(self, tokens: Tensor) -> tuple[Tensor, DEQInfo]:
         """tokens (B, T, V) one-hot -> (logits (B,), info)."""
         x = self.inject(tokens)
         z = self.start(tokens)[0]
@@ -75,8 +75,8 @@ class GRUDEQ(_GRUCellModel):
     """z* = f(z*, x) found by the DEQ layer ``deq`` from z0 = GRU0(x) and differentiated by its backward mode.
 
     GRU0 only supplies the starting point: the gradient does not flow into z0, so GRU0 keeps its initial weights.
-    ``forward(tokens, jacobian_loss=True)`` also returns the Hutchinson estimate of ||J_f(z*)||_F^2 / (T H) in
-    ``info.jacobian_loss``.
+    Under ``deq_core.step_plan(model, deq_core.Plan(jacobian_loss=True))`` its info also holds the Hutchinson estimate
+    of ||J_f(z*)||_F^2 / (T H) in ``info.jacobian_loss``; the plan's ``unroll`` / ``max_iter`` apply as well.
 
     Args:
         vocab, hidden, length: one-hot width V, state width H, expression length T.
@@ -89,12 +89,12 @@ class GRUDEQ(_GRUCellModel):
         super().__init__(vocab, hidden, length, readout)
         self.deq = report_deq() if deq is None else _checked_layer(deq)
 
-    def forward(self, tokens: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:
+    def forward(self, tokens: Tensor) -> tuple[Tensor, DEQInfo]:
         """tokens (B, T, V) one-hot -> (logits (B,), info with nfe, residual, jacobian_loss, ...)."""
         x = self.inject(tokens)
         with torch.no_grad():
             z0 = self.start(tokens)[0]
-        z_star, info = self.deq(lambda z: self.cell(z, x), z0, jacobian_loss=jacobian_loss)
+        z_star, info = self.deq(lambda z: self.cell(z, x), z0)
         assert isinstance(z_star, Tensor)
         return self.readout(z_star), info
 

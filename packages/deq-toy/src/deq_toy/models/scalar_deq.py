@@ -74,9 +74,10 @@ class ScalarDEQ(nn.Module):
         active = (z * self.w1 + x * self.u + self.b > 0).to(z.dtype)
         return (active * self.w1 * self.w2).sum(-1, keepdim=True)
 
-    def forward(self, x: Tensor, jacobian_loss: bool = False) -> tuple[Tensor, DEQInfo]:
-        """x (B, 1) -> (z* (B, 1), info); ``info.jacobian_loss`` is the batch mean of (df/dz)^2 when asked for."""
+    def forward(self, x: Tensor) -> tuple[Tensor, DEQInfo]:
+        """x (B, 1) -> (z* (B, 1), info); ``info.jacobian_loss`` is the batch mean of (df/dz)^2 when the layer's plan
+        asks for it (``deq_core.step_plan(model, deq_core.Plan(jacobian_loss=True))``)."""
         z0 = torch.zeros_like(x)
-        z_star, info = self.deq(lambda z: self.f(z, x), z0, jacobian_loss=jacobian_loss)
+        z_star, info = self.deq(lambda z: self.f(z, x), z0)
         assert isinstance(z_star, Tensor)
         return z_star, info

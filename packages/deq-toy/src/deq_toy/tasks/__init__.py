@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..configs import ArithmeticConfig, Config
 from .arithmetic import ArithmeticTask
-from .base import ToyTask, jacobian_schedule, step_budget
+from .base import ToyTask, step_budget
 from .synthetic import SyntheticTask
 
 
@@ -17,4 +17,4 @@ def build_task(config: Config, data_dir: Path) -> ToyTask:
     return SyntheticTask(config)
 
 
-__all__ = ["ArithmeticTask", "SyntheticTask", "ToyTask", "build_task", "jacobian_schedule", "step_budget"]
+__all__ = ["ArithmeticTask", "SyntheticTask", "ToyTask", "build_task", "step_budget"]

@@ -95,9 +95,9 @@ class ArithmeticTask(ToyTask):
         idx = epoch_batch_indices(len(self.train_y), self.config.optim.batch_size, step, self.config.run.seed)
         return one_hot(self.train_x[idx]), self.train_y[idx]
 
-    def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
+    def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor]) -> Forward:
         x, y = batch
-        logits, info = model(x, jacobian_loss=jacobian)
+        logits, info = model(x)
         bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
         stats = {"bce": float(bce.detach()), **classification_metrics(logits.detach(), y)}
         if info is not None:

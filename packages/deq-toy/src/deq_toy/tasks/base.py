@@ -7,14 +7,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from deq_core import DEQInfo
-from deq_core.train.schedules import JacobianSchedule
+from deq_core import DEQ, DEQInfo, step_plan
 from deq_core.train.task import Forward
+from deq_core.train.trainer import plan_step
 
 
 class ToyTask:
     """What both toy tasks share: the run's step budget (:func:`step_budget`), deterministic batches, and
-    :meth:`train_step` (forward + the scheduled Jacobian term) for training without the skeleton. A subclass sets
+    :meth:`train_step` (the skeleton's step plan + forward + the scheduled Jacobian term) for training without the
+    skeleton. A subclass sets
     ``config``, ``model``, ``steps_per_epoch``, ``total_steps``, ``eval_every`` and implements :meth:`batch`,
     :meth:`forward`, :meth:`evaluate`, :meth:`baseline` and :meth:`finish`; the training
     skeleton runs it through :class:`deq_toy.loop.ToyRun`."""
@@ -26,30 +27,23 @@ class ToyTask:
         """The training batch of ``step`` (0-based), a function of (seed, step) only."""
         raise NotImplementedError
 
-    def forward(self, model: nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
-        """Forward pass in train mode: the task loss (without the Jacobian term), statistics, the DEQ info."""
+    def forward(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Forward:
+        """Forward pass in train mode: the task loss (without the Jacobian term), statistics, the DEQ info. What the
+        DEQ layer does in the step (unroll, limit, Jacobian term) is its plan, set from outside
+        (:func:`deq_core.step_plan`)."""
         raise NotImplementedError
 
-    def jacobian_schedule(self) -> JacobianSchedule:
-        """When and with which weight the Jacobian regularizer is added (see :func:`jacobian_schedule`)."""
-        return jacobian_schedule(self.config)
-
     def train_step(self, batch: tuple[Tensor, Tensor], step: int) -> tuple[Tensor, dict[str, float], DEQInfo | None]:
-        """(loss to backpropagate, with the Jacobian term when scheduled at ``step``; statistics; DEQ info)."""
-        schedule = self.jacobian_schedule()
-        out = self.forward(self.model, batch, schedule.active(step))
+        """(loss to backpropagate, with the Jacobian term when scheduled at ``step``; statistics; DEQ info): the step
+        as the training skeleton takes it, the model's DEQ layer following the step's plan of the config's ``deq``
+        section (:func:`deq_core.train.trainer.plan_step`: pretraining unroll, jittered limit, Jacobian term)."""
+        plan = plan_step(self.config, step, any(isinstance(m, DEQ) for m in self.model.modules()))
+        with step_plan(self.model, plan.deq):
+            out = self.forward(self.model, batch)
         loss = out.loss
-        if out.info is not None and out.info.jacobian_loss is not None:
-            loss = loss + schedule.weight_at(step) * out.info.jacobian_loss
+        if plan.jacobian and out.info is not None and out.info.jacobian_loss is not None:
+            loss = loss + plan.jacobian_weight * out.info.jacobian_loss
         return loss, out.stats, out.info
-
-
-def jacobian_schedule(config: Any) -> JacobianSchedule:
-    """The Jacobian schedule of a toy config's ``deq`` section (weight ``deq.jac_weight`` with probability
-    ``deq.jac_prob``, draws seeded by ``run.seed``); never for the arithmetic models without a DEQ."""
-    if getattr(config.model, "name", "deq") != "deq":
-        return JacobianSchedule()
-    return config.deq.jacobian_schedule(config.run.seed)
 
 
 def step_budget(n_train: int, batch_size: int, epochs: int, max_steps: int = 0) -> tuple[int, int]:

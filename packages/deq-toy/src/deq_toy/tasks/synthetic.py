@@ -50,9 +50,9 @@ class SyntheticTask(ToyTask):
         idx = epoch_batch_indices(cfg.data.n_train, cfg.optim.batch_size, step, cfg.run.seed)
         return self.data.x_train[idx], self.data.y_train[idx]
 
-    def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor], jacobian: bool) -> Forward:
+    def forward(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor]) -> Forward:
         x, y = batch
-        z, info = model(x, jacobian_loss=jacobian)
+        z, info = model(x)
         mse = torch.nn.functional.mse_loss(z, y)
         with torch.no_grad():
             dfdz = float(self.model.df_dz(z.detach(), x).abs().mean())

@@ -122,27 +122,15 @@ class MDEQ(nn.Module):
             shapes.append((b, c, -(-h // 2**i), -(-w // 2**i)))
         return tuple(injection.new_zeros(s) for s in shapes)
 
-    def equilibrium(
-        self,
-        x: Tensor,
-        *,
-        max_iter: int | None = None,
-        unroll: int | None = None,
-        jacobian_loss: bool = False,
-    ) -> tuple[tuple[Tensor, ...], deq_core.DEQInfo]:
-        """Images (B, in_chans, H, W) -> (the state f(z*), one tensor per branch; DEQ statistics)."""
+    def equilibrium(self, x: Tensor) -> tuple[tuple[Tensor, ...], deq_core.DEQInfo]:
+        """Images (B, in_chans, H, W) -> (the state f(z*), one tensor per branch; DEQ statistics). The layer follows
+        its step plan when one is set (:func:`deq_core.step_plan`: pretraining unroll, a limit, the Jacobian term)."""
         injection = self.stem(x)
         z0 = self.initial_state(injection)
         for block, z in zip(self.blocks, z0):
             block.reset_masks(z)
         with deq_core.cached_weights(self):
-            z, info = self.deq(
-                lambda state: self.cell(state, injection),
-                z0,
-                max_iter=max_iter,
-                unroll=unroll,
-                jacobian_loss=jacobian_loss,
-            )
+            z, info = self.deq(lambda state: self.cell(state, injection), z0)
         return tuple(z), info
 
     def _head(self) -> ClassificationHead:
@@ -167,24 +155,16 @@ class MDEQ(nn.Module):
         pooled = self.head_drop(x.mean(dim=(2, 3)))
         return pooled if pre_logits else self._head().classifier(pooled)
 
-    def forward(
-        self,
-        x: Tensor,
-        *,
-        max_iter: int | None = None,
-        unroll: int | None = None,
-        jacobian_loss: bool = False,
-        return_info: bool = False,
-    ) -> Tensor | tuple[Tensor, deq_core.DEQInfo]:
-        """Images (B, in_chans, H, W) -> logits (B, num_classes); with ``return_info`` also the DEQ statistics.
-        Without the keyword arguments, ``forward(x) == forward_head(forward_features(x))``.
+    def forward(self, x: Tensor, *, return_info: bool = False) -> Tensor | tuple[Tensor, deq_core.DEQInfo]:
+        """Images (B, in_chans, H, W) -> logits (B, num_classes); with ``return_info`` also the DEQ statistics;
+        ``forward(x) == forward_head(forward_features(x))``.
 
-        Args:
-            max_iter: forward solver limit for this call (None: the layer's training / eval limit).
-            unroll: apply f this many times with ordinary backprop instead of solving (pretraining phase).
-            jacobian_loss: also estimate ||J_f(z*)||_F^2 / D (``info.jacobian_loss``) for Jacobian regularization.
+        A training step's choices reach the layer as a plan, not as arguments:
+        ``with deq_core.step_plan(model, deq_core.Plan(unroll=2, jacobian_loss=True)): model(x, return_info=True)``
+        unrolls f twice with ordinary backprop (pretraining) and estimates ||J_f(z*)||_F^2 / D
+        (``info.jacobian_loss``); ``Plan(max_iter=k)`` stops the solve at k calls of f.
         """
-        z, info = self.equilibrium(x, max_iter=max_iter, unroll=unroll, jacobian_loss=jacobian_loss)
+        z, info = self.equilibrium(x)
         logits = self.forward_head(self._head().features(z))
         return (logits, info) if return_info else logits
 
