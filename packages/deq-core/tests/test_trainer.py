@@ -232,12 +232,13 @@ def test_a_batch_that_the_processes_cannot_share_is_a_usage_error(tmp_path):
 
 
 def test_unconverged_solves_are_counted_and_said_once_at_the_end(tmp_path, capsys):
-    """A limit too low to converge (2 iterations at tol 1e-5): no RuntimeWarning in the middle of the progress bar;
+    """A limit too low to converge (2 or 3 iterations, jittered, at tol 1e-5): no RuntimeWarning in the middle of the
+    progress bar;
     each solve-mode train record counts the unconverged fraction, one line at the end sums them up, and the final
     line names the train and the validation NFE. An evaluation during unrolled pretraining says that it solved."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        summary = run(TinyConfig(steps=10, max_iter=2, max_iter_jitter=0, pretrain_steps=3, eval_every=2),
+        summary = run(TinyConfig(steps=10, max_iter=3, max_iter_jitter=1, pretrain_steps=3, eval_every=2),
                       tmp_path / "run")  # fmt: skip
     out = capsys.readouterr().out
     assert not [w for w in caught if "stopped unconverged" in str(w.message)], [str(w.message) for w in caught]
@@ -249,7 +250,8 @@ def test_unconverged_solves_are_counted_and_said_once_at_the_end(tmp_path, capsy
     assert len(said) == 1 and "forward in 7 of 7 logged steps" in said[0], out
     final = [line for line in out.splitlines() if line.startswith("final (step 10)")]
     valid_nfe = f", valid NFE {summary['valid_nfe_forward']:.1f}"  # the layer's eval limit, not the training one
-    assert len(final) == 1 and ", train NFE forward 2.0 / backward " in final[0] and valid_nfe in final[0], final
+    assert len(final) == 1 and ", train NFE forward " in final[0] and " / backward " in final[0], final
+    assert valid_nfe in final[0], final
     during = [line for line in out.splitlines() if line.startswith("step 2: valid")]
     assert len(during) == 1 and "training is still unrolled" in during[0], during
     after = [line for line in out.splitlines() if line.startswith("step 4: valid")]
