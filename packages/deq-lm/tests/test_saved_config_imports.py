@@ -13,36 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_module
+from deq_core.train.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
 from deq_lm.train import main
 
 ARGS = ["--config", "tiny-deq-transformer"]
-PAYLOAD = """from pathlib import Path
-
-Path(__file__).with_name("ran").write_text("payload.py was imported")
-
-
-class Evil:
-    pass
-"""
-SOLVERS = """import dataclasses
-from pathlib import Path
-
-import deq_core
-
-Path(__file__).with_name("imported").write_text("my_solvers.py was imported")
-
-
-@dataclasses.dataclass(frozen=True)
-class Relaxed(deq_core.Solver):
-    damping: float = 0.9
-
-    def init(self, z, fz, g, loop):
-        return None
-
-    def step(self, state, z, fz, g, loop):
-        return deq_core.Step(z + self.damping * g, state, temporary=True)
-"""
 COMMANDS = {
     "evaluate": ["deq_lm.evaluate", "--checkpoint", ".", "--no-sweep"],
     "resume": ["deq_lm.train", *ARGS, "--output-dir", ".", "--resume"],
@@ -56,21 +30,13 @@ def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def _set_solver(run: Path, field: str, solver: str) -> None:
-    path = run / "config.json"
-    data = json.loads(path.read_text())
-    data["config"]["deq"][field] = solver
-    path.write_text(json.dumps(data, indent=2))
-
-
 @pytest.mark.parametrize(("command", "field"), [("evaluate", "solver"), ("resume", "solver"),
                                                 ("resume", "backward_solver")])  # fmt: skip
 def test_a_solver_import_path_in_config_json_runs_no_code(stopped_run: Path, tmp_path: Path, command, field) -> None:
     run = tmp_path / "run"
     shutil.copytree(stopped_run, run)
-    (run / "payload.py").write_text(PAYLOAD)
-    _set_solver(run, field, "payload:Evil")
-    done = run_module(*COMMANDS[command], cwd=run)
+    plant_solver_path(run, field)
+    done = python_module(*COMMANDS[command], cwd=run)
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"python -m {COMMANDS[command][0]}: error: config.json: deq.{field} is the import path "
@@ -80,7 +46,7 @@ def test_a_solver_import_path_in_config_json_runs_no_code(stopped_run: Path, tmp
 
 
 def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "my_solvers.py").write_text(SOLVERS)
+    (tmp_path / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
     user_solver = "deq.solver=my_solvers:Relaxed"
@@ -90,11 +56,11 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytes
     assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["deq"]["solver"] == "my_solvers:Relaxed"
     (tmp_path / "imported").unlink()
     trust = ["--trust-solver", "my_solvers"]
-    done = run_module("deq_lm.train", *ARGS, "--output-dir", "run", "--resume", user_solver, *trust, cwd=tmp_path)
+    done = python_module("deq_lm.train", *ARGS, "--output-dir", "run", "--resume", user_solver, *trust, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "resumed from" in done.stdout and "final (step 6)" in done.stdout
     assert (tmp_path / "imported").exists()
     (tmp_path / "imported").unlink()
-    done = run_module("deq_lm.evaluate", "--checkpoint", "run", "--no-sweep", *trust, cwd=tmp_path)
+    done = python_module("deq_lm.evaluate", "--checkpoint", "run", "--no-sweep", *trust, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("test: loss ") and (tmp_path / "imported").exists()

@@ -7,43 +7,16 @@ own choice and needs no option."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from deq_core.train.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
 from deq_toy import train
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress"]
-PAYLOAD = """from pathlib import Path
-
-Path(__file__).with_name("ran").write_text("payload.py was imported")
-
-
-class Evil:
-    pass
-"""
-SOLVERS = """import dataclasses
-from pathlib import Path
-
-import deq_core
-
-Path(__file__).with_name("imported").write_text("my_solvers.py was imported")
-
-
-@dataclasses.dataclass(frozen=True)
-class Relaxed(deq_core.Solver):
-    damping: float = 0.9
-
-    def init(self, z, fz, g, loop):
-        return None
-
-    def step(self, state, z, fz, g, loop):
-        return deq_core.Step(z + self.damping * g, state, temporary=True)
-"""
 COMMANDS = {
     "evaluate": ["deq_toy.evaluate", "--checkpoint", "."],
     "resume": ["deq_toy.train", *ARGS, "--output-dir", ".", "--resume"],
@@ -57,28 +30,13 @@ def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def _python_m(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m module args`` in ``cwd`` (which Python puts first on sys.path)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-
-
-def _set_solver(run: Path, field: str, solver: str) -> None:
-    path = run / "config.json"
-    data = json.loads(path.read_text())
-    data["config"]["deq"][field] = solver
-    path.write_text(json.dumps(data, indent=2))
-
-
 @pytest.mark.parametrize(("command", "field"), [("evaluate", "solver"), ("evaluate", "backward_solver"),
                                                 ("resume", "solver")])  # fmt: skip
 def test_a_solver_import_path_in_config_json_runs_no_code(stopped_run: Path, tmp_path: Path, command, field) -> None:
     run = tmp_path / "run"
     shutil.copytree(stopped_run, run)
-    (run / "payload.py").write_text(PAYLOAD)
-    _set_solver(run, field, "payload:Evil")
-    done = _python_m(*COMMANDS[command], cwd=run)
+    plant_solver_path(run, field)
+    done = python_module(*COMMANDS[command], cwd=run)
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"python -m {COMMANDS[command][0]}: error: "), line
@@ -88,7 +46,7 @@ def test_a_solver_import_path_in_config_json_runs_no_code(stopped_run: Path, tmp
 
 
 def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "my_solvers.py").write_text(SOLVERS)
+    (tmp_path / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
     user_solver = "deq.solver=my_solvers:Relaxed"
@@ -98,11 +56,11 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytes
     assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["deq"]["solver"] == "my_solvers:Relaxed"
     (tmp_path / "imported").unlink()
     trust = ["--trust-solver", "my_solvers"]
-    done = _python_m("deq_toy.train", *ARGS, "--output-dir", "run", "--resume", user_solver, *trust, cwd=tmp_path)
+    done = python_module("deq_toy.train", *ARGS, "--output-dir", "run", "--resume", user_solver, *trust, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "resumed from" in done.stdout and (tmp_path / "run" / "results.json").is_file()
     assert (tmp_path / "imported").exists()
     (tmp_path / "imported").unlink()
-    done = _python_m("deq_toy.evaluate", "--checkpoint", "run", *trust, cwd=tmp_path)
+    done = python_module("deq_toy.evaluate", "--checkpoint", "run", *trust, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "mse" in json.loads(done.stdout) and (tmp_path / "imported").exists()

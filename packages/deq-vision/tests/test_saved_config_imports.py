@@ -7,44 +7,17 @@ own choice and needs no option."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import learnable_images, write_cifar_folder
+from deq_core.train.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
 from deq_vision import train
 
 ARGS = ["--config", "tiny-mdeq"]
-PAYLOAD = """from pathlib import Path
-
-Path(__file__).with_name("ran").write_text("payload.py was imported")
-
-
-class Evil:
-    pass
-"""
-SOLVERS = """import dataclasses
-from pathlib import Path
-
-import deq_core
-
-Path(__file__).with_name("imported").write_text("my_solvers.py was imported")
-
-
-@dataclasses.dataclass(frozen=True)
-class Relaxed(deq_core.Solver):
-    damping: float = 0.9
-
-    def init(self, z, fz, g, loop):
-        return None
-
-    def step(self, state, z, fz, g, loop):
-        return deq_core.Step(z + self.damping * g, state, temporary=True)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -62,25 +35,11 @@ def stopped_run(tmp_path_factory: pytest.TempPathFactory, data_dir: str) -> Path
     return run
 
 
-def _python_m(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m module args`` in ``cwd`` (which Python puts first on sys.path)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-
-
 def _commands(data_dir: str) -> dict[str, list[str]]:
     return {
         "evaluate": ["deq_vision.evaluate", "--checkpoint", ".", "--data-dir", data_dir, "--no-sweep"],
         "resume": ["deq_vision.train", *ARGS, "--data-dir", data_dir, "--output-dir", ".", "--resume"],
     }
-
-
-def _set_solver(run: Path, field: str, solver: str) -> None:
-    path = run / "config.json"
-    data = json.loads(path.read_text())
-    data["config"]["deq"][field] = solver
-    path.write_text(json.dumps(data, indent=2))
 
 
 @pytest.mark.parametrize(("command", "field"), [("evaluate", "solver"), ("evaluate", "backward_solver"),
@@ -90,10 +49,9 @@ def test_a_solver_import_path_in_config_json_runs_no_code(
 ) -> None:
     run = tmp_path / "run"
     shutil.copytree(stopped_run, run)
-    (run / "payload.py").write_text(PAYLOAD)
-    _set_solver(run, field, "payload:Evil")
+    plant_solver_path(run, field)
     module, *args = _commands(data_dir)[command]
-    done = _python_m(module, *args, cwd=run)
+    done = python_module(module, *args, cwd=run)
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"python -m {module}: error: config.json: deq.{field} is the import path "
@@ -103,7 +61,7 @@ def test_a_solver_import_path_in_config_json_runs_no_code(
 
 
 def test_a_trusted_user_solver_module_is_read(tmp_path: Path, data_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "my_solvers.py").write_text(SOLVERS)
+    (tmp_path / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
     user_solver = "deq.solver=my_solvers:Relaxed"
@@ -115,12 +73,12 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, data_dir: str, mon
     (tmp_path / "imported").unlink()
     trust = ["--trust-solver", "my_solvers"]
     resume = ["--data-dir", data_dir, "--output-dir", "run", "--resume", user_solver, *trust]
-    done = _python_m("deq_vision.train", *ARGS, *resume, cwd=tmp_path)
+    done = python_module("deq_vision.train", *ARGS, *resume, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "resumed from" in done.stdout and "final (step 4)" in done.stdout
     assert (tmp_path / "imported").exists()
     (tmp_path / "imported").unlink()
-    done = _python_m("deq_vision.evaluate", "--checkpoint", "run", "--data-dir", data_dir, "--no-sweep", *trust,
+    done = python_module("deq_vision.evaluate", "--checkpoint", "run", "--data-dir", data_dir, "--no-sweep", *trust,
                      cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("eval (") and (tmp_path / "imported").exists()

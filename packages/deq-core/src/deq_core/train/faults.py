@@ -20,6 +20,7 @@ import builtins
 import contextlib
 import errno
 import io
+import json
 import os
 import random
 import runpy
@@ -34,7 +35,18 @@ from typing import Any
 
 from . import checkpoints
 
-__all__ = ["Kill", "plant_pickle", "random_kills", "read_only", "save_points", "train_with_faults"]
+__all__ = [
+    "PAYLOAD_MODULE",
+    "TRUSTED_SOLVER_MODULE",
+    "Kill",
+    "plant_pickle",
+    "plant_solver_path",
+    "python_module",
+    "random_kills",
+    "read_only",
+    "save_points",
+    "train_with_faults",
+]
 
 _SAVE_CALLS = ("fsync", "rename", "replace")  # the calls of the os module that end a step of a checkpoint save
 
@@ -125,6 +137,54 @@ def plant_pickle(path: Path, marker: Path) -> None:
 
     Path(path).unlink(missing_ok=True)
     torch.save(_Planted(str(marker)), path)
+
+
+# A module a test plants in a run folder: imported, it writes "ran" beside itself (what must never happen).
+PAYLOAD_MODULE = """from pathlib import Path
+
+Path(__file__).with_name("ran").write_text("payload.py was imported")
+
+
+class Evil:
+    pass
+"""
+# A user's own solver module (``Relaxed``): imported, it writes "imported" beside itself (allowed with --trust-solver).
+TRUSTED_SOLVER_MODULE = """import dataclasses
+from pathlib import Path
+
+import deq_core
+
+Path(__file__).with_name("imported").write_text("my_solvers.py was imported")
+
+
+@dataclasses.dataclass(frozen=True)
+class Relaxed(deq_core.Solver):
+    damping: float = 0.9
+
+    def init(self, z, fz, g, loop):
+        return None
+
+    def step(self, state, z, fz, g, loop):
+        return deq_core.Step(z + self.damping * g, state, temporary=True)
+"""
+
+
+def plant_solver_path(run_dir: Path, field: str, solver: str = "payload:Evil") -> None:
+    """Write :data:`PAYLOAD_MODULE` as ``run_dir/payload.py`` and name ``solver`` (an import path) as the run's
+    ``deq.<field>`` in its config.json (``field``: "solver" or "backward_solver")."""
+    (run_dir / "payload.py").write_text(PAYLOAD_MODULE)
+    path = run_dir / "config.json"
+    data = json.loads(path.read_text())
+    data["config"]["deq"][field] = solver
+    path.write_text(json.dumps(data, indent=2))
+
+
+def python_module(module: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` in a fresh process run in ``cwd`` (which Python puts first on sys.path), one thread,
+    no warnings or progress bars; returns the completed process (not checked)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
