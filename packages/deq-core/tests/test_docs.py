@@ -239,7 +239,9 @@ def test_every_public_module_defines_all() -> None:
 
 
 def test_api_reference_renders_every_public_name_of_deq_core() -> None:
-    missing = undocumented_names("deq_core", _site_directives())
+    # only deq_core's directives: the task packages are not installed beside deq-core in its own test environment
+    directives = {path: members for path, members in _site_directives().items() if path.split(".")[0] == "deq_core"}
+    missing = undocumented_names("deq_core", directives)
     assert not missing, f"public names of deq_core on no API reference page (docs/reference/*.md): {missing}"
 
 

@@ -430,11 +430,13 @@ def test_info_statistics_name_the_forward_backward_and_jacobian_numbers() -> Non
     deq = deq_core.DEQ(solver="anderson", max_iter=40, tol=1e-5, backward=deq_core.Implicit("broyden", tol=1e-5))
     z, info = deq(lambda z: torch.tanh(z @ W.T + x), torch.zeros(3, 6), jacobian_loss=True)
     stats = info.statistics()
-    assert set(stats) == {"nfe_forward", "residual", "jacobian_loss"}
+    assert set(stats) == {"nfe_forward", "residual", "unconverged", "jacobian_loss"}
     assert stats["nfe_forward"] == info.nfe and stats["residual"] == float(info.residual.mean()) <= 1e-5
     assert stats["jacobian_loss"] == pytest.approx(float(info.jacobian_loss))
+    assert stats["unconverged"] == 0.0  # every sample converged
     z.sum().backward()
     after = info.statistics()
     assert bool(info.converged_backward.all())
     assert after["nfe_backward"] == info.nfe_backward > 0
     assert after["residual_backward"] == float(info.residual_backward.mean()) <= 1e-5
+    assert after["unconverged_backward"] == 0.0
