@@ -13,8 +13,8 @@ import pytest
 from deq_core.train.checks import SEED_LIMIT, check_at_least, check_finite
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.run_config import config_from_dict, replace_config, resolve_key
-from deq_core.train.sections import RUN_RESUMABLE, OptimConfig, RunConfig, section
+from deq_core.train.run_config import RUN_RESUMABLE, config_from_dict, replace_config, resolve_key
+from deq_core.train.sections import OptimConfig, RunConfig, section
 from deq_core.train.task import Task
 from deq_core.train.trainer import Run, plan_step, run_steps
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.run_config import check_resume_config, flat_dict, load_config, resolve_key
+from deq_core.train.run_config import check_resume_config, flat_dict, load_config, replace_config, resolve_key
 from deq_core.train.trainer import run_steps
 from deq_lm.configs import PRESETS, Config, get_config
 from deq_lm.train import RESUMABLE_CHANGES, SequenceTask
@@ -93,7 +93,8 @@ def test_a_run_folder_of_deq_lm_0_5_0_loads_and_resumes(tmp_path: Path):
     shutil.copy(OLD_LAYOUT, run / "config.json")
     name, cfg = load_config(run, Config)
     expected = apply_overrides(get_config(name), OLD_LAYOUT_OVERRIDES)
-    assert cfg == expected
+    # 0.5.0 wrote mixed_precision "no"; the preset leaves it unset now (the skeleton keeps the run's "no" on resume)
+    assert cfg.run.mixed_precision == "no" and replace_config(cfg, {"run.mixed_precision": None}) == expected
     assert (cfg.data.T, cfg.data.n_valid, cfg.model.name, cfg.model.d_model, cfg.model.d_ff) == (
         100, 256, "deq_transformer", 32, 96
     )  # fmt: skip
@@ -101,9 +102,10 @@ def test_a_run_folder_of_deq_lm_0_5_0_loads_and_resumes(tmp_path: Path):
     assert (cfg.run.eval_every, cfg.run.log_every, cfg.run.seed) == (30, 10, 0)
     assert (cfg.deq.max_iter, cfg.deq.pretrain_steps, cfg.deq.eval_max_iter) == (12, 30, 24)
     # resuming it with the same settings is allowed; a periodic setting may change, a model setting may not
-    assert check_resume_config(run, expected, RESUMABLE_CHANGES) == {}
+    precision = {"run.mixed_precision": ("no", None)}  # allowed (RUN_RESUMABLE), recorded in 'resumed'
+    assert check_resume_config(run, expected, RESUMABLE_CHANGES) == precision
     later = apply_overrides(expected, ["save_every=10"])
-    assert check_resume_config(run, later, RESUMABLE_CHANGES) == {"run.save_every": (0, 10)}
+    assert check_resume_config(run, later, RESUMABLE_CHANGES) == {**precision, "run.save_every": (0, 10)}
     with pytest.raises(ValueError, match=r"model\.d_model: 32 -> 16"):
         check_resume_config(run, apply_overrides(expected, ["d_model=16"]), RESUMABLE_CHANGES)
 

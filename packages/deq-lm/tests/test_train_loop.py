@@ -31,10 +31,8 @@ def test_cli_tiny_deq_run_writes_metrics_checkpoint_and_plot(tmp_path):
     assert "final (step 8)" in proc.stdout and "NFE forward" in proc.stdout
     # The console's story: the switch from unrolled pretraining to solving, once; the chance level and the folder.
     assert proc.stdout.count("unrolled pretraining done") == 1 and "step 2: unrolled pretraining done" in proc.stdout
-    final = proc.stdout.strip().splitlines()[-1]
-    assert final.startswith("final (step 8)") and final.endswith(
-        f"chance level: acc 0.125 (uniform guess among 8 symbols); outputs in {out}"
-    )
+    (final,) = [line for line in proc.stdout.splitlines() if line.startswith("final (step 8)")]
+    assert final.endswith(f"chance level: acc 0.125 (uniform guess among 8 symbols); outputs in {out}")
     records = read_metrics(out / "metrics.jsonl")
     train_records = [r for r in records if r["split"] == "train"]
     assert [r["step"] for r in train_records] == list(range(1, 9))

@@ -20,7 +20,6 @@ from deq_core.train.run_config import (
     resolve_key,
     save_config,
 )
-from deq_core.train.sections import RUN_RESUMABLE
 from deq_core.train.trainer import run_steps
 from deq_vision.configs import PRESETS, Config, get_config
 from deq_vision.train import RESUMABLE_CHANGES, VisionTask, main
@@ -190,8 +189,7 @@ def test_a_run_folder_of_version_040_loads_and_resumes(tmp_path: Path) -> None:
     current = apply_overrides(get_config("tiny-mdeq"), same)
     # 0.4.0 wrote mixed_precision "no"; the preset leaves it unset now (the skeleton keeps the run's "no" on resume)
     assert replace_config(cfg, {"run.stop_after": 0, "run.mixed_precision": None}) == current
-    resumable = RUN_RESUMABLE | RESUMABLE_CHANGES  # what the trainer allows on resume
-    allowed = check_resume_config(tmp_path, current, resumable, data_dir="d")
+    allowed = check_resume_config(tmp_path, current, RESUMABLE_CHANGES, data_dir="d")  # and RUN_RESUMABLE
     assert allowed == {"run.stop_after": (3, 0), "run.mixed_precision": ("no", None)}  # resumes with the preset
     with pytest.raises(ValueError, match=r"--resume with a different config .*: optim\.lr: 0\.003 -> 0\.01"):
         check_resume_config(tmp_path, replace_config(current, {"lr": 0.01}), RESUMABLE_CHANGES)

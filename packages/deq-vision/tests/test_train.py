@@ -56,8 +56,8 @@ def test_cli_trains_writes_metrics_and_checkpoints_and_resumes(
     assert train.main([*common, "--output-dir", str(straight)]) == 0
     out = capsys.readouterr().out
     assert out.count("step 1: unrolled pretraining done") == 1
-    final = out.strip().splitlines()[-1]
-    assert final.startswith("final (step 4)") and "eval acc" in final
+    (final,) = [line for line in out.splitlines() if line.startswith("final (step 4)")]
+    assert "eval acc" in final
     assert final.endswith(f"chance level: acc 10 % (uniform guess over 10 classes); outputs in {straight}")
     assert train.main([*common, "--output-dir", str(resumed), "stop_after=2"]) == 0
     assert [p.name for p in (resumed / "checkpoints").iterdir()] == ["step_0000002"]

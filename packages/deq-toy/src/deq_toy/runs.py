@@ -10,7 +10,7 @@ from typing import Any
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.errors import UsageError
-from deq_core.train.run_config import replace_config
+from deq_core.train.run_config import RUN_RESUMABLE, replace_config
 
 from .configs import config_from_dict, load_config
 from .loop import RESUMABLE_CHANGES, run_training
@@ -26,7 +26,9 @@ def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: P
     config = load_config(preset, overrides)
     if results_path.exists():
         stored = config_from_dict(json.loads((run_dir / "config.json").read_text())["config"])
-        unchanged = {key: functools.reduce(getattr, key.split("."), config) for key in RESUMABLE_CHANGES}
+        unchanged = {
+            key: functools.reduce(getattr, key.split("."), config) for key in RESUMABLE_CHANGES | RUN_RESUMABLE
+        }
         if replace_config(stored, unchanged) != config:  # fields added since the run was stored take their defaults
             raise UsageError(
                 f"{run_dir} holds a finished run with another config; use the same overrides as that "

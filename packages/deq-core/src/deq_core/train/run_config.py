@@ -26,6 +26,7 @@ from .files import write_json
 from .trust import UntrustedImportError, check_import_paths
 
 __all__ = [
+    "RUN_RESUMABLE",
     "ResumeConfigError",
     "check_resume_config",
     "config_changes",
@@ -219,6 +220,13 @@ def config_changes(saved: Any, current: Any, resumable: Collection[str] = ()) ->
     return {k: (a[k], b.get(k)) for k in a if a[k] != b.get(k) and k not in resumable}
 
 
+RUN_RESUMABLE = frozenset({"run.log_with", "run.project", "run.dist_timeout", "run.mixed_precision"})
+"""Settings of the ``run`` section that may change when a run is resumed (:func:`check_resume_config` allows them
+besides a task's ``resumable``): the trackers, their project, the process-group timeout, and ``run.mixed_precision``
+as written (unset or set: the skeleton refuses a resume whose effective precision differs from the one the run
+recorded)."""
+
+
 class ResumeConfigError(UsageError, ValueError):
     """Resuming a run with a config that changes what it computes (a user error: the message lists the changes)."""
 
@@ -232,9 +240,9 @@ def check_resume_config(
     **extra: Any,
 ) -> dict[str, tuple[Any, Any]]:
     """Before resuming in ``run_dir``: refuse a config that changes what the saved run computes; return the allowed
-    changes ({key: (saved, current)} of ``resumable`` settings and of ``extra`` top-level entries such as
-    ``data_dir``), for :func:`record_resume`. Nothing to check when the directory has no config.json. The saved
-    config is read by :func:`load_config` with ``trusted_modules``.
+    changes ({key: (saved, current)} of ``resumable`` settings, of :data:`RUN_RESUMABLE` and of ``extra`` top-level
+    entries such as ``data_dir``), for :func:`record_resume`. Nothing to check when the directory has no
+    config.json. The saved config is read by :func:`load_config` with ``trusted_modules``.
 
     Raises:
         ResumeConfigError: (a ValueError) listing each refused key as ``key: saved -> current``.
@@ -245,7 +253,7 @@ def check_resume_config(
     if not path.is_file():
         return {}
     _, saved = load_config(run_dir, type(current), trusted_modules)
-    changes = config_changes(saved, current, resumable)
+    changes = config_changes(saved, current, {*resumable, *RUN_RESUMABLE})
     if changes:
         listed = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())
         raise ResumeConfigError(

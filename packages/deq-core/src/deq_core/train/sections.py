@@ -18,14 +18,9 @@ from typing import Any, Literal, TypeVar
 from .checks import check_at_least, check_choice, check_finite, check_seed, in_section
 from .trackers import check_project, check_tracker_names
 
-__all__ = ["RUN_RESUMABLE", "OptimConfig", "RunConfig", "section"]
+__all__ = ["OptimConfig", "RunConfig", "section"]
 
 S = TypeVar("S")
-
-RUN_RESUMABLE = frozenset({"run.log_with", "run.project", "run.dist_timeout", "run.mixed_precision"})
-"""Settings of the ``run`` section that may change when a run is resumed (the trainer adds them to the task's
-``resumable``): the trackers, their project, the process-group timeout, and ``run.mixed_precision`` as written (unset
-or set: the skeleton refuses a resume whose effective precision differs from the one the run recorded)."""
 
 
 @dataclass(frozen=True)

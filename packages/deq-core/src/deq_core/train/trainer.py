@@ -70,7 +70,6 @@ from .progress import progress_enabled
 from .run_config import check_resume_config, record_resume, save_config
 from .rundir import RunLock, check_run_dir
 from .schedules import jittered_max_iter
-from .sections import RUN_RESUMABLE
 from .state import TrainState, load_training_checkpoint, save_training_checkpoint
 from .task import Forward, StepPlan, Task
 from .trackers import (
@@ -283,8 +282,7 @@ def setup_run(
     extra = {**task.config_extra(), THREADS_KEY: torch.get_num_threads()}
     changes: dict[str, tuple[Any, Any]] = {}
     if resume:
-        resumable = RUN_RESUMABLE | task.resumable  # the run settings any task may change, and the task's
-        changes = check_resume_config(output_dir, config, resumable, trusted_modules=trusted_modules, **extra)
+        changes = check_resume_config(output_dir, config, task.resumable, trusted_modules=trusted_modules, **extra)
     set_seed(run_cfg.seed)
     parts = task.build(accelerator)
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
