@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from safetensors.torch import save_model
 import deq_core
 from deq_core.train.checkpoints import load_checked, read_json
 from deq_core.train.cli import usage_error
+from deq_core.train.files import write_folder
 from deq_core.train.run_config import config_from_dict
 
 from . import __version__
@@ -42,7 +42,6 @@ from .models import SequenceModel, build_model
 __all__ = ["export_run", "load_pretrained"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-PARTIAL_SUFFIX = ".partial"  # OUT is written as OUT.partial, renamed when complete
 _SOLVER_KEYS = ("solver", "backward_solver")
 
 
@@ -67,16 +66,12 @@ def export_run(run: str | Path, out: str | Path, data_dir: str | Path | None = N
     if cfg.is_deq:
         config["deq"] = dataclasses.asdict(cfg.deq)
     config["deq_lm_version"] = __version__
-    partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    save_model(model, str(partial / WEIGHTS_FILE))
-    (partial / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    if out.exists():
-        out.rmdir()
-    partial.rename(out)
-    return out
+
+    def write(folder: Path) -> None:
+        save_model(model, str(folder / WEIGHTS_FILE))
+        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+    return write_folder(out, write)
 
 
 def _check_solvers(deq: Mapping[str, Any]) -> None:

@@ -17,7 +17,6 @@ refused. The model weights are exported, not the EMA's.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from timm.data import DEFAULT_CROP_PCT
 from timm.models import save_for_hf
 
 from deq_core.train.cli import usage_error
+from deq_core.train.files import write_folder
 
 from .configs import Config
 from .configs.config import IMAGE_FOLDERS
@@ -35,8 +35,6 @@ from .evaluate import load_model
 from .models.registry import layer_settings
 
 __all__ = ["export_run"]
-
-PARTIAL_SUFFIX = ".partial"  # OUT is written as OUT.partial, renamed when complete
 
 
 def data_config(cfg: Config) -> dict[str, Any]:
@@ -66,17 +64,14 @@ def export_run(run: str | Path, out: str | Path) -> Path:
     cfg, model, _ = load_model(Path(run))
     model_args = {"deq": layer_settings(cfg.deq)} if cfg.is_deq else {}
     description = f"{cfg.model.name} trained by deq-vision on {cfg.data.dataset} ({cfg.head_classes} classes)"
-    partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    if partial.exists():
-        shutil.rmtree(partial)
-    save_for_hf(
-        model, partial, model_config={"pretrained_cfg": {"description": description}}, model_args=model_args,
-        safe_serialization=True, data_config=data_config(cfg),
-    )  # fmt: skip
-    if out.exists():
-        out.rmdir()
-    partial.rename(out)
-    return out
+
+    def write(folder: Path) -> None:
+        save_for_hf(
+            model, folder, model_config={"pretrained_cfg": {"description": description}}, model_args=model_args,
+            safe_serialization=True, data_config=data_config(cfg),
+        )  # fmt: skip
+
+    return write_folder(out, write)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from typing import Any, overload
 from .errors import UsageError
 
 __all__ = ["OutputError", "append_text", "check_writable", "output_error", "read_bytes", "write_bytes", "write_file",
-           "write_json", "write_text"]  # fmt: skip
+           "write_folder", "write_json", "write_text"]  # fmt: skip
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 on Windows, which has no such flag (links there need privileges)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -219,6 +219,27 @@ def write_file(
             raise
         raise failure from err
     return path
+
+
+def write_folder(out: str | Path, write: Callable[[Path], None]) -> Path:
+    """Create the folder ``out`` whole: ``write(partial)`` fills ``OUT.partial`` (emptied first), which is then renamed
+    to ``out``; returns ``out``. A reader never sees a half-written folder.
+
+    Raises:
+        FileExistsError: ``out`` exists and is not an empty folder (nothing is written).
+    """
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder: write into a new one.")
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    write(partial)
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+    return out
 
 
 def check_writable(folder: str | Path, *, option: str = "--output-dir") -> None:
