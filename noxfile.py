@@ -12,11 +12,15 @@ commands do. Local packages are installed from their paths, deq-core first, so n
 package index. The deq-lm session (the README's main-job environment) also installs the other task packages and checks
 that torch and torchvision stay what constraints.txt says. The docs session installs no package of ours and no torch:
 the API reference is read from the sources statically.
+
+Disk: each tests session's environment holds torch's CUDA build (about 5.5 GB); four side by side do not fit on a CI
+machine's disk, so a tests session removes its environment when it ends (pass or fail).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import nox
@@ -95,10 +99,26 @@ def _check_wheel(session: nox.Session) -> Path:
     return wheels[0]
 
 
+def _remove_environment(session: nox.Session) -> None:
+    """Delete the session's virtualenv (see the module docstring: disk)."""
+    location = getattr(session.virtualenv, "location", None)
+    if location and Path(location).is_dir():
+        shutil.rmtree(location, ignore_errors=True)
+        session.log(f"removed {location} (torch's build is 5.5 GB per environment)")
+
+
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests (deq-core: against its built wheel, after the install check)."""
+    """Run one package's tests (deq-core: against its built wheel, after the install check), then remove the
+    session's environment."""
+    try:
+        _run_tests(session, package)
+    finally:
+        _remove_environment(session)
+
+
+def _run_tests(session: nox.Session, package: str) -> None:
     if package == "deq-core":
         wheel = _check_wheel(session)
         session.install(f"{wheel}[train]")  # the deq_core.train tests: the wheel's training extra
