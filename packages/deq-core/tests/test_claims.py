@@ -1,10 +1,10 @@
-"""deq_core.train.claims: claims tables with verdicts, sources and commands; mean and spread over seeds."""
+"""lab.claims: claims tables with verdicts, sources and commands; mean and spread over seeds."""
 
 from __future__ import annotations
 
 import pytest
 
-from deq_core.train.claims import Claim, ClaimResult, claims_table, mean_spread, write_claims
+from lab.claims import Claim, ClaimResult, claims_table, mean_spread, write_claims
 
 CLAIM = Claim("nfe", "JR cuts NFE", paper="30 -> 12", source="paper.txt, Table 1, row 'A|B'", threshold="ratio >= 2")
 

@@ -21,10 +21,10 @@ import torch
 
 from deq_core.train.checkpoints import CheckpointWriter, checkpoint_path, latest_complete_checkpoint
 from deq_core.train.cli import run_training_cli, training_parser
-from deq_core.train.faults import read_only, save_points
 from deq_core.train.files import OutputError, append_text, output_error, write_file, write_json
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
+from lab.faults import read_only, save_points
 
 sys.path.insert(0, str(Path(__file__).parent))
 from skeleton_task import TinyConfig, run  # noqa: E402

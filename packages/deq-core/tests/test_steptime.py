@@ -1,4 +1,4 @@
-"""``deq_core.train.steptime``: the profiling benchmarks' split of a DEQ training step into f's own work and the rest.
+"""``lab.steptime``: the profiling benchmarks' split of a DEQ training step into f's own work and the rest.
 What is checked is what does not depend on the clock: the counts of calls and backward passes against deq-core's own
 NFE, that timing f changes no gradient, and that the split's parts are consistent (non-negative, summing to the
 step)."""
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import deq_core
-from deq_core.train.steptime import F_PARTS, StepTimer, profile_steps, split_rows, split_summary, training_step
+from lab.steptime import F_PARTS, StepTimer, profile_steps, split_rows, split_summary, training_step
 
 
 class Cell(nn.Module):

@@ -10,7 +10,7 @@ memory of the first. A training step = zero_grad, forward with targets, mean tok
 the config), in training mode (dropout on).
 
 As ``deq-vision/benchmarks/profile_step.py``: the DEQ / twin step ratio from ``--steps`` interleaved uninstrumented
-pairs (--quick: 2), then the DEQ step instrumented with ``deq_core.train.steptime.StepTimer`` (f = the cell's
+pairs (--quick: 2), then the DEQ step instrumented with ``lab.steptime.StepTimer`` (f = the cell's
 ``f``, the DEQ layer's call, ``deq_core.cached_weights``), split into f's own work and the rest. ``--quick`` also
 shrinks the models (``--set`` overrides apply to both configs).
 """
@@ -30,7 +30,10 @@ from torch import Tensor
 import deq_core
 from deq_core.train.devices import add_device_argument
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.steptime import (
+from deq_lm.configs import Config, get_config
+from deq_lm.models import SequenceModel, build_model
+from deq_lm.tasks import build_task
+from lab.steptime import (
     StepTimer,
     interleaved_ratio,
     profile_steps,
@@ -38,9 +41,6 @@ from deq_core.train.steptime import (
     split_summary,
     training_step,
 )
-from deq_lm.configs import Config, get_config
-from deq_lm.models import SequenceModel, build_model
-from deq_lm.tasks import build_task
 
 QUICK = ["d_embed=16", "d_model=16", "n_heads=2", "d_head=8", "d_ff=32", "tgt_len=12", "mem_len=12", "batch_size=4"]
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from deq_core.train.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import ResumeConfigError, replace_config
@@ -24,6 +23,7 @@ from deq_lm.configs import get_config
 from deq_lm.models import build_model
 from deq_lm.step_timing import expected_seconds
 from deq_lm.train import train
+from lab.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED
 
 WORDS = "the a cat dog sat ran on under mat log saw big small red blue and then it".split()
 

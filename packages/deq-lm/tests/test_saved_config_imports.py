@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deq_core.train.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
 from deq_lm.train import main
+from lab.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
 
 ARGS = ["--config", "tiny-deq-transformer"]
 COMMANDS = {

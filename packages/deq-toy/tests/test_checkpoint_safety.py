@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
-from deq_core.train.faults import plant_pickle
 from deq_toy import evaluate, train
+from lab.faults import plant_pickle
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2"]
 

@@ -13,7 +13,7 @@ Two measurements, each over ``--steps`` steps (--quick: 2) after one warm-up:
 
 1. the step times of the MDEQ and the twin, interleaved (MDEQ, twin, MDEQ, ...), uninstrumented: the ratio
    MDEQ / twin (median of per-pair ratios);
-2. the MDEQ's step instrumented with ``deq_core.train.steptime.StepTimer``: wall time inside f (its calls without
+2. the MDEQ's step instrumented with ``lab.steptime.StepTimer``: wall time inside f (its calls without
    autograd by the forward solver, its tracked call with autograd, and every backward pass through its graph, timed by
    identity autograd Functions at f's output and input) and outside it (the forward solver, the adjoint solver between
    the passes, computing the weight-normalized weights once per step, the rest of the forward and backward, the
@@ -35,7 +35,9 @@ from torch import Tensor, nn
 import deq_core
 from deq_core.train.devices import add_device_argument
 from deq_core.train.reports import MarkdownReport
-from deq_core.train.steptime import (
+from deq_vision.configs import Config, get_config
+from deq_vision.train import build_model, build_optimizer
+from lab.steptime import (
     StepTimer,
     interleaved_ratio,
     profile_steps,
@@ -43,8 +45,6 @@ from deq_core.train.steptime import (
     split_summary,
     training_step,
 )
-from deq_vision.configs import Config, get_config
-from deq_vision.train import build_model, build_optimizer
 
 
 @dataclasses.dataclass

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from deq_core.train.claims import DOES_NOT_HOLD, HOLDS, mean_spread
 from deq_vision import reproduce
 from deq_vision.claims_vision import claim_results, growth, hard_stop_markdown, max_iter_for
 from deq_vision.reproduce import Run, plan
+from lab.claims import DOES_NOT_HOLD, HOLDS, mean_spread
 
 
 def test_quick_claims_end_to_end_and_rerun_reads_finished_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import learnable_images, write_cifar_folder
-from deq_core.train.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
 from deq_vision import train
+from lab.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
 
 ARGS = ["--config", "tiny-mdeq"]
 

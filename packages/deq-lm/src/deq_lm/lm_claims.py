@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from deq_core.train.claims import Claim, ClaimResult, mean_spread
 from deq_core.train.files import write_file
+from lab.claims import Claim, ClaimResult, mean_spread
 
 PPL_MARGIN = 1.05  # ours <= 1.05 x the reference perplexity
 MEMORY_FRACTION = 0.25  # DEQ saved activations <= 25 % of the twin's

@@ -11,7 +11,7 @@ checkpoint), then measures test perplexity and inference NFE (the runs' final te
 and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``; both on a model of
 the run's config: they do not depend on its weights), and each DEQ run's training step relative to a fresh
 Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
-``RUN/step_time.json``), and writes ``DIR/claims.md`` (``deq_core.train.claims``), ``DIR/claims.json`` and
+``RUN/step_time.json``), and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json`` and
 ``DIR/ppl_vs_nfe.png``. It also trains the Transformer-XL twin with the seeds ``lm_claims.SPREAD_SEEDS`` (its runs are
 the cheapest): their test perplexities measure one seed's spread, against which the perplexity rows weigh their distance
 from the threshold (``claims.json``: seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start
@@ -40,7 +40,6 @@ import torch
 
 from deq_core.profiling import saved_tensor_bytes
 from deq_core.train.checkpoints import latest_complete_checkpoint
-from deq_core.train.claims import Claim, ClaimResult, mean_spread, write_claims
 from deq_core.train.cli import usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
@@ -48,6 +47,7 @@ from deq_core.train.files import check_writable, write_bytes, write_json, write_
 from deq_core.train.metrics import read_metrics
 from deq_core.train.reports import markdown_table
 from deq_core.train.run_config import check_resume_config, flat_dict, replace_config
+from lab.claims import Claim, ClaimResult, mean_spread, write_claims
 
 from . import lm_claims as lc
 from .configs import Config, get_config

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from deq_core.train.claims import Claim, ClaimResult, mean_spread
 from deq_core.train.files import write_file
+from lab.claims import Claim, ClaimResult, mean_spread
 
 PAPER = "jacobian-regularization-icml2021.txt"
 MAIN_GAMMA = 0.6

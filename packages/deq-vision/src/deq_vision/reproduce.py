@@ -5,7 +5,7 @@ gammas of the JR paper's Table 3, and a ResNet of the same size, over several se
 (:mod:`deq_vision.data.glyphs`, written to ``DIR/data`` when missing); evaluates accuracy, inference NFE, the
 hard-stop table (Table 3: gamma x hard stop NFE 1..6 in the paper's convention, our max_iter 2..7, see
 ``claims_vision.CONVENTION``) and the forward residual at a fixed number of solver steps over training (Fig. 1a, from
-the runs' checkpoints); writes ``DIR/claims.md`` (deq_core.train.claims), ``DIR/results.json``,
+the runs' checkpoints); writes ``DIR/claims.md`` (lab.claims), ``DIR/results.json``,
 ``DIR/hard_stop.md`` and ``DIR/residual_over_training.png``.
 
 Subcommands:
@@ -35,12 +35,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 from deq_core.train.checkpoints import checkpoint_weights, latest_complete_checkpoint, list_checkpoints
-from deq_core.train.claims import write_claims
 from deq_core.train.cli import usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_bytes, write_json, write_text
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
+from lab.claims import write_claims
 
 from . import train as train_module
 from .claims_vision import (

@@ -21,13 +21,10 @@
 - :mod:`~deq_core.train.run_config`: the run's ``config.json``, nested configs from dicts and dotted changes, and the
   resume check.
 - :mod:`~deq_core.train.reports`, :mod:`~deq_core.train.plots`: Markdown tables and the training plot.
-- :mod:`~deq_core.train.claims`: claims tables of ``reproduce claims``.
 - :mod:`~deq_core.train.trust`: which solver import paths a config read from a file may name (``--trust-solver``).
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
 - :mod:`~deq_core.train.files`: every output written aside and renamed, never through a symbolic link; a failure to
   write is one line (:class:`~deq_core.train.files.OutputError`).
-- :mod:`~deq_core.train.faults`: fault injection for the tests of training scripts (from outside: no hook in the code).
-- :mod:`~deq_core.train.steptime`: where a DEQ training step's time goes (inside f or outside it).
 - :mod:`~deq_core.train.devices`: the ``--device`` option of the benchmark scripts (a checked device name).
 """
 

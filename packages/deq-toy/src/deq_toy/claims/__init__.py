@@ -3,7 +3,7 @@
 Claim 1 (synthetic 1D, Jacobian-regularization paper Fig. 5) and claim 2 (the student report's nested arithmetic;
 group "repeated" adds its 50x repeated GRU) are measured by the runs of :mod:`.synthetic` and :mod:`.arithmetic`;
 finished runs are read, interrupted ones resumed (see :func:`deq_toy.runs.ensure_run`). The table is written with
-:func:`deq_core.train.claims.write_claims`.
+:func:`lab.claims.write_claims`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from deq_core.train.claims import ClaimResult, write_claims
 from deq_core.train.errors import UsageError
 from deq_core.train.files import write_text
+from lab.claims import ClaimResult, write_claims
 
 from . import arithmetic, synthetic
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from deq_core.train.claims import Claim, ClaimResult, mean_spread
 from deq_core.train.files import write_json
 from deq_core.train.metrics import read_metrics
+from lab.claims import Claim, ClaimResult, mean_spread
 
 from ..runs import ensure_run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
-from deq_core.train.claims import Claim, ClaimResult, mean_spread
+from lab.claims import Claim, ClaimResult, mean_spread
 
 from ..evaluate import load_task
 from ..plots import plot_figure5

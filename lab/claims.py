@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .files import write_text
+from deq_core.train.files import write_text
 
 __all__ = [
     "DOES_NOT_HOLD",
