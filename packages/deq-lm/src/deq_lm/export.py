@@ -21,7 +21,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,10 @@ from safetensors.torch import save_model
 import deq_core
 from deq_core.train.checkpoints import load_checked, read_json
 from deq_core.train.cli import usage_error
+from deq_core.train.deq_config import DEQConfig
 from deq_core.train.files import write_folder
 from deq_core.train.run_config import config_from_dict
+from deq_core.train.trust import check_import_paths
 
 from . import __version__
 from .configs import Config
@@ -42,7 +44,6 @@ from .models import SequenceModel, build_model
 __all__ = ["export_run", "load_pretrained"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-_SOLVER_KEYS = ("solver", "backward_solver")
 
 
 def export_run(run: str | Path, out: str | Path, data_dir: str | Path | None = None) -> Path:
@@ -74,17 +75,6 @@ def export_run(run: str | Path, out: str | Path, data_dir: str | Path | None = N
     return write_folder(out, write)
 
 
-def _check_solvers(deq: Mapping[str, Any]) -> None:
-    """ValueError unless every solver named in the ``deq`` settings is one of deq-core's built-ins."""
-    builtin = sorted(str(cls.name) for cls in (deq_core.FixedPoint, deq_core.Anderson, deq_core.Broyden))
-    for key in _SOLVER_KEYS:
-        if key in deq and deq[key] not in builtin:
-            raise ValueError(
-                f"config.json: deq.{key} {deq[key]!r} is not one of deq-core's solvers {builtin}; loading never "
-                "imports code named in a file: build that layer yourself and pass load_pretrained(..., deq=layer)."
-            )
-
-
 def load_pretrained(folder: str | Path, deq: deq_core.DEQ | None = None) -> SequenceModel:
     """The model exported to ``folder`` by :func:`export_run`, with its weights, in eval mode.
 
@@ -107,7 +97,9 @@ def load_pretrained(folder: str | Path, deq: deq_core.DEQ | None = None) -> Sequ
         raise ValueError(f"{folder / CONFIG_FILE} is not a deq-lm export (no model section and vocab_size).")
     values: dict[str, Any] = {"data": {"task": config.get("task", "copy_memory")}, "model": config["model"]}
     if deq is None and isinstance(config.get("deq"), dict):
-        _check_solvers(config["deq"])
+        check_import_paths(
+            DEQConfig, config["deq"], (), "deq.", fix="build that layer and pass load_pretrained(..., deq=layer)"
+        )
         values["deq"] = config["deq"]
     cfg = config_from_dict(Config, values)
     model = build_model(cfg, int(config["vocab_size"]))

@@ -47,20 +47,22 @@ def import_path_fields(cls: type) -> tuple[str, ...]:
 
 
 def check_import_paths(
-    cls: type, values: Mapping[str, Any], trusted_modules: Collection[str], prefix: str = ""
+    cls: type, values: Mapping[str, Any], trusted_modules: Collection[str], prefix: str = "", fix: str | None = None
 ) -> None:
     """Refuse ``values`` (the fields of the dataclass ``cls`` as read from a file, not yet built) when one of its
     import-path fields names a module outside ``trusted_modules``; nothing is imported. ``prefix`` names the section
-    in the message (``"deq."``).
+    in the message (``"deq."``); ``fix`` is what the message tells the user to do (default: the command-line option
+    that allows the module; a Python API that takes no such option says what to pass instead).
 
     Raises:
-        UntrustedImportError: naming the field, the import path and the option that allows its module.
+        UntrustedImportError: naming the field, the import path and the fix.
     """
     for name in import_path_fields(cls):
         value = values.get(name)
         module = import_path_module(value)
         if module is not None and module not in trusted_modules:
+            advice = fix or f"if you trust the module {module!r}, add {TRUST_OPTION} {module}"
             raise UntrustedImportError(
                 f"{prefix}{name} is the import path {value!r}, and a saved config imports no module the command line "
-                f"does not allow; if you trust the module {module!r}, add {TRUST_OPTION} {module}."
+                f"does not allow; {advice}."
             )

@@ -28,6 +28,7 @@ from timm.models.resnet import BasicBlock, ResNet
 
 import deq_core
 from deq_core.train.deq_config import DEQConfig
+from deq_core.train.trust import check_import_paths
 
 from .mdeq import MDEQ, default_deq
 
@@ -134,13 +135,7 @@ def layer_from_settings(settings: Mapping[str, Any]) -> deq_core.DEQ:
     unknown = sorted(set(settings) - set(LAYER_KEYS))
     if unknown:
         raise ValueError(f"deq: unknown layer settings {unknown}; valid: {', '.join(LAYER_KEYS)}.")
-    builtin = sorted(str(cls.name) for cls in (deq_core.FixedPoint, deq_core.Anderson, deq_core.Broyden))
-    for key in ("solver", "backward_solver"):
-        if key in settings and settings[key] not in builtin:
-            raise ValueError(
-                f"deq: {key} {settings[key]!r} is not one of deq-core's solvers {builtin}; settings read as data "
-                "never import code: build that layer yourself and pass deq=deq_core.DEQ(solver=...)."
-            )
+    check_import_paths(DEQConfig, settings, (), "deq.", fix="build that layer and pass deq=deq_core.DEQ(solver=...)")
     values = {key: tuple(v) if isinstance(v, list) else v for key, v in settings.items()}
     return DEQConfig(**values).layer()
 
