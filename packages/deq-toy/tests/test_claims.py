@@ -1,5 +1,5 @@
-"""``reproduce claims``: the quick smoke run writes the claims table, finished runs are read back, interrupted runs
-are resumed, and the verdicts follow the thresholds fixed in deq_toy.claims."""
+"""``python -m lab.toy claims``: the quick smoke run writes the claims table, finished runs are read back, interrupted
+runs are resumed, and the verdicts follow the thresholds fixed in lab.toy.claims."""
 
 import functools
 import json
@@ -10,11 +10,11 @@ import pytest
 
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import RUN_RESUMABLE, replace_config
-from deq_toy import reproduce
-from deq_toy.claims import arithmetic, synthetic
 from deq_toy.configs import load_config
 from deq_toy.loop import run_training
 from deq_toy.runs import ensure_run
+from lab.toy import __main__ as lab_toy
+from lab.toy.claims import arithmetic, synthetic
 
 TINY_SYNTHETIC = ["n_train=256", "n_valid=64", "epochs=2", "batch_size=64", "log_every=2", "eval_every=4"]
 STORED_0_5_1 = json.loads((Path(__file__).parent / "data" / "configs_0_5_1.json").read_text())["runs"]
@@ -22,20 +22,20 @@ STORED_0_5_1 = json.loads((Path(__file__).parent / "data" / "configs_0_5_1.json"
 
 def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_path, capsys):
     out = tmp_path / "claims"
-    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
+    assert lab_toy.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
     text = (out / "claims.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 10
     assert all(any(f"**{v}**" in r for v in ("HOLDS", "DOES NOT HOLD")) for r in rows)  # every claim measured
     assert "jacobian-regularization-icml2021.txt" in rows[0] and "Figure 10" in rows[1]
-    assert "reproduce claims --quick" in rows[0]
+    assert "lab.toy claims --quick" in rows[0]
     assert "GRU-DEQ" in rows[1] and rows[1].count("(n=2: ") == 4  # the ordering: means over the quick plan's 2 seeds
     assert (out / "arithmetic" / "arith-repeated-gru-seed1" / "results.json").is_file()
     assert (out / "synthetic_ablation.md").read_text().count("\n| ") == 7  # header + 6 settings
     first = out / "synthetic" / "gamma2_seed1" / "results.json"
     stamp = first.stat().st_mtime_ns
     capsys.readouterr()
-    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
+    assert lab_toy.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
     assert first.stat().st_mtime_ns == stamp  # read, not retrained
     assert (out / "claims.md").read_text() == text
     # As committed (results/claims): run logs without weights. The table is rebuilt as it was, the figure kept.
@@ -44,13 +44,13 @@ def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_
     figure = out / "synthetic" / "figure5.png"
     figure_stamp = figure.stat().st_mtime_ns
     capsys.readouterr()
-    assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
+    assert lab_toy.main(["claims", "--quick", "--output-dir", str(out), "--no-progress"]) == 0
     assert (out / "claims.md").read_text() == text
     assert figure.stat().st_mtime_ns == figure_stamp and "figure5.png not redrawn" in capsys.readouterr().out
 
 
 def test_claims_rejects_run_overrides(tmp_path, capsys):
-    assert reproduce.main(["claims", "--quick", "--output-dir", str(tmp_path), "lr=1"]) == 2
+    assert lab_toy.main(["claims", "--quick", "--output-dir", str(tmp_path), "lr=1"]) == 2
     assert "claims takes only" in capsys.readouterr().err
 
 

@@ -72,8 +72,8 @@ def test_few_steps_lower_the_loss_on_a_fixed_batch(name, tmp_path):
 
 def test_step_profile_counts_the_cell_calls_and_adds_up(tmp_path):
     from deq_toy.configs import load_config
-    from deq_toy.step_profile import profile_steps
     from deq_toy.tasks import build_task
+    from lab.toy.step_profile import profile_steps
 
     tiny = ["n_train=64", "n_valid=32", "n_test=32", "hidden=8", "batch_size=16", "epochs=1"]
     task = build_task(load_config("arith-repeated-gru-tiny", [*tiny, "repeats=5"]), tmp_path)

@@ -1,12 +1,9 @@
-"""``python -m deq_toy.reproduce synthetic|arithmetic|claims --output-dir DIR [options] [key=value ...]``
+"""``python -m deq_toy.reproduce synthetic|arithmetic --output-dir DIR [options] [key=value ...]``
 
-``claims`` trains what the papers' claims need and writes DIR/claims.md (``--quick``: a minutes-long smoke version
-on tiny data; ``--claims synthetic,arithmetic,repeated`` selects groups, the others' rows are NOT MEASURED); see
-:mod:`deq_toy.claims`. The other two write the papers' tables:
-
-Trains every run of one table (skipping runs that already have results.json, resuming interrupted ones), then writes
-the table and the figures: synthetic -> DIR/table.md, DIR/figure5.png; arithmetic -> DIR/NAME.md (``--name``,
-default ``table``) and DIR/NAME_residual.png (residual over training of the DEQs / repeated GRU among the runs).
+The papers' tables: trains every run of one table (skipping runs that already have results.json, resuming
+interrupted ones), then writes the table and the figures: synthetic -> DIR/table.md, DIR/figure5.png; arithmetic ->
+DIR/NAME.md (``--name``, default ``table``) and DIR/NAME_residual.png (residual over training of the DEQs / repeated
+GRU among the runs).
 ``key=value`` overrides apply to every run (e.g. ``optim.max_steps=400``, or ``max_steps=400``, for a reduced budget,
 ``model.readout=last`` for the length-independent readout).
 
@@ -30,7 +27,6 @@ from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_text
 from deq_core.train.metrics import read_metrics
 
-from .claims import GROUPS, run_claims
 from .configs import ArithmeticConfig, config_from_dict, load_config
 from .evaluate import load_task
 from .plots import plot_figure5, plot_residuals
@@ -185,13 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m deq_toy.reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("table", choices=("synthetic", "arithmetic", "claims"))
-    parser.add_argument("--quick", action="store_true", help="claims: minutes-long smoke version (tiny data)")
-    parser.add_argument(
-        "--claims",
-        default=None,
-        help="claims: comma-separated groups to measure (default: synthetic,arithmetic,repeated)",
-    )
+    parser.add_argument("table", choices=("synthetic", "arithmetic"))
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--data-dir", default=None, help="arithmetic data (default: OUTPUT_DIR/data)")
     parser.add_argument("--no-progress", action="store_true")
@@ -210,15 +200,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m deq_toy.reproduce " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         check_writable(output_dir)
-        if args.table == "claims":
-            if args.overrides or args.runs or args.variants or args.prepare_data or args.data_dir:
-                raise UsageError("claims takes only --output-dir, --quick, --claims and --no-progress.")
-            groups = _names(args.claims, GROUPS, "claim groups")
-            run_claims(output_dir, args.quick, not args.no_progress, command, groups)
-            print((output_dir / "claims.md").read_text())
-            return 0
-        if args.quick or args.claims:
-            raise UsageError("--quick and --claims apply to 'claims' only.")
         if args.table == "synthetic":
             if args.runs or args.variants or args.prepare_data or args.name != "table":
                 raise UsageError("--runs, --variants, --name and --prepare-data apply to the arithmetic tables only.")

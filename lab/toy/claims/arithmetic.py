@@ -15,9 +15,11 @@ import torch
 
 from deq_core.train.files import write_json
 from deq_core.train.metrics import read_metrics
+from deq_toy.evaluate import load_task
+from deq_toy.runs import ensure_run
 from lab.claims import Claim, ClaimResult, mean_spread
 
-from ..runs import ensure_run
+from ..step_profile import profile_steps
 
 REPORT = "depth-properties-of-deqs-student-report.txt"
 MAX_RUN_MINUTES = 45.0  # one GRU-DEQ run's training time on one thread, at most
@@ -195,14 +197,11 @@ def _spread(runs: list[dict[str, Any]], test: str = "test_four") -> str:
 
 
 def step_profile(run_dir: Path, data_dir: Path, steps: int) -> dict[str, Any]:
-    """The step profile (:func:`deq_toy.step_profile.profile_steps`) of a finished run's final model on one thread,
+    """The step profile (:func:`lab.toy.step_profile.profile_steps`) of a finished run's final model on one thread,
     on the batches of its last ``steps`` steps; measured once and kept in RUN_DIR/step_profile.json."""
     path = run_dir / "step_profile.json"
     if path.exists():
         return json.loads(path.read_text())
-    from ..evaluate import load_task
-    from ..step_profile import profile_steps
-
     _, task = load_task(run_dir, data_dir)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -341,7 +340,7 @@ def not_measured_rows(claims: Sequence[Claim], command: str, note: str) -> list[
     return [ClaimResult(c, ours="not run", holds=None, command=command, note=note) for c in claims]
 
 
-REPEATED_COMMAND = "python -m deq_toy.reproduce claims --output-dir OUT --claims synthetic,arithmetic,repeated"
+REPEATED_COMMAND = "python -m lab.toy claims --output-dir OUT --claims synthetic,arithmetic,repeated"
 REPEATED_RUN = {
     False: ("arith-repeated-gru", (*_LARGE, "epochs=40")),
     True: ("arith-repeated-gru-tiny", _TINY),

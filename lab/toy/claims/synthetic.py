@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_toy.evaluate import load_task
+from deq_toy.plots import plot_figure5
+from deq_toy.runs import ensure_run
 from lab.claims import Claim, ClaimResult, mean_spread
-
-from ..evaluate import load_task
-from ..plots import plot_figure5
-from ..runs import ensure_run
 
 GAMMAS = (0.0, 2.0, 4.0)
 NFE_FACTOR = 3.0  # fixed-point NFE(gamma 0) / NFE(gamma) must be at least this

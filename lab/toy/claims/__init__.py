@@ -1,4 +1,4 @@
-"""``python -m deq_toy.reproduce claims``: train what the papers' claims need and write DIR/claims.md.
+"""``python -m lab.toy claims``: train what the papers' claims need and write DIR/claims.md.
 
 Claim 1 (synthetic 1D, Jacobian-regularization paper Fig. 5) and claim 2 (the student report's nested arithmetic;
 group "repeated" adds its 50x repeated GRU) are measured by the runs of :mod:`.synthetic` and :mod:`.arithmetic`;
@@ -19,7 +19,7 @@ from . import arithmetic, synthetic
 
 GROUPS = ("synthetic", "arithmetic", "repeated")
 
-PREAMBLE = """Every verdict is computed by a threshold fixed in `deq_toy/claims/` before the runs, with three exceptions
+PREAMBLE = """Every verdict is computed by a threshold fixed in `lab/toy/claims/` before the runs, with three exceptions
 changed before the runs they judge: the plateau check spans at least the last 2 epochs (for a 3-epoch run the last
 quarter was a single evaluation, which let a still-rising run pass) and the biased-set row is measured from the
 4-operation models (the report's Figure 11 tests those on the biased set), both changed after the first arithmetic

@@ -2,8 +2,8 @@
 forward solve, and everything else (backward solve or backpropagation through the unrolled cells, the Jacobian
 term, the optimizer).
 
-Used by the claims to say how long a full run takes on one thread and why (``python -m deq_toy.reproduce
-profile``). Times are wall-clock seconds on the calling thread (``torch.get_num_threads()`` is reported): run it
+Used by the claims (:func:`lab.toy.claims.arithmetic.step_profile`) to say how long a full run takes on one thread
+and why. Times are wall-clock seconds on the calling thread (``torch.get_num_threads()`` is reported): run it
 with ``OMP_NUM_THREADS=1`` for the one-thread figure.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .tasks.arithmetic import ArithmeticTask
+from deq_toy.tasks.arithmetic import ArithmeticTask
 
 
 @dataclass(frozen=True)
