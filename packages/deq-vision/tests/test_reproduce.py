@@ -1,6 +1,6 @@
-"""reproduce claims: the quick version runs end to end, writes the claims table, resumes (finished runs are read, not
-retrained), recomputes evaluations cached by another version; the verdicts follow the thresholds; the paper's NFE k is
-read at our max_iter k + 1; the commands subcommand lists one training per run."""
+"""python -m lab.vision claims: the quick version runs end to end, writes the claims table, resumes (finished runs are
+read, not retrained), recomputes evaluations cached by another version; the verdicts follow the thresholds; the
+paper's NFE k is read at our max_iter k + 1; the commands subcommand lists one training per run."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from deq_vision import reproduce
-from deq_vision.claims_vision import claim_results, growth, hard_stop_markdown, max_iter_for
-from deq_vision.reproduce import Run, plan
 from lab.claims import DOES_NOT_HOLD, HOLDS, mean_spread
+from lab.vision import reproduce
+from lab.vision.claims import claim_results, growth, hard_stop_markdown, max_iter_for
+from lab.vision.reproduce import Run, plan
 
 
 def test_quick_claims_end_to_end_and_rerun_reads_finished_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -69,13 +69,13 @@ def _check_restore(tmp_path: Path, out: Path, capsys: pytest.CaptureFixture) -> 
 
     def rows(folder: Path) -> list[str]:  # the table without its command column (the paths differ)
         lines = (folder / "claims.md").read_text().splitlines()
-        return [re.sub(r"`python -m deq_vision.reproduce [^`]*`", "", line) for line in lines if line.startswith("| ")]
+        return [re.sub(r"`python -m lab.vision [^`]*`", "", line) for line in lines if line.startswith("| ")]
 
     assert rows(again) == rows(out)
     capsys.readouterr()
     assert reproduce.main(["restore", "--output-dir", str(again)]) == 2  # no --from
     assert capsys.readouterr().err == (
-        "python -m deq_vision.reproduce: error: restore needs --from DIR with a results.json (a claims folder).\n"
+        "python -m lab.vision: error: restore needs --from DIR with a results.json (a claims folder).\n"
     )
 
 
@@ -91,7 +91,7 @@ def test_committed_claims_rebuild_from_their_run_logs(tmp_path: Path) -> None:
     assert not list(out.glob("runs/*/checkpoints"))
 
     def rows(text: str) -> list[str]:  # the table without its command column (the paths differ)
-        pattern = r"`python -m deq_vision.reproduce [^`]*`"
+        pattern = r"`python -m lab.vision [^`]*`"
         return [re.sub(pattern, "", line) for line in text.splitlines() if line.startswith("| ")]
 
     assert rows((out / "claims.md").read_text()) == rows((COMMITTED / "claims.md").read_text())

@@ -1,9 +1,9 @@
 """Evaluate a checkpoint: ``python -m deq_vision.evaluate --checkpoint RUN_OR_CHECKPOINT_DIR [--max-steps N]``.
 
 Reports top-1 / top-5 accuracy at the config's inference limits and, for MDEQs, the accuracy against a hard stop of
-max_iter = 1..N calls of f (the JR paper's Table 3; its NFE k is our max_iter k + 1, see
-``deq_vision.claims_vision.CONVENTION``): a table on stdout and ``hard_stop.json`` / ``hard_stop.png`` in the run
-directory (or in ``--output-dir``, e.g. for a run folder that cannot be written).
+max_iter = 1..N calls of f (the JR paper's Table 3; its NFE k is our max_iter k + 1, see :func:`paper_nfe`): a
+table on stdout and ``hard_stop.json`` / ``hard_stop.png`` in the run directory (or in ``--output-dir``, e.g. for a
+run folder that cannot be written).
 """
 
 from __future__ import annotations
@@ -19,17 +19,24 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader
 
-import deq_core
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_file, write_json
 from deq_core.train.run_config import load_config, replace_config
 
-from .claims_vision import paper_nfe
 from .configs import Config
 from .data import DatasetError, build_datasets
 from .train import build_model, evaluate_loader, finish_eval
+
+
+def paper_nfe(calls: float) -> float:
+    """The JR paper's NFE of a solve that made ``calls`` calls of f: ``calls - 1``.
+
+    The paper counts Broyden updates after evaluating z0 (its hard stop "NFE = k" makes k + 1 calls of f); deq_core's
+    ``max_iter`` counts every call of f, the one at z0 included. So paper NFE k is our max_iter k + 1, and max_iter 1
+    (which returns f(z0)) has no counterpart in the paper."""
+    return calls - 1
 
 
 def load_model(checkpoint: Path, trusted_modules: Collection[str] = ()) -> tuple[Config, nn.Module, Path]:
@@ -60,24 +67,6 @@ def hard_stop_sweep(
         row = {"max_iter": k, "paper_nfe": int(paper_nfe(k))}
         rows.append(row | finish_eval(evaluate_loader(model, loader, device, max_iter=k)))
     return rows
-
-
-@torch.no_grad()
-def unrolled_accuracy(model: nn.Module, loader: DataLoader, steps: int, device: torch.device | None = None) -> float:
-    """Top-1 % of the classifier head on f applied ``steps`` times to z0 = 0 (the plan ``deq_core.Plan(unroll=steps)``
-    set on the layer, no solver; eval mode, restores the training mode): unroll 1 is what a hard stop of max_iter 1
-    returns."""
-    device = device or next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    correct = count = 0
-    for x, y in loader:
-        with deq_core.step_plan(model, deq_core.Plan(unroll=steps)):
-            logits = model(x.to(device))
-        correct += int((logits.argmax(dim=1) == y.to(device)).sum())
-        count += y.shape[0]
-    model.train(was_training)
-    return 100.0 * correct / max(count, 1)
 
 
 def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:

@@ -10,7 +10,7 @@ epochs converted to optimizer steps at the given global batch):
 
 CPU presets: ``digits-mdeq``, ``digits-mdeq-jr``, ``digits-resnet`` (one budget: the CPU-scale result of
 docs/deq-vision.md);
-``glyphs-mdeq``, ``glyphs-mdeq-jr``, ``glyphs-resnet`` (one budget: the JR paper's claims, ``deq_vision.reproduce``);
+``glyphs-mdeq``, ``glyphs-mdeq-jr``, ``glyphs-resnet`` (one budget: the JR paper's claims, ``python -m lab.vision``);
 and ``tiny-mdeq``, ``tiny-mdeq-jr``, ``tiny-resnet`` (a few seconds each, on a tiny CIFAR-format folder; for tests).
 
 Each preset is a dict of settings applied to ``Config()`` by ``replace_config``: by short name (``steps``, ``lr``,
@@ -143,14 +143,14 @@ CPU: dict[str, dict[str, object]] = {
     "digits-resnet": dict(_DIGITS, model="resnet_mini"),
 }
 
-# Claims of the JR paper at CPU scale (deq_vision.reproduce): 16x16 glyphs (python -m deq_vision.data glyphs), one
+# Claims of the JR paper at CPU scale (python -m lab.vision): 16x16 glyphs (python -m deq_vision.data glyphs), one
 # budget for all three models. The JR paper's appendix (its CIFAR-10 gamma, p and limits) is not in the text we cite
 # from, so the JR settings follow what the text does state: gamma from Table 3's rows (0.1, 0.6, 1.2; 0.6 is its best
 # at every hard stop), the loss applied stochastically with a probability p (Section 5), and inference at a hard stop
 # of 6 NFE (Table 2, "MDEQ + JR (ours)": 6 NFEs); the unregularized MDEQ solves to its tolerance (limit 30).
 # Our max_iter counts every call of f, the one at z0 included, so max_iter 6 is the paper's NFE 5 (its NFE counts
 # Broyden updates after z0); the claims evaluate the JR models at max_iter 7 = the paper's 6 NFE as well
-# (deq_vision.claims_vision.CONVENTION).
+# (deq_vision.evaluate.paper_nfe).
 GLYPHS_STEPS = 3000
 _GLYPHS = dict(
     dataset="glyphs",

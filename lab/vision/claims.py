@@ -1,12 +1,13 @@
 """The JR paper's vision claims (fixed before the runs), their verdicts from measured numbers, the hard-stop table and
-the residual-over-training figure. Used by :mod:`deq_vision.reproduce`.
+the residual-over-training figure. Used by :mod:`lab.vision.reproduce`.
 
 Every published number is cited from ``shared/papers/jacobian-regularization-icml2021.txt`` (Table 2 quotes the MDEQ
 paper's CIFAR-10 results). Inputs: the plan's runs and, per run name, the dict of ``reproduce.evaluate_run``
 ({"full": {"acc", "nfe_forward", ...}, "parameters", "hard_stop": [{"max_iter", "paper_nfe", "acc", ...}],
 "unrolled": [{"unroll", "acc"}], "residual_curve": [{"step", "residual"}], "train_residual": [(step, residual)]}).
 
-NFE convention (see :data:`CONVENTION`): the paper's NFE k is our ``max_iter`` k + 1 (:func:`max_iter_for`).
+NFE convention (see :data:`CONVENTION`): the paper's NFE k is our ``max_iter`` k + 1 (:func:`max_iter_for`; its
+inverse is :func:`deq_vision.evaluate.paper_nfe`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from deq_core.train.files import write_file
+from deq_vision.evaluate import paper_nfe
 from lab.claims import Claim, ClaimResult, mean_spread
 
 PAPER = "jacobian-regularization-icml2021.txt"
@@ -39,11 +41,6 @@ CONVENTION = (
 def max_iter_for(nfe: int) -> int:
     """Our solver limit (calls of f, the one at z0 included) for the paper's hard stop of ``nfe`` Broyden updates."""
     return nfe + 1
-
-
-def paper_nfe(calls: float) -> float:
-    """The paper's NFE (updates after z0) of a solve that made ``calls`` calls of f."""
-    return calls - 1
 
 
 SWEEP_MAX_ITER = max_iter_for(PAPER_STOPS)  # the hard-stop sweep runs max_iter 1..7

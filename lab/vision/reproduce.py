@@ -1,12 +1,12 @@
-"""The JR paper's vision claims at CPU scale: ``python -m deq_vision.reproduce claims --output-dir DIR``.
+"""The JR paper's vision claims at CPU scale: ``python -m lab.vision claims --output-dir DIR``.
 
-Trains (resumably: finished runs are read, interrupted ones resumed) the unregularized MDEQ, the MDEQ + JR at the
-gammas of the JR paper's Table 3, and a ResNet of the same size, over several seeds, on 16x16 glyphs
-(:mod:`deq_vision.data.glyphs`, written to ``DIR/data`` when missing); evaluates accuracy, inference NFE, the
-hard-stop table (Table 3: gamma x hard stop NFE 1..6 in the paper's convention, our max_iter 2..7, see
-``claims_vision.CONVENTION``) and the forward residual at a fixed number of solver steps over training (Fig. 1a, from
-the runs' checkpoints); writes ``DIR/claims.md`` (lab.claims), ``DIR/results.json``,
-``DIR/hard_stop.md`` and ``DIR/residual_over_training.png``.
+Run from the root of a checkout (``lab`` is not installed). Trains (resumably: finished runs are read, interrupted
+ones resumed) the unregularized MDEQ, the MDEQ + JR at the gammas of the JR paper's Table 3, and a ResNet of the same
+size, over several seeds, on 16x16 glyphs (:mod:`deq_vision.data.glyphs`, written to ``DIR/data`` when missing);
+evaluates accuracy, inference NFE, the hard-stop table (Table 3: gamma x hard stop NFE 1..6 in the paper's
+convention, our max_iter 2..7, see :data:`lab.vision.claims.CONVENTION`) and the forward residual at a fixed number of
+solver steps over training (Fig. 1a, from the runs' checkpoints); writes ``DIR/claims.md`` (:mod:`lab.claims`),
+``DIR/results.json``, ``DIR/hard_stop.md`` and ``DIR/residual_over_training.png``.
 
 Subcommands:
     claims    train what is missing, evaluate, write the claims table.
@@ -34,30 +34,23 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
+import deq_core
 from deq_core.train.checkpoints import checkpoint_weights, latest_complete_checkpoint, list_checkpoints
 from deq_core.train.cli import usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_bytes, write_json, write_text
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
+from deq_vision import train as train_module
+from deq_vision.configs import Config, get_config
+from deq_vision.data import build_datasets
+from deq_vision.data.glyphs import META, write_glyphs
+from deq_vision.evaluate import hard_stop_sweep, paper_nfe
+from deq_vision.models import count_parameters
+from deq_vision.train import build_model, evaluate_loader, finish_eval
 from lab.claims import write_claims
 
-from . import train as train_module
-from .claims_vision import (
-    GAMMAS,
-    SWEEP_MAX_ITER,
-    claim_results,
-    convention_text,
-    hard_stop_markdown,
-    paper_nfe,
-    plot_residuals,
-)
-from .configs import Config, get_config
-from .data import build_datasets
-from .data.glyphs import META, write_glyphs
-from .evaluate import hard_stop_sweep, unrolled_accuracy
-from .models import count_parameters
-from .train import build_model, evaluate_loader, finish_eval
+from .claims import GAMMAS, SWEEP_MAX_ITER, claim_results, convention_text, hard_stop_markdown, plot_residuals
 
 SEEDS = (0, 1, 2)
 FULL_DATA = dict(n_train=20_000, n_test=5_000)
@@ -68,7 +61,7 @@ QUICK_OVERRIDES = (
 )  # fmt: skip
 RESIDUAL_IMAGES = {False: 1000, True: 64}  # test images for the residual-over-training curve
 # Version of RUN/claims_eval.json: a cache written by another version is recomputed. 2: hard stops max_iter 1..7 (the
-# paper's NFE 0..6, claims_vision.CONVENTION) and the head on f(0), f(f(0)) (unrolled); 1 (no key): max_iter 1..6.
+# paper's NFE 0..6, lab.vision.claims.CONVENTION) and the head on f(0), f(f(0)) (unrolled); 1 (no key): max_iter 1..6.
 EVAL_VERSION = 2
 UNROLLED = (1, 2)
 
@@ -180,6 +173,24 @@ def load_weights(model: nn.Module, checkpoint: Path) -> nn.Module:
     return model.eval()
 
 
+@torch.no_grad()
+def unrolled_accuracy(model: nn.Module, loader: DataLoader, steps: int, device: torch.device | None = None) -> float:
+    """Top-1 % of the classifier head on f applied ``steps`` times to z0 = 0 (the plan ``deq_core.Plan(unroll=steps)``
+    set on the layer, no solver; eval mode, restores the training mode): unroll 1 is what a hard stop of max_iter 1
+    returns."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = count = 0
+    for x, y in loader:
+        with deq_core.step_plan(model, deq_core.Plan(unroll=steps)):
+            logits = model(x.to(device))
+        correct += int((logits.argmax(dim=1) == y.to(device)).sum())
+        count += y.shape[0]
+    model.train(was_training)
+    return 100.0 * correct / max(count, 1)
+
+
 def residual_curve(cfg: Config, run_dir: Path, loader: DataLoader, fixed_t: int) -> list[dict[str, float]]:
     """Forward relative residual after at most ``fixed_t`` solver steps (tolerance as in the config), for every
     checkpoint of the run: rows {"step", "residual", "acc"} (JR paper Fig. 1a)."""
@@ -203,7 +214,7 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
     if final is None and kept is not None and kept.get("fixed_t") == fixed_t:
         return kept
     if final is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (see reproduce commands).")
+        raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (see python -m lab.vision commands).")
     cache = run_dir / "claims_eval.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())
@@ -235,7 +246,7 @@ def evaluate_run(run: Run, out: Path, data_dir: Path, quick: bool, fixed_t: int)
 def reproduce_command(
     out: Path, seeds: Sequence[int], quick: bool, data_dir: Path | None, gammas: Sequence[float] = GAMMAS
 ) -> str:
-    parts = ["python", "-m", "deq_vision.reproduce", "claims", "--output-dir", str(out)]
+    parts = ["python", "-m", "lab.vision", "claims", "--output-dir", str(out)]
     parts += ["--seeds", *map(str, seeds)] + (["--data-dir", str(data_dir)] if data_dir else [])
     if sorted(gammas) != sorted(GAMMAS):
         parts += ["--gammas", *(f"{g:g}" for g in gammas)]
@@ -311,7 +322,7 @@ def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixe
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m deq_vision.reproduce", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.vision", description=__doc__.splitlines()[0])
     parser.add_argument(
         "what", choices=("claims", "commands", "restore"),
         help="claims: run everything; commands: print them; restore: recreate the runs of a committed claims folder "
