@@ -111,10 +111,10 @@ def test_a_run_folder_of_deq_lm_0_5_0_loads_and_resumes(tmp_path: Path):
 
 
 def test_committed_claims_runs_are_the_runs_reproduce_would_train(tmp_path: Path):
-    """``reproduce restore`` + ``claims`` read the committed run logs as finished runs of today's presets: their
+    """``python -m lab.lm restore`` + ``claims`` read the committed run logs as finished runs of today's presets: their
     configs (flat layouts; the sections' layout for the Transformer-XL's seed-spread runs) differ from ``run_config``
     of their preset and seed (the folder's name) only in the corpus folder, a setting a resume may change."""
-    from deq_lm import reproduce
+    from lab.lm import reproduce
 
     folders = sorted((RESULTS / "claims" / "run_logs").iterdir())
     assert len(folders) >= 6

@@ -1,4 +1,4 @@
-"""``python -m deq_lm.reproduce``: the claims presets (equal non-embedding parameters, same tokens), the verdict
+"""``python -m lab.lm``: the claims presets (equal non-embedding parameters, same tokens), the verdict
 thresholds on made-up measurements, the printed training commands, resuming an interrupted run, and the whole
 ``claims --quick`` pipeline on a corpus the test writes."""
 
@@ -14,17 +14,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import run_module
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import ResumeConfigError, replace_config
-from deq_lm import lm_claims as lc
-from deq_lm import reproduce
 from deq_lm.configs import get_config
 from deq_lm.models import build_model
-from deq_lm.step_timing import expected_seconds
 from deq_lm.train import train
 from lab.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED
+from lab.lm import claims as lc
+from lab.lm import reproduce
+from lab.lm.step_timing import expected_seconds
 
+ROOT = Path(__file__).resolve().parents[3]  # the repository's root, which holds lab/
 WORDS = "the a cat dog sat ran on under mat log saw big small red blue and then it".split()
 
 
@@ -206,7 +208,7 @@ def test_quick_claims_pipeline(tmp_path, capsys):
             assert "at a plateau (valid ppl fall over the last 2,000 steps: plateau32-deq-transformer " in row
         else:
             assert f"**{HOLDS}**" in row or f"**{DOES_NOT_HOLD}**" in row
-        assert "python -m deq_lm.reproduce claims --quick" in row
+        assert "python -m lab.lm claims --quick" in row
     assert (out / "ppl_vs_nfe.png").stat().st_size > 0
     dump = json.loads((out / "claims.json").read_text())
     assert set(dump["measured"]) == set(reproduce.PRESETS)
@@ -252,7 +254,14 @@ def test_quick_claims_pipeline(tmp_path, capsys):
 def test_restore_needs_run_logs(tmp_path, capsys):
     assert reproduce.main(["restore", "--from", str(tmp_path), "--output-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("python -m deq_lm.reproduce: error: ") and "no run folders" in err, err
+    assert err.startswith("python -m lab.lm: error: ") and "no run folders" in err, err
+
+
+def test_the_command_runs_from_the_repository_root(tmp_path):
+    """``python -m lab.lm`` from a checkout's root (lab is not installed): a usage error is one line, exit status 2."""
+    done = run_module("lab.lm", "restore", "--output-dir", str(tmp_path / "out"), cwd=ROOT, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("python -m lab.lm: error: restore needs --from"), done.stderr
 
 
 def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, capsys):

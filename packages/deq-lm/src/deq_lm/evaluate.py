@@ -8,7 +8,6 @@ Reports the loss and the task metric, and for DEQ models sweeps the inference it
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -73,16 +72,6 @@ def sweep(
     finally:
         deq.eval_max_iter, deq.eval_tol = saved
     return rows
-
-
-def read_sweep(run_dir: Path) -> dict[int, float]:
-    """Test perplexity by inference iteration limit from RUN_DIR/sweep.json (written by ``python -m deq_lm.evaluate
-    --checkpoint RUN_DIR --split test --max-iters ...``); empty when the run has no test-split sweep."""
-    path = Path(run_dir) / SWEEP_FILE
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {int(row["max_iter"]): float(row["ppl"]) for row in data.get("rows", []) if data.get("split") == "test"}
 
 
 def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path: Path) -> Path:

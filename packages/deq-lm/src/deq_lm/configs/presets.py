@@ -14,8 +14,8 @@
 - ``pydoc-*``: the CPU-scale language-modeling comparison (DEQ-Transformer, the same with Jacobian regularization,
   its Transformer-XL twin) on Python's documentation text (``corpus=pydoc``, written offline from ``pydoc_data``),
   one budget for all.
-- ``pdocs-*``: the claims runs of ``python -m deq_lm.reproduce claims`` (DEQ paper Table 3, JR paper Table 1) on the
-  >= 1M-token Python documentation corpus (``configs/pythondocs.py`` says how they are sized).
+- ``pdocs-*``: the claims runs of ``python -m lab.lm claims`` (run from the repository's root; DEQ paper Table 3, JR
+  paper Table 1) on the >= 1M-token Python documentation corpus (``configs/pythondocs.py`` says how they are sized).
 """
 
 from __future__ import annotations

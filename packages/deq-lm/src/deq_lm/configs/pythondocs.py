@@ -16,10 +16,11 @@ Claim 4 at a plateau (``pdocs-plateau-*``): the budget above stops the Transform
 (its valid perplexity falls another 22 % between 3,000 and 9,000 steps), and the 128-wide DEQ would need about
 200 minutes for 9,000 steps, past the issue's 90 minutes per run. So the same three models at half the width (64;
 the DEQ's FFN 1,450 wide against the twin's 256, 222,484 vs 222,592 body parameters), trained three times as long
-(9,000 steps, the same corpus and batches), evaluated every 500 steps; ``lm_claims.PLATEAU_GAIN`` and
-``PLATEAU_WINDOW`` say what counts as a plateau. None of the three reached it (falls of 2.6-3.5 % over the last
-2,000 steps), so the claims table's plateau rows now use the width-32 set below (``pdocs-plateau32-*``, 14,000
-steps); the width-64 presets stay for the record of that try (docs/deq-lm.md, run logs).
+(9,000 steps, the same corpus and batches), evaluated every 500 steps; ``PLATEAU_GAIN`` and ``PLATEAU_WINDOW`` of
+the repository's ``lab/lm/claims.py`` say what counts as a plateau. None of the three reached it (falls of 2.6-3.5 %
+over the last 2,000 steps), so the claims table's plateau rows now use the width-32 set below
+(``pdocs-plateau32-*``, 14,000 steps); the width-64 presets stay for the record of that try (docs/deq-lm.md, run
+logs).
 """
 
 from __future__ import annotations

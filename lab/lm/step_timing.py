@@ -23,9 +23,8 @@ import torch
 from torch import Tensor
 
 import deq_core
-
-from .configs import Config
-from .models import SequenceModel
+from deq_lm.configs import Config
+from deq_lm.models import SequenceModel
 
 
 @dataclass

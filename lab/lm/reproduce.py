@@ -1,18 +1,20 @@
 """Reproduce the papers' language-modeling claims at CPU scale and write the claims table.
 
-    python -m deq_lm.reproduce claims --output-dir DIR [--data-dir CORPUS] [--seeds 0 1 2] [--quick]
-    python -m deq_lm.reproduce commands --output-dir DIR [--data-dir CORPUS] [--seeds 0] [--quick]
-    python -m deq_lm.reproduce plan --output-dir DIR [--data-dir CORPUS] [--quick]
-    python -m deq_lm.reproduce restore --from packages/deq-lm/results/claims/run_logs --output-dir DIR
+    python -m lab.lm claims --output-dir DIR [--data-dir CORPUS] [--seeds 0 1 2] [--quick]
+    python -m lab.lm commands --output-dir DIR [--data-dir CORPUS] [--seeds 0] [--quick]
+    python -m lab.lm plan --output-dir DIR [--data-dir CORPUS] [--quick]
+    python -m lab.lm restore --from packages/deq-lm/results/claims/run_logs --output-dir DIR
 
-``claims`` trains every run the claims need (``pdocs-*`` presets, ``configs/pythondocs.py``) in
+Run from the repository's root (``lab`` is not installed with deq-lm).
+
+``claims`` trains every run the claims need (``pdocs-*`` presets, ``deq_lm.configs.pythondocs``) in
 ``DIR/runs/PRESET-seedS`` with ``deq_lm.train`` (a finished run is read, an interrupted one resumed from its latest
 checkpoint), then measures test perplexity and inference NFE (the runs' final test evaluation), non-embedding parameters
 and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``; both on a model of
 the run's config: they do not depend on its weights), and each DEQ run's training step relative to a fresh
 Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
 ``RUN/step_time.json``), and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json`` and
-``DIR/ppl_vs_nfe.png``. It also trains the Transformer-XL twin with the seeds ``lm_claims.SPREAD_SEEDS`` (its runs are
+``DIR/ppl_vs_nfe.png``. It also trains the Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are
 the cheapest): their test perplexities measure one seed's spread, against which the perplexity rows weigh their distance
 from the threshold (``claims.json``: seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start
 them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on a fresh model (the DEQs
@@ -21,7 +23,7 @@ forced to their iteration limits) and prints the training time each implies. ``r
 machines make one table: ``claims`` reads them as finished runs.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
-to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``data/pythondocs_corpus.py``). ``--quick``: tiny
+to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``deq_lm.data.pythondocs_corpus``). ``--quick``: tiny
 models and a few dozen steps on the same runs (a smoke test of the whole pipeline, about a minute on a small corpus;
 its verdicts mean nothing).
 """
@@ -47,17 +49,17 @@ from deq_core.train.files import check_writable, write_bytes, write_json, write_
 from deq_core.train.metrics import read_metrics
 from deq_core.train.reports import markdown_table
 from deq_core.train.run_config import check_resume_config, flat_dict, replace_config
+from deq_lm.configs import Config, get_config
+from deq_lm.configs.pythondocs import JR_SETTINGS, PLATEAU32_MODELS, PLATEAU32_PREFIX, PREFIX
+from deq_lm.data.pythondocs_corpus import write_pythondocs_corpus
+from deq_lm.evaluate import SWEEP_FILE, load_model
+from deq_lm.models import SequenceModel, build_model, count_parameters
+from deq_lm.tasks import Task, build_task
+from deq_lm.train import RESUMABLE_CHANGES, train
 from lab.claims import Claim, ClaimResult, mean_spread, write_claims
 
-from . import lm_claims as lc
-from .configs import Config, get_config
-from .configs.pythondocs import JR_SETTINGS, PLATEAU32_MODELS, PLATEAU32_PREFIX, PREFIX
-from .data.pythondocs_corpus import write_pythondocs_corpus
-from .evaluate import SWEEP_FILE, load_model, read_sweep
-from .models import SequenceModel, build_model, count_parameters
+from . import claims as lc
 from .step_timing import TimedEntry, expected_seconds, time_training_steps
-from .tasks import Task, build_task
-from .train import RESUMABLE_CHANGES, train
 
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
@@ -156,6 +158,16 @@ def test_record(folder: Path) -> dict[str, float]:
     if not tests:
         raise RuntimeError(f"no test evaluation in {folder / 'metrics.jsonl'}.")
     return tests[-1]
+
+
+def read_sweep(run_dir: Path) -> dict[int, float]:
+    """Test perplexity by inference iteration limit from RUN_DIR/sweep.json (written by ``python -m deq_lm.evaluate
+    --checkpoint RUN_DIR --split test --max-iters ...``); empty when the run has no test-split sweep."""
+    path = Path(run_dir) / SWEEP_FILE
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {int(row["max_iter"]): float(row["ppl"]) for row in data.get("rows", []) if data.get("split") == "test"}
 
 
 def fresh_model(cfg: Config, task: Task) -> SequenceModel:
@@ -306,7 +318,7 @@ def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[st
     if not done(DEQ):
         raise UsageError(
             f"--finished-only: the run {DEQ} has not finished in {folders[DEQ][0].parent}; every claim compares "
-            "with it. Train it first (python -m deq_lm.reproduce commands prints how)."
+            "with it. Train it first (python -m lab.lm commands prints how)."
         )
     return [p for p in PRESETS if done(p)]
 
@@ -359,7 +371,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
         record = step_record(folders[preset][0], configs[preset][0], configs[TXL][0], task, TIMING_REPEATS[args.quick])
         if record is not None:
             times[measured[preset].label] = record
-    command = "python -m deq_lm.reproduce " + " ".join(shlex.quote(a) for a in args.argv)
+    command = "python -m lab.lm " + " ".join(shlex.quote(a) for a in args.argv)
     tokens = configs[DEQ][0].optim.batch_size * configs[DEQ][0].data.tgt_len
     deq, settings = measured[DEQ], [measured[p] for p in JR if p in available]
     spread = seed_spread(args, data_dir)
@@ -404,7 +416,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
 def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
     """What was run: the runs' commands, seeds, corpus, the runs table, and the scale caveat of --quick."""
     lines = [
-        f"Corpus: `{data_dir}`. Seeds: {', '.join(map(str, args.seeds))}. Runs (`python -m deq_lm.reproduce commands` "
+        f"Corpus: `{data_dir}`. Seeds: {', '.join(map(str, args.seeds))}. Runs (`python -m lab.lm commands` "
         "prints these, with `--resume` for a run interrupted in OUTPUT_DIR; each can run alone, in parallel):",
         "",
     ]
@@ -449,7 +461,7 @@ def plan(args: argparse.Namespace, data_dir: Path) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m deq_lm.reproduce", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.lm", description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["claims", "commands", "plan", "restore"], help="claims: train, measure, "
                         "write the table; commands: print one training command per run; plan: time one training "
                         "step of each run on a fresh model (DEQs at their limits), print the implied minutes; "
@@ -496,7 +508,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{r.claim.key}: {r.verdict} ({r.ours})")
     print(f"wrote {args.output_dir / 'claims.md'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

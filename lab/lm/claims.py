@@ -5,7 +5,7 @@ Claim 4 (DEQ paper, Table 3): at equal non-embedding parameters (within ``PARAM_
 tokens, the DEQ-Transformer's test perplexity is within ``PPL_MARGIN`` of its explicit twin's, with at most
 ``MEMORY_FRACTION`` of the twin's saved activations; checked against the Transformer-XL twin and against the
 weight-tied unrolled twin. The paper trains both to a plateau; the claims-budget runs stop before one, so the
-perplexity rows are also checked on narrower models trained longer (``configs/pythondocs.py``, width 32 and 14,000
+perplexity rows are also checked on narrower models trained longer (``deq_lm.configs.pythondocs``, width 32 and 14,000
 steps: ``pdocs-plateau32-*``; the width-64 try, ``pdocs-plateau-*``, did not reach a plateau), each run counting as
 at a plateau when its validation perplexity falls by less than ``PLATEAU_GAIN`` over its last ``PLATEAU_WINDOW``
 steps.

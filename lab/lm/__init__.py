@@ -1,0 +1,14 @@
+"""deq-lm's lab: the claims at CPU scale (DEQ paper Table 3, JR paper Table 1), not installed with deq-lm.
+
+- :mod:`lab.lm.claims`: the claims, their published numbers, the thresholds fixed before the runs, the verdicts and
+  the figure.
+- :mod:`lab.lm.reproduce`: trains (or reads) the claims runs and writes ``claims.md``, ``claims.json`` and
+  ``ppl_vs_nfe.png``.
+- :mod:`lab.lm.step_timing`: training steps of several models timed interleaved in one process (the speed claim).
+
+From the repository's root::
+
+    python -m lab.lm claims --output-dir OUT [--data-dir CORPUS] [--seeds 0 1 2] [--quick] [--finished-only]
+    python -m lab.lm commands | plan --output-dir OUT [--data-dir CORPUS]
+    python -m lab.lm restore --from packages/deq-lm/results/claims/run_logs --output-dir OUT
+"""
