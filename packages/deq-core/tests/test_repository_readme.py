@@ -90,3 +90,18 @@ def test_readmes_name_no_machine_path() -> None:
     for readme in _readmes():
         for number, line in enumerate(readme.read_text().splitlines(), 1):
             assert not MACHINE_PATH.search(line), f"{readme.relative_to(REPO)}:{number}: {line.strip()}"
+
+
+def _committed_text_files() -> list[Path]:
+    """The text files of the docs site, the packages' results and run logs, and lab/ (what a reader opens)."""
+    roots = [REPO / "docs", REPO / "lab", *(REPO / "packages").glob("*/results")]
+    suffixes = {".md", ".json", ".jsonl", ".sh", ".txt", ".py", ".csv"}
+    return sorted(p for root in roots for p in root.rglob("*") if p.suffix in suffixes and p.is_file())
+
+
+def test_docs_results_and_lab_name_no_machine_path() -> None:
+    files = _committed_text_files()
+    assert len(files) > 100  # the run logs are there: a moved folder would otherwise pass unnoticed
+    for path in files:
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            assert not MACHINE_PATH.search(line), f"{path.relative_to(REPO)}:{number}: {line.strip()[:120]}"
