@@ -156,8 +156,8 @@ def bench(session: nox.Session, package: str) -> None:
     _install_package(session, package)
     if package == "deq-core":
         session.install("torchdeq==0.1.0")  # the peer compared against; never a dependency of deq-core
-    for script in scripts:  # the profiles import the repository's lab/ (step timers)
-        session.run("python", str(script), *session.posargs, env={"PYTHONPATH": str(ROOT)})
+    for script in scripts:
+        session.run("python", str(script), *session.posargs)
 
 
 # What the docs build needs: mkdocs 1.6 (validation of links and anchors), Material, mkdocstrings' Python handler 2.x

@@ -9,5 +9,5 @@
   run), with the results committed under ``packages/deq-X/results/claims/``.
 
 Run from the repository's root (``python -m lab...``); the packages' tests find it through their pytest
-``pythonpath``, the benchmarks through nox's bench session.
+``pythonpath``; the two step-profile benchmarks put the checkout's root on ``sys.path`` themselves.
 """

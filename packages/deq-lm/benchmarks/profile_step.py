@@ -21,6 +21,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import _lm_bench as lb
@@ -33,7 +34,11 @@ from deq_core.train.overrides import apply_overrides
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model
 from deq_lm.tasks import build_task
-from lab.steptime import (
+
+# lab/ (the step timer) belongs to the checkout and is never installed: found from this file, wherever the
+# script is run from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from lab.steptime import (  # noqa: E402
     StepTimer,
     interleaved_ratio,
     profile_steps,

@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,7 +38,11 @@ from deq_core.train.devices import add_device_argument
 from deq_core.train.reports import MarkdownReport
 from deq_vision.configs import Config, get_config
 from deq_vision.train import build_model, build_optimizer
-from lab.steptime import (
+
+# lab/ (the step timer) belongs to the checkout and is never installed: found from this file, wherever the
+# script is run from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from lab.steptime import (  # noqa: E402
     StepTimer,
     interleaved_ratio,
     profile_steps,
