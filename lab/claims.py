@@ -1,5 +1,6 @@
 """Claims tables: a paper's claim, the published number with its source, our measurement and a verdict by a threshold
-fixed in code before the run. Standard library only; shared by every task package's claims command (``python -m lab.X claims``).
+fixed in code before the run. Standard library only; shared by every task package's claims command
+(``python -m lab.X claims``).
 
 A task package declares its claims as :class:`Claim` constants (statement, published number, source, threshold in
 words), measures, then builds one :class:`ClaimResult` per claim with the verdict computed by a function of the

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from deq_core.train.files import write_file
+from deq_core.train.plots import write_figure
 from lab.claims import Claim, ClaimResult, mean_spread
 
 PPL_MARGIN = 1.05  # ours <= 1.05 x the reference perplexity
@@ -376,8 +376,4 @@ def plot_ppl_vs_nfe(deq: Measured, settings: Sequence[Measured], out_path: Path)
     ax.set_title("DEQ-Transformer with Jacobian regularization (JR paper, Table 1)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    try:
-        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
-    return out_path
+    return write_figure(fig, out_path)

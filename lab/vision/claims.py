@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from deq_core.train.files import write_file
+from deq_core.train.plots import write_figure
 from deq_vision.evaluate import paper_nfe
 from lab.claims import Claim, ClaimResult, mean_spread
 
@@ -331,8 +331,4 @@ def plot_residuals(runs: Sequence[RunLike], evals: dict[str, Any], fixed_t: int,
     for ax in axes:
         ax.legend()
     fig.tight_layout()
-    try:
-        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
-    return out_path
+    return write_figure(fig, out_path)

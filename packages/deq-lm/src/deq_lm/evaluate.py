@@ -19,7 +19,8 @@ from safetensors.torch import load_model as load_safetensors
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
-from deq_core.train.files import check_writable, write_file, write_json
+from deq_core.train.files import check_writable, write_json
+from deq_core.train.plots import write_figure
 from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
@@ -92,11 +93,7 @@ def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path:
     axes[1].plot([r["tol"] for r in by_tol], [r["loss"] for r in by_tol], "o-")
     axes[1].set(xlabel="tolerance", ylabel="loss", xscale="log", yscale="log")
     fig.tight_layout()
-    try:
-        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
-    return out_path
+    return write_figure(fig, out_path)
 
 
 def _numbers(text: str, kind: type) -> list[Any]:

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 
-from deq_core.train.files import write_file
 from deq_core.train.metrics import select
+from deq_core.train.plots import write_figure
 
 from .models.scalar_deq import ScalarDEQ
 
@@ -89,7 +89,7 @@ def plot_figure5(
         ax2.set_title(f"{label}: slices and cobwebs from z0 = 0", fontsize=9)
         ax2.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    return write_file(path, lambda tmp: fig.savefig(tmp, dpi=80, format="png"))
+    return write_figure(fig, path, dpi=80)
 
 
 def plot_residuals(runs: dict[str, list[dict[str, Any]]], path: str | Path, tol: float | None = 1e-3) -> Path:
@@ -116,4 +116,4 @@ def plot_residuals(runs: dict[str, list[dict[str, Any]]], path: str | Path, tol:
     for ax in axes:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    return write_file(path, lambda tmp: fig.savefig(tmp, dpi=80, format="png"))
+    return write_figure(fig, path, dpi=80)

@@ -22,7 +22,8 @@ from torch.utils.data import DataLoader
 from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
-from deq_core.train.files import check_writable, write_file, write_json
+from deq_core.train.files import check_writable, write_json
+from deq_core.train.plots import write_figure
 from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
@@ -84,11 +85,7 @@ def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
     axes[1].plot(steps, [r["residual"] for r in rows], "o-")
     axes[1].set(xlabel="hard stop max_iter (calls of f)", ylabel="forward residual", yscale="log")
     fig.tight_layout()
-    try:
-        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
-    return out_path
+    return write_figure(fig, out_path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,9 @@
-"""The training plot of a run (:func:`plot_training`) and its solver panels (:func:`draw_solver_curves`: NFE and
-residual), shared by the task packages."""
+"""The training plot of a run (:func:`plot_training`), its solver panels (:func:`draw_solver_curves`: NFE and
+residual) and how every figure is written (:func:`write_figure`), shared by the task packages."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from .files import write_file
 from .metrics import read_metrics, select
 
-__all__ = ["draw_solver_curves", "end_of_pretraining", "plot_training"]
+__all__ = ["draw_solver_curves", "end_of_pretraining", "plot_training", "write_figure"]
 
 
 def draw_solver_curves(nfe_ax: Any, residual_ax: Any, records: Iterable[dict[str, Any]], split: str = "train") -> None:
@@ -67,8 +68,17 @@ def plot_training(metrics_path: str | Path, out_path: str | Path, metric: str) -
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
+    return write_figure(fig, out_path)
+
+
+def write_figure(fig: Any, out_path: str | Path, dpi: int = 110) -> Path:
+    """Write the matplotlib figure ``fig`` to ``out_path`` as PNG at ``dpi`` (aside and renamed:
+    :func:`~deq_core.train.files.write_file`), then close it if pyplot made it (pyplot keeps every figure it made
+    until closed); returns ``out_path`` as a Path."""
     try:
-        write_file(out_path, lambda path: fig.savefig(path, dpi=110, format="png"))
+        write_file(Path(out_path), lambda path: fig.savefig(path, dpi=dpi, format="png"))
     finally:
-        plt.close(fig)
+        pyplot = sys.modules.get("matplotlib.pyplot")  # not imported: the figure is not one of pyplot's
+        if pyplot is not None:
+            pyplot.close(fig)
     return Path(out_path)
