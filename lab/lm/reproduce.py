@@ -13,14 +13,16 @@ checkpoint), then measures test perplexity and inference NFE (the runs' final te
 and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``; both on a model of
 the run's config: they do not depend on its weights), and each DEQ run's training step relative to a fresh
 Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
-``RUN/step_time.json``), and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json`` and
-``DIR/ppl_vs_nfe.png``. It also trains the Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are
-the cheapest): their test perplexities measure one seed's spread, against which the perplexity rows weigh their distance
-from the threshold (``claims.json``: seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start
-them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on a fresh model (the DEQs
-forced to their iteration limits) and prints the training time each implies. ``restore`` copies committed run logs
-(config, metrics, step record; no checkpoints) into DIR/runs, so that runs trained in different sessions or on different
-machines make one table: ``claims`` reads them as finished runs.
+``RUN/step_time.json``), and the runtime rows of the DEQ paper's Table 4 (:func:`runtime`: each DEQ run and its twin on
+fresh models, the DEQ's solver held to the iterations its run logged, training and inference steps timed interleaved),
+and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. It also trains the
+Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are the cheapest): their test perplexities measure
+one seed's spread, against which the perplexity rows weigh their distance from the threshold (``claims.json``:
+seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start them in parallel; ``claims`` then reads
+them. ``plan`` times one training step of every run on a fresh model (the DEQs forced to their iteration limits) and
+prints the training time each implies. ``restore`` copies committed run logs (config, metrics, step record; no
+checkpoints) into DIR/runs, so that runs trained in different sessions or on different machines make one table:
+``claims`` reads them as finished runs.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``deq_lm.data.pythondocs_corpus``). ``--quick``: tiny
@@ -315,7 +317,8 @@ def runtime(deq_cfg: Config, twin_cfg: Config, folder: Path, task: Task, repeats
         timer([deq, twin], first, second, repeats)
         steps[what] = lc.StepTime(deq.median_cpu(), deq.median_wall(), twin.median_cpu(), twin.median_wall())
         nfe += [n for n in deq.nfe[-1] if n is not None]
-    return lc.Runtime(_label(deq_cfg), _label(twin_cfg), steps["train"], steps["inference"], tuple(nfe))
+    layers = twin_cfg.model.n_layers
+    return lc.Runtime(_label(deq_cfg), _label(twin_cfg), steps["train"], steps["inference"], tuple(nfe), layers)
 
 
 def _label(cfg: Config) -> str:
