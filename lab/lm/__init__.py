@@ -1,10 +1,11 @@
-"""deq-lm's lab: the claims at CPU scale (DEQ paper Table 3, JR paper Table 1), not installed with deq-lm.
+"""deq-lm's lab: the claims at CPU scale (DEQ paper Tables 2-4, JR paper Table 1), not installed with deq-lm.
 
 - :mod:`lab.lm.claims`: the claims, their published numbers, the thresholds fixed before the runs, the verdicts and
   the figure.
 - :mod:`lab.lm.reproduce`: trains (or reads) the claims runs and writes ``claims.md``, ``claims.json`` and
   ``ppl_vs_nfe.png``.
-- :mod:`lab.lm.step_timing`: training steps of several models timed interleaved in one process (the speed claim).
+- :mod:`lab.lm.step_timing`: training and inference steps of several models timed interleaved in one process (the
+  speed and runtime claims).
 
 From the repository's root::
 

@@ -1,5 +1,6 @@
-"""The deq-lm claims (issue 11, claims 4 and 5): what each claim says, the published numbers with their sources, the
-thresholds fixed here before any run, and the functions that turn measured runs into verdicts and the figure.
+"""The deq-lm claims (issue 11, claims 4 and 5; issue 28, parts 2 and 3): what each claim says, the published
+numbers with their sources, the thresholds fixed here before any run, and the functions that turn measured runs into
+verdicts and the figure.
 
 Claim 4 (DEQ paper, Table 3): at equal non-embedding parameters (within ``PARAM_TOLERANCE``) and the same training
 tokens, the DEQ-Transformer's test perplexity is within ``PPL_MARGIN`` of its explicit twin's, with at most
@@ -15,6 +16,15 @@ NFE than the unregularized DEQ for at most ``PPL_MARGIN`` of its perplexity, and
 faster than the unregularized one's: each DEQ run's step is timed against the same reference, a fresh Transformer-XL
 twin's step, interleaved in one process (the JR paper's column t_train is also relative to a Transformer-XL), so runs
 trained in different sessions compare.
+
+Issue 28, part 2 (DEQ paper, Table 2): trained to the same plateau rule, a DEQ-TrellisNet's test perplexity is within
+``PPL_MARGIN`` of the same TrellisNet cell unrolled to a fixed depth (``deq_lm.configs.pythondocs``:
+``pdocs-trellis-*``; same parameters by construction, same tokens), with at most ``TRELLIS_MEMORY_FRACTION`` of its
+saved activations.
+
+Issue 28, part 3 (DEQ paper, Table 4): for each pair (the claim-4 DEQ-Transformer and its Transformer-XL twin; the
+DEQ-TrellisNet and its unrolled twin), the DEQ's training step is at most the paper's ratio to the deep network's
+(``TRAIN_RATIO_TRANSFORMER``, ``TRAIN_RATIO_TRELLIS``) and its inference step at most ``INFERENCE_RATIO`` times it.
 """
 
 from __future__ import annotations
@@ -41,6 +51,10 @@ SPREAD_SEEDS = (0, 1, 2)
 # claims budget).
 PLATEAU_GAIN = 0.02
 PLATEAU_WINDOW = 2_000
+TRELLIS_MEMORY_FRACTION = 0.20  # DEQ-TrellisNet saved activations <= 20 % of the unrolled TrellisNet's
+TRAIN_RATIO_TRANSFORMER = 2.82  # DEQ paper, Table 4: DEQ / 18-layer Transformer, training
+TRAIN_RATIO_TRELLIS = 2.40  # DEQ paper, Table 4: DEQ / 70-layer TrellisNet, training
+INFERENCE_RATIO = 2.0  # both pairs: DEQ inference step <= 2 x the deep network's
 
 DEQ_PAPER = "deep-equilibrium-models-neurips2019.txt"
 JR_PAPER = "jacobian-regularization-icml2021.txt"
@@ -100,6 +114,55 @@ PPL_VS_TIED_PLATEAU = _at_plateau(
     "times (weight-tied).",
     "weight-tied twin",
 )
+PPL_VS_UNROLLED_TRELLIS = Claim(
+    "deq-trellisnet-vs-unrolled-ppl-plateau",
+    "Trained to a plateau, a DEQ-TrellisNet reaches the test perplexity of the same TrellisNet cell unrolled to a "
+    "fixed depth (weight-tied across depth, as TrellisNet is) on the same tokens.",
+    paper="57.1 (DEQ-TrellisNet) vs 57.0 (60-layer TrellisNet), 24M parameters each (20M non-embedding)",
+    source=f"{DEQ_PAPER}, Table 2, rows 'DEQ-TrellisNet (ours)' and '60-layer TrellisNet (w/ auxiliary loss, w/o "
+    "MoS)', column 'Test perplexity'",
+    threshold=f"{_PLATEAU}(unrolled TrellisNet) (same parameters by construction)",
+)
+MEMORY_VS_UNROLLED_TRELLIS = Claim(
+    "deq-trellisnet-vs-unrolled-memory",
+    "The DEQ-TrellisNet keeps a fraction of the unrolled TrellisNet's activations for the backward pass.",
+    paper="1.2 GB vs 8.5 GB (14 %)",
+    source=f"{DEQ_PAPER}, Table 2, column 'Memory', rows 'DEQ-TrellisNet (ours)' and '60-layer TrellisNet (w/ "
+    "auxiliary loss, w/o MoS)'",
+    threshold=f"saved activations(DEQ) <= {TRELLIS_MEMORY_FRACTION:.0%} of the unrolled TrellisNet's (one training "
+    "step of the body)",
+)
+
+
+def _runtime(key: str, pair: tuple[str, str, str], what: str, paper: float, limit: float) -> Claim:
+    """A runtime row of Table 4: ``pair`` (DEQ name, twin name, the paper's column) and the ``what`` step ("training"
+    or "inference") of the DEQ over its twin's."""
+    deq, twin, column = pair
+    return Claim(
+        key,
+        f"A {deq}'s {what} step costs at most {limit:g}x its {twin}'s.",
+        paper=f"{paper:.2f}x ({column}, {what})",
+        source=f"{DEQ_PAPER}, Table 4, column '{column}', row '{what.capitalize()}'",
+        threshold=f"{what} step(DEQ) / step({twin}) <= {limit:g} (median CPU seconds, the two timed interleaved in "
+        "one process)",
+    )
+
+
+_TXL_PAIR = ("DEQ-Transformer", "Transformer-XL twin", "DEQ / 18-layer Transformer")
+_TRELLIS_PAIR = ("DEQ-TrellisNet", "unrolled TrellisNet", "DEQ / 70-layer TrellisNet")
+RUNTIME_TXL_TRAIN = _runtime("runtime-deq-transformer-train", _TXL_PAIR, "training", 2.82, TRAIN_RATIO_TRANSFORMER)
+RUNTIME_TXL_INFERENCE = _runtime("runtime-deq-transformer-inference", _TXL_PAIR, "inference", 1.76, INFERENCE_RATIO)
+RUNTIME_TRELLIS_TRAIN = _runtime("runtime-deq-trellisnet-train", _TRELLIS_PAIR, "training", 2.40, TRAIN_RATIO_TRELLIS)
+RUNTIME_TRELLIS_INFERENCE = _runtime(
+    "runtime-deq-trellisnet-inference", _TRELLIS_PAIR, "inference", 1.64, INFERENCE_RATIO
+)
+# The largest ratio each runtime row accepts (its threshold).
+RUNTIME_LIMITS = {
+    RUNTIME_TXL_TRAIN.key: TRAIN_RATIO_TRANSFORMER,
+    RUNTIME_TXL_INFERENCE.key: INFERENCE_RATIO,
+    RUNTIME_TRELLIS_TRAIN.key: TRAIN_RATIO_TRELLIS,
+    RUNTIME_TRELLIS_INFERENCE.key: INFERENCE_RATIO,
+}
 JR_NFE = Claim(
     "jr-nfe-ppl",
     "Jacobian regularization cuts the DEQ-Transformer's inference NFE at little cost in perplexity.",
@@ -125,6 +188,12 @@ CLAIMS = (
     PPL_VS_TIED_PLATEAU,
     JR_NFE,
     JR_SPEED,
+    PPL_VS_UNROLLED_TRELLIS,
+    MEMORY_VS_UNROLLED_TRELLIS,
+    RUNTIME_TXL_TRAIN,
+    RUNTIME_TXL_INFERENCE,
+    RUNTIME_TRELLIS_TRAIN,
+    RUNTIME_TRELLIS_INFERENCE,
 )
 
 
@@ -174,6 +243,20 @@ class StepTime:
         return self.wall / self.reference_wall
 
 
+@dataclass(frozen=True)
+class Runtime:
+    """One pair of Table 4 timed interleaved in one process: the DEQ's training and inference steps against its
+    twin's (each a :class:`StepTime` whose reference is the twin), the DEQ's NFE in the timed steps (training
+    forward, training backward, inference forward) and the twin's number of layers."""
+
+    deq: str
+    twin: str
+    train: StepTime
+    inference: StepTime
+    nfe: tuple[int, int, int]
+    twin_layers: int
+
+
 def _ppl(m: Measured) -> str:
     return mean_spread(m.ppl, digits=4)
 
@@ -199,12 +282,14 @@ def ppl_row(deq: Measured, twin: Measured, claim: Claim, command: str, tied: Mea
     return ClaimResult(claim, ours, ppl_ok, command, note)
 
 
-def memory_row(deq: Measured, twin: Measured, claim: Claim, command: str) -> ClaimResult:
-    """Claim 4's memory row against one twin: the DEQ's saved activations as a fraction of the twin's."""
+def memory_row(
+    deq: Measured, twin: Measured, claim: Claim, command: str, limit: float = MEMORY_FRACTION
+) -> ClaimResult:
+    """A memory row against one twin: the DEQ's saved activations as a fraction of the twin's, at most ``limit``."""
     fraction = deq.saved_bytes / twin.saved_bytes
     ours = f"{deq.saved_bytes / 2**20:.1f} MiB vs {twin.saved_bytes / 2**20:.1f} MiB ({fraction:.1%})"
-    holds = fraction <= MEMORY_FRACTION
-    return ClaimResult(claim, ours, holds, command, "" if holds else memory_note(deq, twin))
+    holds = fraction <= limit
+    return ClaimResult(claim, ours, holds, command, "" if holds else memory_note(deq, twin, limit))
 
 
 def plateau_fall(m: Measured) -> float:
@@ -280,15 +365,46 @@ def spread_note(spread: Sequence[float], deq: Measured, twin: Measured, of: str 
             f"{decided}.")  # fmt: skip
 
 
-def memory_note(deq: Measured, twin: Measured) -> str:
+def memory_note(deq: Measured, twin: Measured, limit: float = MEMORY_FRACTION) -> str:
     """Measured: saved activations per tracked layer application, and the twin depth at which the DEQ's one
-    application would be MEMORY_FRACTION of the twin's."""
+    application would be ``limit`` of the twin's."""
     per_layer = twin.saved_bytes / max(twin.layers, 1)
-    needed = math.ceil(deq.saved_bytes / (MEMORY_FRACTION * per_layer))
+    needed = math.ceil(deq.saved_bytes / (limit * per_layer))
     return (f"measured: the DEQ keeps one tracked application of its cell ({deq.saved_bytes / 2**20:.1f} MiB); "
             f"the {twin.layers}-layer twin keeps {per_layer / 2**20:.1f} MiB per layer, so the fraction would be "
-            f"<= {MEMORY_FRACTION:.0%} only against a twin of >= {needed} such layers: at equal parameters the DEQ's "
+            f"<= {limit:.0%} only against a twin of >= {needed} such layers: at equal parameters the DEQ's "
             "single layer is as wide as several of the twin's.")  # fmt: skip
+
+
+def runtime_rows(rt: Runtime, claims: tuple[Claim, Claim], command: str, note: str = "") -> list[ClaimResult]:
+    """The training and inference rows of one Table 4 pair (``claims``, in that order): the DEQ's median CPU step
+    over its twin's, at most the row's :data:`RUNTIME_LIMITS` entry; a row that does not hold starts its note with
+    :func:`runtime_gap_note`."""
+    rows = []
+    for claim, step, what in zip(claims, (rt.train, rt.inference), ("training", "inference")):
+        ratio = step.relative_cpu
+        ours = (f"{what} step: {rt.deq} {step.cpu * 1e3:.1f} ms vs {rt.twin} {step.reference_cpu * 1e3:.1f} ms "
+                f"CPU ({ratio:.2f}x; wall {step.relative_wall:.2f}x)")  # fmt: skip
+        holds = ratio <= RUNTIME_LIMITS[claim.key]
+        row_note = note if holds else f"{runtime_gap_note(rt, what)} {note}".strip()
+        rows.append(ClaimResult(claim, ours, holds, command, row_note))
+    return rows
+
+
+def runtime_gap_note(rt: Runtime, what: str) -> str:
+    """Measured: how many times the DEQ's ``what`` step ("training" or "inference") applies its cell against the
+    twin's layers, and the CPU milliseconds per application (step / applications, softmax head included)."""
+    forward, backward, inference = rt.nfe
+    if what == "training":
+        step, applications = rt.train, forward + 1 + backward
+        counts = (f"{forward} forward iterations without a graph, one tracked application, {backward} backward "
+                  "iterations")  # fmt: skip
+    else:
+        step, applications, counts = rt.inference, inference, f"{inference} iterations"
+    return (f"measured: the DEQ's {what} step applies its cell {applications} times ({counts}) against the "
+            f"{rt.twin}'s {rt.twin_layers} layers ({applications / rt.twin_layers:.1f}x as many); per application "
+            f"{step.cpu * 1e3 / applications:.1f} ms against {step.reference_cpu * 1e3 / rt.twin_layers:.1f} ms per "
+            "twin layer (step / applications, softmax head included in both).")  # fmt: skip
 
 
 def best_jr(deq: Measured, settings: Sequence[Measured]) -> tuple[Measured, bool]:

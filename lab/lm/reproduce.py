@@ -13,14 +13,16 @@ checkpoint), then measures test perplexity and inference NFE (the runs' final te
 and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``; both on a model of
 the run's config: they do not depend on its weights), and each DEQ run's training step relative to a fresh
 Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
-``RUN/step_time.json``), and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json`` and
-``DIR/ppl_vs_nfe.png``. It also trains the Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are
-the cheapest): their test perplexities measure one seed's spread, against which the perplexity rows weigh their distance
-from the threshold (``claims.json``: seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start
-them in parallel; ``claims`` then reads them. ``plan`` times one training step of every run on a fresh model (the DEQs
-forced to their iteration limits) and prints the training time each implies. ``restore`` copies committed run logs
-(config, metrics, step record; no checkpoints) into DIR/runs, so that runs trained in different sessions or on different
-machines make one table: ``claims`` reads them as finished runs.
+``RUN/step_time.json``), and the runtime rows of the DEQ paper's Table 4 (:func:`runtime`: each DEQ run and its twin on
+fresh models, the DEQ's solver held to the iterations its run logged, training and inference steps timed interleaved),
+and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. It also trains the
+Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are the cheapest): their test perplexities measure
+one seed's spread, against which the perplexity rows weigh their distance from the threshold (``claims.json``:
+seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start them in parallel; ``claims`` then reads
+them. ``plan`` times one training step of every run on a fresh model (the DEQs forced to their iteration limits) and
+prints the training time each implies. ``restore`` copies committed run logs (config, metrics, step record; no
+checkpoints) into DIR/runs, so that runs trained in different sessions or on different machines make one table:
+``claims`` reads them as finished runs.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``deq_lm.data.pythondocs_corpus``). ``--quick``: tiny
@@ -50,7 +52,14 @@ from deq_core.train.metrics import read_metrics
 from deq_core.train.reports import markdown_table
 from deq_core.train.run_config import check_resume_config, flat_dict, replace_config
 from deq_lm.configs import Config, get_config
-from deq_lm.configs.pythondocs import JR_SETTINGS, PLATEAU32_MODELS, PLATEAU32_PREFIX, PREFIX
+from deq_lm.configs.pythondocs import (
+    JR_SETTINGS,
+    PLATEAU32_MODELS,
+    PLATEAU32_PREFIX,
+    PREFIX,
+    TRELLIS_MODELS,
+    TRELLIS_PREFIX,
+)
 from deq_lm.data.pythondocs_corpus import write_pythondocs_corpus
 from deq_lm.evaluate import SWEEP_FILE, load_model
 from deq_lm.models import SequenceModel, build_model, count_parameters
@@ -59,14 +68,21 @@ from deq_lm.train import RESUMABLE_CHANGES, train
 from lab.claims import Claim, ClaimResult, mean_spread, write_claims
 
 from . import claims as lc
-from .step_timing import TimedEntry, expected_seconds, time_training_steps
+from .step_timing import TimedEntry, expected_seconds, time_inference_steps, time_training_steps
 
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
 # Claim 4 again on narrower models trained to a plateau: width 32 (the width-64 try, presets pdocs-plateau-*, did not
 # reach the plateau rule; its run logs and numbers stay in docs/deq-lm.md).
 PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU32_PREFIX}-{name}" for name in PLATEAU32_MODELS)
-PRESETS = (DEQ, TXL, TIED, *JR, PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED)
+# Issue 28, part 2: DEQ-TrellisNet against the same cell unrolled to a fixed depth, both trained to a plateau.
+TRELLIS_DEQ, TRELLIS_TWIN = (f"{TRELLIS_PREFIX}-{name}" for name in TRELLIS_MODELS)
+PRESETS = (DEQ, TXL, TIED, *JR, PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED, TRELLIS_DEQ, TRELLIS_TWIN)
+# Issue 28, part 3 (Table 4): each DEQ run and the twin it is timed against, with the pair's two rows.
+RUNTIME_PAIRS = (
+    (DEQ, TXL, (lc.RUNTIME_TXL_TRAIN, lc.RUNTIME_TXL_INFERENCE)),
+    (TRELLIS_DEQ, TRELLIS_TWIN, (lc.RUNTIME_TRELLIS_TRAIN, lc.RUNTIME_TRELLIS_INFERENCE)),
+)
 TIMING_REPEATS = {False: 7, True: 1}
 STEP_RECORD = "step_time.json"  # RUN/step_time.json: the run's training step vs a fresh Transformer-XL twin's
 KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", SWEEP_FILE, "sweep.png")
@@ -265,6 +281,67 @@ def step_record(folder: Path, cfg: Config, reference: Config, task: Task, repeat
     return step
 
 
+def logged_iterations(folder: Path) -> tuple[int, int, int]:
+    """The solver iterations of the DEQ run in ``folder``: forward and backward NFE of its last training record (a
+    mean over the steps since the previous one) and the forward NFE of its final test evaluation, rounded."""
+    records = read_metrics(folder / "metrics.jsonl")
+    train = [r for r in records if r.get("split") == "train" and "nfe_forward" in r]
+    if not train:
+        raise RuntimeError(f"no training NFE in {folder / 'metrics.jsonl'}.")
+    last = train[-1]
+    forward, backward = last["nfe_forward"], last.get("nfe_backward", last["nfe_forward"])
+    return max(1, round(forward)), max(1, round(backward)), max(1, round(test_record(folder)["nfe_forward"]))
+
+
+def held_config(cfg: Config, iterations: tuple[int, int, int]) -> Config:
+    """``cfg`` with its DEQ held to ``iterations`` (training forward, backward, inference): those limits, no jitter,
+    tolerances of 1e-12 that no solve reaches, so every step makes exactly that many iterations."""
+    forward, backward, inference = iterations
+    return replace_config(cfg, {"deq.max_iter": forward, "deq.max_iter_jitter": 0, "deq.tol": 1e-12,
+                                "deq.backward_max_iter": backward, "deq.backward_tol": 1e-12,
+                                "deq.eval_max_iter": inference, "deq.eval_tol": 1e-12})  # fmt: skip
+
+
+def runtime(deq_cfg: Config, twin_cfg: Config, folder: Path, task: Task, repeats: int) -> lc.Runtime:
+    """One Table 4 pair: fresh models of the DEQ run's config (its solver held to the run's logged iterations,
+    :func:`logged_iterations`; a step's cost depends on its iterations, not on the weights) and of its twin's, their
+    training steps and then their inference steps timed interleaved in this process (``repeats`` rounds each, on
+    one training segment after the memory of another)."""
+    held = held_config(deq_cfg, logged_iterations(folder))
+    models = {"deq": (held, fresh_model(held, task)), "twin": (twin_cfg, fresh_model(twin_cfg, task))}
+    batch = deq_cfg.optim.batch_size
+    first, second = task.train_batch(0, batch), task.train_batch(1, batch)
+    steps, nfe = {}, []
+    for what, timer in (("train", time_training_steps), ("inference", time_inference_steps)):
+        deq, twin = (TimedEntry(label, cfg, model) for label, (cfg, model) in models.items())
+        timer([deq, twin], first, second, repeats)
+        steps[what] = lc.StepTime(deq.median_cpu(), deq.median_wall(), twin.median_cpu(), twin.median_wall())
+        nfe += [n for n in deq.nfe[-1] if n is not None]
+    layers = twin_cfg.model.n_layers
+    return lc.Runtime(_label(deq_cfg), _label(twin_cfg), steps["train"], steps["inference"], tuple(nfe), layers)
+
+
+def _label(cfg: Config) -> str:
+    return cfg.model.name.replace("_", "-")
+
+
+def runtime_note(rt: lc.Runtime, folder: Path, repeats: int) -> str:
+    """How the runtime rows of ``rt`` were measured, and the run's step record (RUN/step_time.json, its trained
+    weights at its preset's limits, against a fresh Transformer-XL twin) when there is one."""
+    forward, backward, inference = rt.nfe
+    note = (f"Measured by the claims command on fresh models of the two runs' configs (a step's cost does not depend "
+            f"on the weights), the DEQ's solver held to the iterations its run logged (last training record, final "
+            f"test evaluation): {forward} forward / {backward} backward NFE per training step, {inference} per "
+            f"inference step; one segment of the training batch after the memory of another, median of {repeats} "
+            "interleaved rounds.")  # fmt: skip
+    path = folder / STEP_RECORD
+    if path.is_file():
+        record = lc.StepTime(**json.loads(path.read_text())["step"])
+        note += (f" The run's step record ({STEP_RECORD}: trained weights, its preset's limits, vs a fresh "
+                 f"Transformer-XL twin): training {record.relative_cpu:.2f}x.")  # fmt: skip
+    return note
+
+
 def restore_runs(source: Path, out: Path) -> list[str]:
     """Copy every run folder of SOURCE (committed run logs: ``PRESET-seedS/`` with config.json and metrics.jsonl)
     to OUT/runs, with its kept files (:data:`KEPT_FILES`; no checkpoints). A run already in OUT/runs is left alone.
@@ -375,7 +452,8 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     tokens = configs[DEQ][0].optim.batch_size * configs[DEQ][0].data.tgt_len
     deq, settings = measured[DEQ], [measured[p] for p in JR if p in available]
     spread = seed_spread(args, data_dir)
-    results = []
+    results: list[ClaimResult] = []
+    runtimes: dict[str, lc.Runtime] = {}
     for twin, claim_pair in ((TXL, (lc.PPL_VS_TXL, lc.MEMORY_VS_TXL)), (TIED, (lc.PPL_VS_TIED, lc.MEMORY_VS_TIED))):
         if twin in available:
             ppl_row, mem_row = lc.twin_results(deq, measured[twin], *claim_pair, command, tied=measured.get(TIED))
@@ -401,16 +479,39 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
         results += lc.jr_results(deq, settings, times, command, early_stop=read_sweep(folders[DEQ][0]))
     else:
         results += not_measured((lc.JR_NFE, lc.JR_SPEED), [p for p in JR if p not in available], command)
+    results += trellis_rows(measured, command)
+    for deq_preset, twin_preset, pair in RUNTIME_PAIRS:
+        missing = [p for p in (deq_preset, twin_preset) if p not in available]
+        if missing:
+            results += not_measured(pair, missing, command)
+            continue
+        repeats = TIMING_REPEATS[args.quick]
+        rt = runtime(configs[deq_preset][0], configs[twin_preset][0], folders[deq_preset][0], task, repeats)
+        runtimes[rt.deq] = rt
+        results += lc.runtime_rows(rt, pair, command, runtime_note(rt, folders[deq_preset][0], repeats))
     if settings:
         lc.plot_ppl_vs_nfe(deq, settings, out / "ppl_vs_nfe.png")
-    write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Table 3, JR paper Table 1)",
+    write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Tables 2-4, JR paper Table 1)",
                  preamble=preamble(args, data_dir, runs_table(measured, folders, tokens)))  # fmt: skip
     dump = {"measured": {k: dataclasses.asdict(v) for k, v in measured.items()},
             "step_times": {k: dataclasses.asdict(v) for k, v in times.items()},
+            "runtimes": {k: dataclasses.asdict(v) for k, v in runtimes.items()},
             "seed_spread": {"preset": TXL, "seeds": list(lc.SPREAD_SEEDS), "test_ppl": spread},
             "verdicts": {r.claim.key: r.verdict for r in results}}  # fmt: skip
     write_json(out / "claims.json", dump)
     return results
+
+
+def trellis_rows(measured: dict[str, lc.Measured], command: str) -> list[ClaimResult]:
+    """The two rows of issue 28, part 2 (DEQ-TrellisNet vs the unrolled TrellisNet: perplexity at a plateau, saved
+    activations), NOT MEASURED while either run is missing."""
+    claims = (lc.PPL_VS_UNROLLED_TRELLIS, lc.MEMORY_VS_UNROLLED_TRELLIS)
+    missing = [p for p in (TRELLIS_DEQ, TRELLIS_TWIN) if p not in measured]
+    if missing:
+        return not_measured(claims, missing, command)
+    deq, twin = measured[TRELLIS_DEQ], measured[TRELLIS_TWIN]
+    return [lc.plateau_ppl_row(deq, twin, claims[0], command),
+            lc.memory_row(deq, twin, claims[1], command, limit=lc.TRELLIS_MEMORY_FRACTION)]  # fmt: skip
 
 
 def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:

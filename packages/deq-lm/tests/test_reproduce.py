@@ -48,6 +48,7 @@ def body_parameters(preset: str, quick: bool = False) -> int:
 
 CLAIMS_BUDGET = (reproduce.DEQ, reproduce.TXL, reproduce.TIED, *reproduce.JR)
 PLATEAU = (reproduce.PLATEAU_DEQ, reproduce.PLATEAU_TXL, reproduce.PLATEAU_TIED)
+TRELLIS = (reproduce.TRELLIS_DEQ, reproduce.TRELLIS_TWIN)
 
 
 def tokens_of(preset: str, quick: bool) -> tuple[int, int, int]:
@@ -66,7 +67,19 @@ def test_presets_have_equal_non_embedding_parameters_and_tokens(quick, group):
     tokens = full.optim.steps * full.optim.batch_size * full.data.tgt_len
     assert tokens >= 2 * 1_000_000  # >= 2 passes over a >= 1M-token corpus
     assert len(reproduce.JR) >= 4
-    assert set(CLAIMS_BUDGET + PLATEAU) == set(reproduce.PRESETS)
+    assert set(CLAIMS_BUDGET + PLATEAU + TRELLIS) == set(reproduce.PRESETS)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_trellis_presets_are_one_cell_solved_and_unrolled_on_the_same_tokens(quick):
+    deq, twin = (reproduce.run_config(p, 0, Path("unused"), quick) for p in TRELLIS)
+    assert (deq.model.name, twin.model.name) == ("deq_trellisnet", "trellisnet")
+    assert body_parameters(TRELLIS[0], quick) == body_parameters(TRELLIS[1], quick)
+    assert tokens_of(TRELLIS[0], quick) == tokens_of(TRELLIS[1], quick)
+    assert twin.model.n_layers >= deq.deq.max_iter  # never fewer cell applications than the DEQ's training solve
+    full = get_config(TRELLIS[1])
+    assert full.optim.steps * full.optim.batch_size * full.data.tgt_len >= 2 * 1_000_000
+    assert full.optim.steps > lc.PLATEAU_WINDOW and full.run.eval_every * 2 <= lc.PLATEAU_WINDOW
 
 
 def test_plateau_runs_train_longer_than_the_claims_budget_on_the_same_batches():
@@ -113,6 +126,36 @@ def test_claim4_rows_that_fail_say_what_was_measured():
     row = lc.twin_results(deq, twin, lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c", tied=close)[0]
     assert "1.025x the twin, within the margin: the gap lies in the solve" in row.note
     assert "cause not isolated" in lc.twin_results(deq, twin, lc.PPL_VS_TXL, lc.MEMORY_VS_TXL, "c")[0].note
+
+
+def test_trellis_memory_row_uses_its_own_fraction():
+    deq, twin = measured("deq", 20.0, 15, saved=21), measured("unrolled", 20.0, 0, saved=100)
+    row = lc.memory_row(deq, twin, lc.MEMORY_VS_UNROLLED_TRELLIS, "c", limit=lc.TRELLIS_MEMORY_FRACTION)
+    assert row.verdict == DOES_NOT_HOLD  # 21 % > 20 %, though within claim 4's 25 %
+    assert lc.memory_row(deq, twin, lc.MEMORY_VS_TXL, "c").verdict == HOLDS
+    smaller = lc.memory_row(dataclasses.replace(deq, saved_bytes=20), twin, lc.MEMORY_VS_UNROLLED_TRELLIS, "c",
+                            limit=lc.TRELLIS_MEMORY_FRACTION)  # fmt: skip
+    assert smaller.verdict == HOLDS
+
+
+def test_runtime_rows_compare_each_step_ratio_with_its_pair_threshold():
+    def runtime(train: float, inference: float) -> lc.Runtime:  # ratios of CPU seconds to a 0.1 s twin step
+        return lc.Runtime("deq", "twin", lc.StepTime(0.1 * train, 1.0, 0.1, 1.0),
+                          lc.StepTime(0.1 * inference, 1.0, 0.1, 1.0), (20, 7, 30), 4)  # fmt: skip
+
+    txl = (lc.RUNTIME_TXL_TRAIN, lc.RUNTIME_TXL_INFERENCE)
+    trellis = (lc.RUNTIME_TRELLIS_TRAIN, lc.RUNTIME_TRELLIS_INFERENCE)
+    assert [r.verdict for r in lc.runtime_rows(runtime(2.8, 2.0), txl, "c")] == [HOLDS, HOLDS]
+    assert [r.verdict for r in lc.runtime_rows(runtime(2.8, 2.0), trellis, "c")] == [DOES_NOT_HOLD, HOLDS]
+    assert [r.verdict for r in lc.runtime_rows(runtime(2.4, 2.1), trellis, "c", "n")] == [HOLDS, DOES_NOT_HOLD]
+    train, inference = lc.runtime_rows(runtime(2.4, 2.1), trellis, "c", "n")
+    assert "inference step: deq 210.0 ms vs twin 100.0 ms CPU (2.10x; wall 1.00x)" in inference.ours
+    assert train.note == "n" and inference.note.endswith(" n")  # a row that fails says what was measured
+    assert "applies its cell 30 times (30 iterations) against the twin's 4 layers (7.5x as many)" in inference.note
+    assert "7.0 ms against 25.0 ms per twin layer" in inference.note
+    failed = lc.runtime_rows(runtime(2.9, 1.0), txl, "c")[0]
+    assert "applies its cell 28 times (20 forward iterations without a graph" in failed.note
+    assert lc.RUNTIME_TXL_TRAIN.paper.startswith("2.82x") and lc.RUNTIME_TRELLIS_INFERENCE.paper.startswith("1.64x")
 
 
 def test_claim5_thresholds_pick_the_best_qualifying_setting():
@@ -206,6 +249,8 @@ def test_quick_claims_pipeline(tmp_path, capsys):
         assert claim.statement in row and claim.source.split(",")[0] in row
         if claim in plateau_claims:  # 24 steps: the 2,000-step window starts at the first evaluation
             assert "at a plateau (valid ppl fall over the last 2,000 steps: plateau32-deq-transformer " in row
+        elif claim == lc.PPL_VS_UNROLLED_TRELLIS:
+            assert "at a plateau (valid ppl fall over the last 2,000 steps: trellis-deq-trellisnet " in row
         else:
             assert f"**{HOLDS}**" in row or f"**{DOES_NOT_HOLD}**" in row
         assert "python -m lab.lm claims --quick" in row
@@ -219,6 +264,13 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     spread = dump["seed_spread"]
     assert spread["seeds"] == list(lc.SPREAD_SEEDS) and len(spread["test_ppl"]) == len(lc.SPREAD_SEEDS)
     assert spread["test_ppl"][0] == dump["measured"][reproduce.TXL]["ppl"][0]  # seed 0 is the claims' own run
+    # Table 4: each pair timed on fresh models, the DEQ held to the iterations its run logged
+    assert set(dump["runtimes"]) == {"deq-transformer", "deq-trellisnet"}
+    for preset, label in ((reproduce.DEQ, "deq-transformer"), (reproduce.TRELLIS_DEQ, "deq-trellisnet")):
+        rt = dump["runtimes"][label]
+        assert rt["nfe"] == list(reproduce.logged_iterations(reproduce.run_dir(out, preset, 0)))
+        assert all(rt[what][key] > 0 for what in ("train", "inference") for key in ("cpu", "reference_cpu"))
+    assert "held to the iterations its run logged" in rows[-1] and "step record" in rows[-4]
     assert rows[0].count("Seed spread: the Transformer-XL twin's test ppl over seeds 0, 1, 2") == 1
     assert "Seed spread" in rows[2] and "Seed spread" not in rows[1]  # the two perplexity rows
     capsys.readouterr()
@@ -241,7 +293,14 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     again = json.loads((elsewhere / "claims.json").read_text())
     assert again["measured"] == dump["measured"] and again["step_times"] == dump["step_times"]
     assert again["seed_spread"] == dump["seed_spread"]
-    assert again["verdicts"] == dump["verdicts"]
+    timed = {c.key for c in lc.CLAIMS if c.key.startswith("runtime-")}  # timed afresh: verdicts may differ
+    assert {k: v for k, v in again["verdicts"].items() if k not in timed} == {
+        k: v for k, v in dump["verdicts"].items() if k not in timed
+    }
+    assert NOT_MEASURED not in {again["verdicts"][k] for k in timed}
+    assert [again["runtimes"][k]["nfe"] for k in sorted(again["runtimes"])] == [
+        dump["runtimes"][k]["nfe"] for k in sorted(dump["runtimes"])
+    ]
     # without its step record, a run whose checkpoint is gone leaves the speed claim unmeasured, saying why
     (elsewhere / "runs" / f"{reproduce.DEQ}-seed0" / reproduce.STEP_RECORD).unlink()
     assert reproduce.main(["claims", "--quick", "--finished-only", "--output-dir", str(elsewhere), "--data-dir",
@@ -288,6 +347,11 @@ def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, c
     missing_jr = ", ".join(p.removeprefix("pdocs-") for p in reproduce.JR[1:])
     assert "not finished: transformer-tied " in text and f"not finished: {missing_jr} " in text
     assert "not finished: plateau32-deq-transformer, plateau32-transformer-xl " in text
+    trellis = ("deq-trellisnet-vs-unrolled-ppl-plateau", "deq-trellisnet-vs-unrolled-memory",
+               "runtime-deq-trellisnet-train", "runtime-deq-trellisnet-inference")  # fmt: skip
+    assert {verdicts[k] for k in trellis} == {NOT_MEASURED}
+    assert "not finished: trellis-deq-trellisnet, trellis-trellisnet " in text
+    assert all(verdicts[f"runtime-deq-transformer-{what}"] != NOT_MEASURED for what in ("train", "inference"))
     assert (out / "ppl_vs_nfe.png").stat().st_size > 0  # the finished JR setting is plotted
     assert read_metrics(reproduce.run_dir(out, reproduce.TIED, 0) / "metrics.jsonl")[-1]["step"] <= 12
 

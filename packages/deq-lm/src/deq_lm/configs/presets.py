@@ -14,7 +14,7 @@
 - ``pydoc-*``: the CPU-scale language-modeling comparison (DEQ-Transformer, the same with Jacobian regularization,
   its Transformer-XL twin) on Python's documentation text (``corpus=pydoc``, written offline from ``pydoc_data``),
   one budget for all.
-- ``pdocs-*``: the claims runs of ``python -m lab.lm claims`` (run from the repository's root; DEQ paper Table 3, JR
+- ``pdocs-*``: the claims runs of ``python -m lab.lm claims`` (run from the repository's root; DEQ paper Tables 2-4, JR
   paper Table 1) on the >= 1M-token Python documentation corpus (``configs/pythondocs.py`` says how they are sized).
 """
 
@@ -255,6 +255,8 @@ def _build() -> dict[str, Config]:
         presets[f"{pythondocs.PLATEAU_PREFIX}-{name}"] = _preset(pythondocs.PLATEAU_BUDGET, settings)
     for name, settings in pythondocs.PLATEAU32_MODELS.items():
         presets[f"{pythondocs.PLATEAU32_PREFIX}-{name}"] = _preset(pythondocs.PLATEAU32_BUDGET, settings)
+    for name, settings in pythondocs.TRELLIS_MODELS.items():
+        presets[f"{pythondocs.TRELLIS_PREFIX}-{name}"] = _preset(pythondocs.TRELLIS_BUDGET, settings)
     assert {c.model.name for c in presets.values()} == set(MODELS)
     return presets
 

@@ -21,6 +21,26 @@ the repository's ``lab/lm/claims.py`` say what counts as a plateau. None of the 
 over the last 2,000 steps), so the claims table's plateau rows now use the width-32 set below
 (``pdocs-plateau32-*``, 14,000 steps); the width-64 presets stay for the record of that try (docs/deq-lm.md, run
 logs).
+
+Issue 28, part 2 (DEQ paper, Table 2: DEQ-TrellisNet against the 60-layer TrellisNet whose weights it ties across
+depth): ``pdocs-trellis-deq-trellisnet`` against ``pdocs-trellis-trellisnet``, the same TrellisNet cell (the input
+injected into every application, as in the DEQ) unrolled ``TRELLIS_DEPTH`` times with ordinary backpropagation, so both
+have the same parameters (16,768 non-embedding at width 32, with 320,000 in the tied embedding), trained on the same
+batches for ``TRELLIS_STEPS`` steps, evaluated every 1,000. The DEQ keeps the solver settings of every other DEQ here
+(the ``DEQ`` dict: Anderson, limits 20 / 20 with a jitter of 2, 30 at evaluation, tol 1e-3, 300 steps unrolled twice
+first). Sizing, from a one-thread pilot (training steps of fresh models timed interleaved in one process, solvers
+held to the iterations the pilot's training used): at width 32 the 10,000-word softmax costs about 0.25 s of each
+step and every unrolled layer about 5 ms, so a step takes 333 ms for the DEQ (20 forward / 7 backward iterations) and
+333 ms for the 24-layer network (381 ms at 30 layers); 8,000 steps and eight evaluations are about 50 CPU minutes each.
+Depth 24 is the DEQ's training limit plus a margin: the unrolled network never applies the cell fewer times than the
+DEQ's training solve, and the DEQ keeps about 5 % of its saved activations (1.0 vs 21.2 MiB). A 400-step pilot of
+both showed the DEQ's solve unconverged at its limits (relative residual 0.07 at 20 iterations, 0.04 at 30): the
+cell's state at position t reads position t - 1's, so plain iteration reaches the equilibrium of a 64-position
+segment only after 65 applications (Anderson after about 100 at this point of training). Why a plateau is expected
+within 8,000 steps: the learning rate decays (cosine) to 5 % at the last step and is below 19 % of its peak over the
+last 2,000, and the width-32 transformers of claim 4 (57,000 non-embedding parameters, the same softmax and batches)
+fell 2.0 % over steps 10,000-12,000 and under 1 % over the last 2,000 of their 14,000; the TrellisNet's body is a
+third of their size.
 """
 
 from __future__ import annotations
@@ -84,4 +104,17 @@ PLATEAU32_BUDGET: dict[str, object] = {
 }  # fmt: skip
 PLATEAU32_MODELS: dict[str, dict[str, object]] = {
     name: {**settings, "d_ff": 725} if "d_ff" in settings else settings for name, settings in PLATEAU_MODELS.items()
+}
+
+# Issue 28, part 2: DEQ-TrellisNet vs the same cell unrolled TRELLIS_DEPTH times, width 32 (see the docstring).
+TRELLIS_PREFIX = "pdocs-trellis"
+TRELLIS_DEPTH = 24
+TRELLIS_STEPS = 8_000
+TRELLIS_BUDGET: dict[str, object] = {
+    **BUDGET, "d_embed": 32, "d_model": 32, "kernel": 2, "dilation": 1, "steps": TRELLIS_STEPS, "eval_every": 1_000,
+}  # fmt: skip
+_DEQ_SOLVER = {k: v for k, v in DEQ.items() if k.startswith("deq.")}
+TRELLIS_MODELS: dict[str, dict[str, object]] = {
+    "deq-trellisnet": {"model": "deq_trellisnet", **_DEQ_SOLVER},
+    "trellisnet": {"model": "trellisnet", "n_layers": TRELLIS_DEPTH},
 }
