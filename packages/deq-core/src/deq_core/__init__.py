@@ -26,7 +26,7 @@ from .plan import Plan, step_plan
 from .profiling import peak_live_bytes, saved_tensor_bytes
 from .solve import SolverResult, solve
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 __all__ = [
     "DEQ",

@@ -7,4 +7,4 @@
 - ``python -m deq_lm.train`` / ``python -m deq_lm.evaluate``: training and evaluation.
 """
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"

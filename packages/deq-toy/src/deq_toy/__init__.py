@@ -3,6 +3,6 @@
 Entry points: ``python -m deq_toy.train``, ``python -m deq_toy.evaluate``, ``python -m deq_toy.reproduce``.
 """
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 __all__ = ["__version__"]

@@ -7,6 +7,6 @@ works after ``import deq_vision``.
 from . import models  # noqa: F401  (registers the timm model names)
 from .models import MDEQ, MODEL_NAMES, create_model
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 __all__ = ["MDEQ", "MODEL_NAMES", "create_model"]
