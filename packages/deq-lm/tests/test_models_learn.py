@@ -4,14 +4,16 @@ import pytest
 import torch
 
 from deq_core import Plan, step_plan
+from deq_core.train.overrides import apply_overrides
 from deq_lm.configs import MODELS, get_config
+from deq_lm.configs.config import TRANSFORMERS
 from deq_lm.data import copy_memory_batch, copy_memory_metrics
 from deq_lm.models import build_model
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_a_few_steps_lower_the_loss(name):
-    cfg = get_config(f"tiny-{name.replace('_', '-')}")
+@pytest.mark.parametrize("name, attention", [(m, "gathered") for m in MODELS] + [(m, "fused") for m in TRANSFORMERS])
+def test_a_few_steps_lower_the_loss(name, attention):
+    cfg = apply_overrides(get_config(f"tiny-{name.replace('_', '-')}"), [f"attention={attention}"])
     torch.manual_seed(0)
     model = build_model(cfg, 10).train()
     x, y = copy_memory_batch(16, cfg.data.T, torch.Generator().manual_seed(0))
@@ -33,9 +35,10 @@ def test_a_few_steps_lower_the_loss(name):
     assert after < 0.85 * before, (before, after)
 
 
+@pytest.mark.parametrize("attention", ["gathered", "fused"])
 @pytest.mark.parametrize("mode", ["unroll", "jacobian", "jitter"])
-def test_deq_training_features_reach_the_layer(mode):
-    cfg = get_config("tiny-deq-transformer")
+def test_deq_training_features_reach_the_layer(mode, attention):
+    cfg = apply_overrides(get_config("tiny-deq-transformer"), [f"attention={attention}"])
     torch.manual_seed(0)
     model = build_model(cfg, 10).train()
     x, y = copy_memory_batch(4, cfg.data.T, torch.Generator().manual_seed(0))

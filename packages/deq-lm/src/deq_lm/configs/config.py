@@ -27,6 +27,7 @@ DEQ_MODELS = ("deq_transformer", "deq_trellisnet")
 TRANSFORMERS = ("deq_transformer", "transformer_xl", "transformer_tied")
 TaskName = Literal["copy_memory", "lm"]
 HeadName = Literal["linear", "adaptive"]
+AttentionForm = Literal["gathered", "fused"]
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,11 @@ class ModelConfig:
     width, or hidden width of TrellisNet / LSTM / GRU / TCN. n_heads, d_head, d_ff: attention heads, head width, FFN
     width. n_layers: depth of the explicit networks (Transformer-XL layers, unrolled cell steps, RNN layers, TCN
     levels). mem_len: memory (past states) carried across segments. kernel, dilation: TrellisNet / TCN convolutions.
-    pre_ln: pre-LayerNorm transformer blocks. weight_norm: on the cells' linear maps. dropout: variational dropout in
-    the cells (ordinary dropout in the TCN). head: "linear" softmax or "adaptive" input + softmax (cutoffs, div_val);
-    tie_weights: the softmax shares the input embedding (and, adaptive, its projections).
+    pre_ln: pre-LayerNorm transformer blocks. attention: how the transformers compute their relative-position
+    attention, "gathered" (Transformer-XL's) or "fused" (one fused kernel; the same function, faster for narrow
+    models on long sequences, see ``deq_lm.models.attention``). weight_norm: on the cells' linear maps. dropout:
+    variational dropout in the cells (ordinary dropout in the TCN). head: "linear" softmax or "adaptive" input +
+    softmax (cutoffs, div_val); tie_weights: the softmax shares the input embedding (and, adaptive, its projections).
     """
 
     name: ModelName = "deq_transformer"
@@ -89,6 +92,7 @@ class ModelConfig:
     kernel: int = 2
     dilation: int = 1
     pre_ln: bool = False
+    attention: AttentionForm = "gathered"
     weight_norm: bool = True
     dropout: float = 0.0
     head: HeadName = "linear"
@@ -173,7 +177,7 @@ def _check_data(data: DataConfig) -> None:
 
 def _check_model(model: ModelConfig) -> None:
     check_finite(model)
-    check_choice(model, "name", "head")
+    check_choice(model, "name", "head", "attention")
     check_at_least(model, 1, "d_embed", "d_model", "n_heads", "d_head", "d_ff", "n_layers", "kernel", "dilation")
     check_at_least(model, 1, "div_val")
     check_at_least(model, 0, "mem_len")

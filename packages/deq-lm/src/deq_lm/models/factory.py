@@ -23,7 +23,7 @@ def build_deq(cfg: Config) -> DEQ:
 
 def _transformer_cell(m: ModelConfig, d_in: int) -> DEQTransformerCell:
     return DEQTransformerCell(
-        d_in, m.d_model, m.n_heads, m.d_head, m.d_ff, m.mem_len, m.dropout, m.pre_ln, m.weight_norm
+        d_in, m.d_model, m.n_heads, m.d_head, m.d_ff, m.mem_len, m.dropout, m.pre_ln, m.weight_norm, m.attention
     )
 
 
@@ -46,7 +46,17 @@ def build_body(cfg: Config, d_in: int | None = None) -> nn.Module:
         return UnrolledBody(_trellis_cell(m, d_in), m.n_layers)
     if m.name == "transformer_xl":
         return TransformerXLBody(
-            d_in, m.d_model, m.n_heads, m.d_head, m.d_ff, m.n_layers, m.mem_len, m.dropout, m.pre_ln, m.weight_norm
+            d_in,
+            m.d_model,
+            m.n_heads,
+            m.d_head,
+            m.d_ff,
+            m.n_layers,
+            m.mem_len,
+            m.dropout,
+            m.pre_ln,
+            m.weight_norm,
+            m.attention,
         )
     if m.name in ("lstm", "gru"):
         return RecurrentBody(m.name, d_in, m.d_model, m.n_layers, m.dropout)

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from deq_core import VariationalDropout
 
-from .attention import AttentionContext, RelativeAttention, sinusoid_positions
+from .attention import AttentionContext, RelativeAttention
 from .common import apply_weight_norm
 from .interface import BodyOutput
 
@@ -30,12 +30,23 @@ class TransformerBlock(nn.Module):
         d_model, n_heads, d_head, d_ff: widths.
         dropout: variational dropout on the attention and FFN outputs.
         pre_ln: LayerNorm before each sublayer instead of after the residual sum.
+        attention: "gathered" or "fused", how the attention computes its scores (the same function, see
+            :mod:`deq_lm.models.attention`).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float, pre_ln: bool) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        d_ff: int,
+        dropout: float,
+        pre_ln: bool,
+        attention: str = "gathered",
+    ) -> None:
         super().__init__()
         self.pre_ln = pre_ln
-        self.attn = RelativeAttention(d_model, n_heads, d_head)
+        self.attn = RelativeAttention(d_model, n_heads, d_head, attention)
         self.ff1 = nn.Linear(d_model, d_ff)
         self.ff2 = nn.Linear(d_ff, d_model)
         self.ln1 = nn.LayerNorm(d_model)
@@ -48,11 +59,11 @@ class TransformerBlock(nn.Module):
         self.drop_attn.reset_mask(like)
         self.drop_ff.reset_mask(like)
 
-    def context(self, memory: Tensor | None, pos: Tensor, q_len: int, injection: Tensor | None) -> AttentionContext:
-        """What the block's attention computes once per segment (memory (B, M, d_model) or None, pos (M + L, d_model),
-        ``q_len`` = L, injection or None): the DEQ's f reuses it at every call."""
+    def context(self, memory: Tensor | None, q_len: int, injection: Tensor | None) -> AttentionContext:
+        """What the block's attention computes once per segment (memory (B, M, d_model) or None, ``q_len`` = L,
+        injection or None): the DEQ's f reuses it at every call."""
         mem = None if memory is None or not self.pre_ln else self.ln1(memory)
-        return self.attn.context(memory if mem is None else mem, pos, q_len, injection)
+        return self.attn.context(memory if mem is None else mem, q_len, injection)
 
     def step(self, z: Tensor, ctx: AttentionContext) -> Tensor:
         """z: (B, L, d_model) -> (B, L, d_model) with the segment's attention context."""
@@ -62,9 +73,9 @@ class TransformerBlock(nn.Module):
         h = self.ln1(z + self.drop_attn(self.attn.attend(z, ctx)))
         return self.ln2(h + self.drop_ff(self.ff2(torch.relu(self.ff1(h)))))
 
-    def forward(self, z: Tensor, memory: Tensor | None, pos: Tensor, injection: Tensor | None = None) -> Tensor:
-        """z: (B, L, d_model); memory: (B, M, d_model) or None; pos: (M + L, d_model). Returns (B, L, d_model)."""
-        return self.step(z, self.context(memory, pos, z.shape[1], injection))
+    def forward(self, z: Tensor, memory: Tensor | None, injection: Tensor | None = None) -> Tensor:
+        """z: (B, L, d_model); memory: (B, M, d_model) or None. Returns (B, L, d_model)."""
+        return self.step(z, self.context(memory, z.shape[1], injection))
 
 
 def extend_memory(memory: Tensor | None, z: Tensor, mem_len: int) -> Tensor:
@@ -73,21 +84,14 @@ def extend_memory(memory: Tensor | None, z: Tensor, mem_len: int) -> Tensor:
     return cat[:, -mem_len:].detach()
 
 
-def distance_encodings(k_len: int, d_model: int, like: Tensor) -> Tensor:
-    """(k_len, d_model) encodings of distances k_len - 1, ..., 0, in the dtype and device of ``like``."""
-    distances = torch.arange(k_len - 1, -1, -1, device=like.device)
-    return sinusoid_positions(distances, d_model).to(like.dtype)
-
-
 @dataclass
 class TransformerContext:
     """What the DEQ-Transformer cell computes once per segment."""
 
     injection: Tensor  # (B, L, 3 H dh)
     memory: Tensor | None  # (B, M, d_model)
-    pos: Tensor  # (M + L, d_model)
     shape: tuple[int, int, int]  # (B, L, d_model)
-    attention: AttentionContext  # the memory's projections, the projected positions and the masks
+    attention: AttentionContext  # the memory's projections, the position terms' constants and the masks
 
 
 class DEQTransformerCell(nn.Module):
@@ -98,6 +102,7 @@ class DEQTransformerCell(nn.Module):
         d_model, n_heads, d_head, d_ff, dropout, pre_ln: of the block.
         mem_len: number of past equilibrium states kept as memory for the next segment (0: none).
         weight_norm: weight-normalize every linear map.
+        attention: "gathered" or "fused" (:class:`TransformerBlock`).
 
     State: z (B, L, d_model); segment state: memory (B, <= mem_len, d_model) or None.
     """
@@ -113,13 +118,14 @@ class DEQTransformerCell(nn.Module):
         dropout: float = 0.0,
         pre_ln: bool = False,
         weight_norm: bool = True,
+        attention: str = "gathered",
     ) -> None:
         super().__init__()
         if mem_len < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}.")
         self.d_model, self.mem_len = d_model, mem_len
         self.inject = nn.Linear(d_in, 3 * n_heads * d_head)
-        self.block = TransformerBlock(d_model, n_heads, d_head, d_ff, dropout, pre_ln)
+        self.block = TransformerBlock(d_model, n_heads, d_head, d_ff, dropout, pre_ln, attention)
         self.final_norm: nn.Module = nn.LayerNorm(d_model) if pre_ln else nn.Identity()
         if weight_norm:
             apply_weight_norm(self)
@@ -127,13 +133,11 @@ class DEQTransformerCell(nn.Module):
     def setup(self, x: Tensor, state: Any) -> TransformerContext:
         memory = state
         batch, length, _ = x.shape
-        mem_slots = 0 if memory is None else memory.shape[1]
         injection = self.inject(x)
         like = injection.new_zeros(batch, length, self.d_model)
         self.block.reset_masks(like)
-        pos = distance_encodings(mem_slots + length, self.d_model, injection)
-        attention = self.block.context(memory, pos, length, injection)
-        return TransformerContext(injection, memory, pos, (batch, length, self.d_model), attention)
+        attention = self.block.context(memory, length, injection)
+        return TransformerContext(injection, memory, (batch, length, self.d_model), attention)
 
     def initial(self, ctx: TransformerContext) -> Tensor:
         return ctx.injection.new_zeros(ctx.shape)
@@ -154,7 +158,8 @@ class DEQTransformerCell(nn.Module):
 class TransformerXLBody(nn.Module):
     """Explicit L-layer Transformer-XL with untied layers: z_0 = P x, z_{i+1} = Block_i(z_i | [mem_i; z_i]).
 
-    Segment state: a list of L memories (the inputs of each layer, detached), or None.
+    Arguments as :class:`DEQTransformerCell`'s, and ``n_layers``. Segment state: a list of L memories (the inputs of
+    each layer, detached), or None.
     """
 
     def __init__(
@@ -169,6 +174,7 @@ class TransformerXLBody(nn.Module):
         dropout: float = 0.0,
         pre_ln: bool = False,
         weight_norm: bool = True,
+        attention: str = "gathered",
     ) -> None:
         super().__init__()
         if mem_len < 0:
@@ -176,7 +182,7 @@ class TransformerXLBody(nn.Module):
         self.d_model, self.mem_len = d_model, mem_len
         self.project = nn.Linear(d_in, d_model)
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, n_heads, d_head, d_ff, dropout, pre_ln) for _ in range(n_layers)
+            TransformerBlock(d_model, n_heads, d_head, d_ff, dropout, pre_ln, attention) for _ in range(n_layers)
         )
         self.final_norm: nn.Module = nn.LayerNorm(d_model) if pre_ln else nn.Identity()
         if weight_norm:
@@ -189,9 +195,7 @@ class TransformerXLBody(nn.Module):
         new_memories = []
         for block, memory in zip(self.blocks, memories):
             block.reset_masks(z)
-            mem_slots = 0 if memory is None else memory.shape[1]
-            pos = distance_encodings(mem_slots + z.shape[1], self.d_model, z)
             if self.mem_len > 0:
                 new_memories.append(extend_memory(memory, z, self.mem_len))
-            z = block(z, memory, pos)
+            z = block(z, memory)
         return BodyOutput(self.final_norm(z), new_memories if self.mem_len > 0 else None, None)
