@@ -15,14 +15,15 @@ the run's config: they do not depend on its weights), and each DEQ run's trainin
 Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
 ``RUN/step_time.json``), and the runtime rows of the DEQ paper's Table 4 (:func:`runtime`: each DEQ run and its twin on
 fresh models, the DEQ's solver held to the iterations its run logged, training and inference steps timed interleaved),
-and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json`` and ``DIR/ppl_vs_nfe.png``. It also trains the
-Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are the cheapest): their test perplexities measure
-one seed's spread, against which the perplexity rows weigh their distance from the threshold (``claims.json``:
-seed_spread). ``commands`` prints one ``deq_lm.train`` command per run, to start them in parallel; ``claims`` then reads
-them. ``plan`` times one training step of every run on a fresh model (the DEQs forced to their iteration limits) and
-prints the training time each implies. ``restore`` copies committed run logs (config, metrics, step record; no
-checkpoints) into DIR/runs, so that runs trained in different sessions or on different machines make one table:
-``claims`` reads them as finished runs.
+and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json``, ``DIR/ppl_vs_nfe.png`` and ``DIR/copy400_loss.png``.
+It also trains the Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are the cheapest): their test
+perplexities measure one seed's spread, against which the perplexity rows weigh their distance from the threshold
+(``claims.json``: seed_spread), and the copy-memory runs at T = 400 (``copy400``: five models, three seeds, no corpus),
+whose rows are read from their logs. ``commands`` prints one ``deq_lm.train`` command per run, to start them in
+parallel; ``claims`` then reads them. ``plan`` times one training step of every language-model run on a fresh model (the
+DEQs forced to their iteration limits) and prints the training time each implies. ``restore`` copies committed run logs
+(config, metrics, step record; no checkpoints) into DIR/runs, so that runs trained in different sessions or on different
+machines make one table: ``claims`` reads them as finished runs.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``deq_lm.data.pythondocs_corpus``). ``--quick``: tiny
@@ -68,6 +69,7 @@ from deq_lm.train import RESUMABLE_CHANGES, train
 from lab.claims import Claim, ClaimResult, mean_spread, write_claims
 
 from . import claims as lc
+from . import copy400
 from .step_timing import TimedEntry, expected_seconds, time_inference_steps, time_training_steps
 
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
@@ -117,11 +119,18 @@ def train_command(
 ) -> str:
     """The shell command that trains one run exactly as ``claims`` would; ``resume``: with ``--resume`` (continue
     the run's latest checkpoint, which must exist)."""
-    cfg, base = run_config(preset, seed, data_dir, quick), get_config(preset)
-    base_settings = flat_dict(base)
+    return config_command(preset, run_config(preset, seed, data_dir, quick), run_dir(output_dir, preset, seed), resume)
+
+
+def config_command(preset: str, cfg: Config, folder: Path, resume: bool = False) -> str:
+    """The shell command that trains ``cfg`` (preset ``preset`` and the settings that differ from it) in ``folder``,
+    on one thread; ``--data-dir`` when the config names a corpus folder."""
+    base_settings = flat_dict(get_config(preset))
     changed = {k: v for k, v in flat_dict(cfg).items() if k != "data.data_dir" and v != base_settings[k]}
-    words = ["python", "-m", "deq_lm.train", "--config", preset, "--data-dir", str(data_dir), "--output-dir",
-             str(run_dir(output_dir, preset, seed)), "--threads", "1"]  # fmt: skip
+    words = ["python", "-m", "deq_lm.train", "--config", preset]
+    if cfg.data.data_dir:
+        words += ["--data-dir", cfg.data.data_dir]
+    words += ["--output-dir", str(folder), "--threads", "1"]
     if resume:
         words.append("--resume")
     words += [f"{k}={_value(v)}" for k, v in changed.items()]
@@ -386,6 +395,8 @@ def available_presets(args: argparse.Namespace, data_dir: Path, folders: dict[st
         for preset in PRESETS:
             for seed, folder in zip(args.seeds, folders[preset]):
                 ensure_run(run_config(preset, seed, data_dir, args.quick), folder, f"{preset}-seed{seed}")
+        for preset, seed, cfg in copy400.runs(args.quick):
+            ensure_run(cfg, run_dir(args.output_dir, preset, seed), f"{preset}-seed{seed}")
         return list(PRESETS)
 
     def done(preset: str) -> bool:
@@ -489,17 +500,43 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
         rt = runtime(configs[deq_preset][0], configs[twin_preset][0], folders[deq_preset][0], task, repeats)
         runtimes[rt.deq] = rt
         results += lc.runtime_rows(rt, pair, command, runtime_note(rt, folders[deq_preset][0], repeats))
+    copy = copy400_measured(out, args.quick)
+    results += copy400.rows(copy, command)
     if settings:
         lc.plot_ppl_vs_nfe(deq, settings, out / "ppl_vs_nfe.png")
-    write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Tables 2-4, JR paper Table 1)",
-                 preamble=preamble(args, data_dir, runs_table(measured, folders, tokens)))  # fmt: skip
+    if copy:
+        copy400.plot_losses(copy, out / "copy400_loss.png")
+    table = runs_table(measured, folders, tokens) + "\n" + copy400_table(copy)
+    write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Tables 1-4, JR paper Table 1)",
+                 preamble=preamble(args, data_dir, table))  # fmt: skip
     dump = {"measured": {k: dataclasses.asdict(v) for k, v in measured.items()},
             "step_times": {k: dataclasses.asdict(v) for k, v in times.items()},
             "runtimes": {k: dataclasses.asdict(v) for k, v in runtimes.items()},
             "seed_spread": {"preset": TXL, "seeds": list(lc.SPREAD_SEEDS), "test_ppl": spread},
+            "copy400": copy400.as_dict(copy),
             "verdicts": {r.claim.key: r.verdict for r in results}}  # fmt: skip
     write_json(out / "claims.json", dump)
     return results
+
+
+def copy400_measured(out: Path, quick: bool) -> dict[str, copy400.Copy400]:
+    """The copy-memory models (T = 400) whose runs have finished for every seed, read from their logs."""
+    measured = {}
+    for model in copy400.MODELS:
+        cfgs = [copy400.run_config(model, s, quick) for s in copy400.SEEDS]
+        folders = [run_dir(out, copy400.preset(model), s) for s in copy400.SEEDS]
+        if all(finished(f, c) for f, c in zip(folders, cfgs)):
+            measured[model] = copy400.measure(model, cfgs[0], folders)
+    return measured
+
+
+def copy400_table(copy: dict[str, copy400.Copy400]) -> str:
+    """The copy-memory runs' table for the preamble (the models whose runs have finished)."""
+    if not copy:
+        return "Copy memory at T = 400: no model's runs have finished yet.\n"
+    finished_models = ", ".join(copy)
+    return (f"Copy memory at T = 400 (`{copy400.PREFIX}-*`, seeds {', '.join(map(str, copy400.SEEDS))}; finished: "
+            f"{finished_models}; figure `copy400_loss.png`):\n\n{copy400.runs_table(copy)}")  # fmt: skip
 
 
 def trellis_rows(measured: dict[str, lc.Measured], command: str) -> list[ClaimResult]:
@@ -526,6 +563,8 @@ def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:
     lines += ["", f"One seed's spread: the {TXL.removeprefix(f'{PREFIX}-')} twin also with seeds "
               f"{', '.join(map(str, extra))} (its runs are the cheapest; `claims.json`, seed_spread):", ""]  # fmt: skip
     lines += [f"- `{train_command(args.output_dir, TXL, s, data_dir, args.quick)}`" for s in extra]
+    lines += ["", "Copy memory at T = 400 (no corpus):", ""]
+    lines += [f"- `{config_command(p, cfg, run_dir(args.output_dir, p, s))}`" for p, s, cfg in copy400.runs(args.quick)]
     lines += [
         "",
         table,
@@ -601,6 +640,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for preset, seed in runs:  # an interrupted run continues from its checkpoint
                 resume = latest_complete_checkpoint(run_dir(args.output_dir, preset, seed)) is not None
                 print(train_command(args.output_dir, preset, seed, data_dir, args.quick, resume=resume))
+            for preset, seed, cfg in copy400.runs(args.quick):
+                folder = run_dir(args.output_dir, preset, seed)
+                print(config_command(preset, cfg, folder, resume=latest_complete_checkpoint(folder) is not None))
             return 0
         results = claims(args, data_dir)
     except (UsageError, ValueError) as err:

@@ -23,7 +23,7 @@ from deq_lm.models import build_model
 from deq_lm.train import train
 from lab.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED
 from lab.lm import claims as lc
-from lab.lm import reproduce
+from lab.lm import copy400, reproduce
 from lab.lm.step_timing import expected_seconds
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository's root, which holds lab/
@@ -225,7 +225,7 @@ def test_commands_resume_an_interrupted_run_and_the_table_prints_fresh_commands(
     assert reproduce.main(["commands", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
     lines = capsys.readouterr().out.splitlines()
     resumed = [line for line in lines if "--resume" in line]
-    assert len(lines) == len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS) - 1
+    assert len(lines) == len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS) - 1 + len(copy400.MODELS) * len(copy400.SEEDS)
     assert len(resumed) == 1 and f"{reproduce.TXL}-seed0 " in resumed[0]
     # the claims table documents the runs for any machine: no --resume, whatever this one holds
     args = argparse.Namespace(seeds=[0], output_dir=out, quick=True)
@@ -241,9 +241,17 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     lines = text.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("| claim | threshold")))
     rows = [line for line in lines[start + 2 :] if line.startswith("| ")]
-    runs = [line for line in lines[:start] if line.startswith("| ") and "---" not in line][1:]
+    tables = [line for line in lines[:start] if line.startswith("| ") and "---" not in line]
+    copy_header = next(i for i, line in enumerate(tables) if line.startswith("| model | params"))
+    runs, copy_runs = tables[1:copy_header], tables[copy_header + 1 :]
     assert [row.split(" | ")[0].strip("| ") for row in runs] == [p.removeprefix("pdocs-") for p in reproduce.PRESETS]
-    assert len(rows) == len(lc.CLAIMS)
+    assert [row.split(" | ")[0].strip("| ") for row in copy_runs] == list(copy400.MODELS)
+    assert len(rows) == len(lc.CLAIMS) + len(copy400.CLAIMS)
+    for claim, row in zip(copy400.CLAIMS, rows[len(lc.CLAIMS) :]):
+        assert claim.statement in row and "Table 1" in row
+        assert f"**{HOLDS}**" in row or f"**{DOES_NOT_HOLD}**" in row
+    assert (out / "copy400_loss.png").stat().st_size > 0
+    rows = rows[: len(lc.CLAIMS)]
     plateau_claims = (lc.PPL_VS_TXL_PLATEAU, lc.PPL_VS_TIED_PLATEAU)
     for claim, row in zip(lc.CLAIMS, rows):
         assert claim.statement in row and claim.source.split(",")[0] in row
@@ -257,6 +265,8 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     assert (out / "ppl_vs_nfe.png").stat().st_size > 0
     dump = json.loads((out / "claims.json").read_text())
     assert set(dump["measured"]) == set(reproduce.PRESETS)
+    assert set(dump["copy400"]) == set(copy400.MODELS)
+    assert all(len(m["loss"]) == len(copy400.SEEDS) and m["loss"][0] > 0 for m in dump["copy400"].values())
     deq = dump["measured"][reproduce.DEQ]
     assert deq["nfe"][0] > 0 and deq["ppl"][0] > 1 and dump["measured"][reproduce.TXL]["nfe"] == [0.0]
     assert all(t["cpu"] > 0 for t in dump["step_times"].values())
@@ -275,7 +285,8 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     assert "Seed spread" in rows[2] and "Seed spread" not in rows[1]  # the two perplexity rows
     capsys.readouterr()
     assert reproduce.main(["claims", "--quick", "--output-dir", str(out), "--data-dir", str(corpus)]) == 0
-    found = len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS)  # the spread's seed 0 is read twice
+    copy_runs = len(copy400.MODELS) * len(copy400.SEEDS)
+    found = len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS) + copy_runs  # the spread's seed 0 is read twice
     assert capsys.readouterr().out.count("finished run found") == found
     # the run logs without checkpoints, restored elsewhere, give the same table without training anything
     logs = tmp_path / "run_logs"
@@ -286,13 +297,14 @@ def test_quick_claims_pipeline(tmp_path, capsys):
                 (logs / folder.name / name).write_bytes((folder / name).read_bytes())
     elsewhere = tmp_path / "elsewhere"
     assert reproduce.main(["restore", "--from", str(logs), "--output-dir", str(elsewhere)]) == 0
-    assert capsys.readouterr().out.count("restored ") == len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS) - 1
+    restored = len(reproduce.PRESETS) + len(lc.SPREAD_SEEDS) - 1 + copy_runs
+    assert capsys.readouterr().out.count("restored ") == restored
     assert reproduce.main(["claims", "--quick", "--finished-only", "--output-dir", str(elsewhere), "--data-dir",
                            str(corpus)]) == 0  # fmt: skip
     assert not any((elsewhere / "runs").glob("*/checkpoints"))
     again = json.loads((elsewhere / "claims.json").read_text())
     assert again["measured"] == dump["measured"] and again["step_times"] == dump["step_times"]
-    assert again["seed_spread"] == dump["seed_spread"]
+    assert again["seed_spread"] == dump["seed_spread"] and again["copy400"] == dump["copy400"]
     timed = {c.key for c in lc.CLAIMS if c.key.startswith("runtime-")}  # timed afresh: verdicts may differ
     assert {k: v for k, v in again["verdicts"].items() if k not in timed} == {
         k: v for k, v in dump["verdicts"].items() if k not in timed
@@ -351,6 +363,8 @@ def test_finished_only_measures_the_finished_runs_and_trains_nothing(tmp_path, c
                "runtime-deq-trellisnet-train", "runtime-deq-trellisnet-inference")  # fmt: skip
     assert {verdicts[k] for k in trellis} == {NOT_MEASURED}
     assert "not finished: trellis-deq-trellisnet, trellis-trellisnet " in text
+    assert {verdicts[c.key] for c in copy400.CLAIMS} == {NOT_MEASURED}
+    assert "not finished: copy400-cpu-deq-transformer, copy400-cpu-tcn, copy400-cpu-lstm, copy400-cpu-gru " in text
     assert all(verdicts[f"runtime-deq-transformer-{what}"] != NOT_MEASURED for what in ("train", "inference"))
     assert (out / "ppl_vs_nfe.png").stat().st_size > 0  # the finished JR setting is plotted
     assert read_metrics(reproduce.run_dir(out, reproduce.TIED, 0) / "metrics.jsonl")[-1]["step"] <= 12
@@ -392,3 +406,37 @@ def test_plateau_rows_count_only_runs_whose_validation_perplexity_stopped_fallin
     assert row.verdict == NOT_MEASURED and "Not both at a plateau" in row.note and "txl 9.5%" in row.note
     with pytest.raises(ValueError, match="two validation evaluations"):
         lc.plateau_fall(dataclasses.replace(deq, valid_steps=()))
+
+
+def copy_runs(losses: dict[str, float], params: dict[str, int] | None = None) -> dict[str, copy400.Copy400]:
+    """Made-up T = 400 runs: three seeds of each model around ``losses`` (model -> mean test loss)."""
+    params = params or {}
+    return {m: copy400.Copy400(m, (0.5 * x, x, 1.5 * x), (1.0, 1.0, 1.0), params.get(m, 14_000),
+                               (10 * x, 2 * x, x), (1000, 2000, 3000)) for m, x in losses.items()}  # fmt: skip
+
+
+def test_copy400_thresholds():
+    paper_like = {"deq-transformer": 3e-6, "tcn": 3e-5, "lstm": 0.05, "gru": 0.049, "deq-trellisnet": 1e-3}
+    rows = copy400.rows(copy_runs(paper_like), "cmd")
+    assert [r.verdict for r in rows] == [HOLDS] * 3
+    assert "Valid loss fall over the last 1,000 steps" in rows[0].note and "tcn +50.0%" in rows[0].note
+    tcn_wins = dict(paper_like, **{"deq-transformer": 2e-4, "tcn": 1e-4})
+    rows = copy400.rows(copy_runs(tcn_wins), "cmd")
+    assert [r.verdict for r in rows] == [DOES_NOT_HOLD, HOLDS, DOES_NOT_HOLD]
+    assert "measured: DEQ-Transformer test accuracy" in rows[0].note and "; tcn: " in rows[0].note
+    near_rnn = dict(paper_like, **{"deq-transformer": 0.006, "tcn": 0.01})  # lowest, only 8.2x below the GRU
+    assert [r.verdict for r in copy400.rows(copy_runs(near_rnn), "cmd")] == [HOLDS, DOES_NOT_HOLD, DOES_NOT_HOLD]
+    unequal = copy400.rows(copy_runs(paper_like, {"tcn": 16_200}), "cmd")  # 15.7 % more than the DEQ's 14,000
+    assert [r.verdict for r in unequal] == [DOES_NOT_HOLD, DOES_NOT_HOLD, HOLDS]
+    assert "parameters differ by more than 15%: tcn." in unequal[0].note
+    missing = copy400.rows(copy_runs({m: x for m, x in paper_like.items() if m != "gru"}), "cmd")
+    assert {r.verdict for r in missing} == {NOT_MEASURED} and "copy400-cpu-gru" in missing[0].note
+
+
+def test_copy400_runs_are_the_presets_with_their_seeds():
+    runs = copy400.runs(quick=False)
+    assert [(p, s) for p, s, _ in runs] == [(f"copy400-cpu-{m}", s) for m in copy400.MODELS for s in copy400.SEEDS]
+    for preset, seed, cfg in runs:
+        assert cfg == replace_config(get_config(preset), {"run.seed": seed})
+        words = shlex.split(reproduce.config_command(preset, cfg, Path("OUT") / preset))
+        assert "--data-dir" not in words and words[-1] == f"run.seed={seed}" or seed == 0
