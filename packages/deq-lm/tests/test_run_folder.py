@@ -144,3 +144,20 @@ def test_evaluate_in_a_read_only_run_folder_is_one_line_before_the_sweep(tmp_pat
     assert refused.err.count("\n") == 1 and "Traceback" not in refused.err, refused.err
     assert f"cannot write to {out}: " in refused.err and "choose a writable --output-dir" in refused.err
     assert not (out / "sweep.json").exists() and (tmp_path / "sweep" / "sweep.json").is_file()
+
+
+def test_evaluate_replaces_links_planted_at_its_outputs_and_never_writes_through_them(tmp_path: Path, corpus) -> None:
+    """Issue 25, item 3: sweep.json / sweep.png linked to files outside the run are replaced by the run's own files;
+    the files outside keep their content."""
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    assert main([*ARGS, "steps=3", *corpus, "--output-dir", str(out)]) == 0
+    elsewhere.mkdir()
+    for name in ("sweep.json", "sweep.png"):
+        (elsewhere / name).write_text("outside\n")
+        (out / name).symlink_to(elsewhere / name)
+    assert evaluate_main(["--checkpoint", str(out), "--max-iters", "1,2", "--tols", "0.1"]) == 0
+    for name in ("sweep.json", "sweep.png"):
+        assert (elsewhere / name).read_text() == "outside\n", name
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [r["max_iter"] for r in rows[:2]] == [1, 2]  # then the tolerance row

@@ -141,3 +141,34 @@ def test_evaluate_in_a_read_only_run_folder_is_one_line(cifar_dir: Path, tmp_pat
         _one_line_error(capsys, f"cannot write to {out}: ", "choose a writable --output-dir")
         assert evaluate.main([*sweep, "--output-dir", str(tmp_path / "sweep")]) == 0
     assert not (out / "hard_stop.json").exists() and (tmp_path / "sweep" / "hard_stop.json").is_file()
+
+
+def test_resume_with_another_thread_count_is_recorded_and_said_in_one_line(cifar_dir: Path, tmp_path: Path,
+                                                                         capsys) -> None:  # fmt: skip
+    """Issue 25, item 9: --threads changes the rounding; the run records torch's thread count, and a resume with
+    another one is recorded in "resumed" with one console line (bit-identical resumption is lost)."""
+    data, out = ["--data-dir", str(cifar_dir)], tmp_path / "run"
+    assert train.main([*ARGS, "stop_after=3", *data, "--output-dir", str(out), "--threads", "1"]) == 0
+    assert json.loads((out / "config.json").read_text())["torch_threads"] == 1
+    capsys.readouterr()
+    assert train.main([*ARGS, *data, "--output-dir", str(out), "--resume", "--threads", "2"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "torch thread" in line]
+    assert len(said) == 1 and "with 2 torch thread(s) where the run used 1: bit-identical" in said[0], said
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["torch_threads"], saved["resumed"][0]["changes"]["torch_threads"]) == (1, [1, 2]), saved
+
+
+def test_evaluate_replaces_links_planted_at_its_outputs_and_never_writes_through_them(cifar_dir, tmp_path) -> None:
+    """Issue 25, item 3: hard_stop.json / hard_stop.png linked to files outside the run are replaced by the run's
+    own files; the files outside keep their content."""
+    data, out, elsewhere = ["--data-dir", str(cifar_dir)], tmp_path / "run", tmp_path / "elsewhere"
+    assert train.main([*ARGS, "steps=3", *data, "--output-dir", str(out)]) == 0
+    elsewhere.mkdir()
+    for name in ("hard_stop.json", "hard_stop.png"):
+        (elsewhere / name).write_text("outside\n")
+        (out / name).symlink_to(elsewhere / name)
+    assert evaluate.main(["--checkpoint", str(out), *data, "--max-steps", "2", "--limit", "20"]) == 0
+    for name in ("hard_stop.json", "hard_stop.png"):
+        assert (elsewhere / name).read_text() == "outside\n", name
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    assert [row["max_iter"] for row in json.loads((out / "hard_stop.json").read_text())["rows"]] == [1, 2]
