@@ -1,5 +1,5 @@
 """Two CPU processes under ``accelerate launch`` join (gloo) and compute the same gradients as one process with the
-same global batch."""
+same global batch; the main process alone logs to TensorBoard (``run.log_with=tensorboard``)."""
 
 import subprocess
 import sys
@@ -13,6 +13,7 @@ from deq_core.train.metrics import read_metrics
 from deq_core.train.run_config import replace_config
 from deq_lm.configs import get_config
 from deq_lm.train import train
+from lab.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams
 
 SETTINGS = ["steps=2", "save_grads_at=1", "batch_size=8", "dropout=0", "deq.jac_weight=0", "eval_every=2"]
 
@@ -24,11 +25,16 @@ def test_two_process_cpu_run_matches_one_process_gradients(tmp_path):
         "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
         "-m", "deq_lm.train", "--config", "tiny-deq-transformer", "--output-dir", str(tmp_path / "two"), *SETTINGS,
+        "run.log_with=tensorboard",
     ]  # fmt: skip
     proc = subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "2 process(es)" in proc.stdout  # the processes joined: each trained on half the global batch
     assert "final (step 2)" in proc.stdout
+    # TensorBoard: each step once, the values of metrics.jsonl, the config as hyperparameters.
+    assert_tensorboard_matches_metrics(tmp_path / "two", "tiny-deq-transformer", {"train/loss", "valid/acc"})
+    hparams = tensorboard_hparams(tmp_path / "two" / "trackers" / "tiny-deq-transformer")
+    assert hparams["num_processes"] == 2 and hparams["model.name"] == "deq_transformer"
 
     cfg = get_config("tiny-deq-transformer")
     one = replace_config(

@@ -13,7 +13,6 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from deq_core.train.metrics import read_metrics
@@ -21,52 +20,19 @@ from deq_toy import train
 from deq_toy.configs import load_config
 
 pytest.importorskip("tensorboard")
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
-from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
+from lab.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams  # noqa: E402
 
 OPTIONS = ["--config", "synthetic-tiny", "--no-progress"]
 SETTINGS = ["run.save_every=10", "run.keep_checkpoints=2"]
-
-
-def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} of the TensorBoard event files in ``folder`` (as TensorBoard shows them: events a
-    restarted writer purged are left out)."""
-    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
-
-
-def _expected(run: Path) -> dict[str, list[tuple[int, float]]]:
-    """{split/key: [(step, value), ...]} of the numbers of metrics.jsonl."""
-    expected: dict[str, list[tuple[int, float]]] = {}
-    for record in read_metrics(run / "metrics.jsonl"):
-        for key, value in record.items():
-            if key not in ("step", "split") and isinstance(value, (int, float)):
-                expected.setdefault(f"{record['split']}/{key}", []).append((record["step"], float(value)))
-    return expected
+REQUIRED = {"train/loss", "train/nfe_forward", "valid/mse"}
 
 
 def _assert_events_match_metrics(run: Path) -> None:
-    found, expected = _scalars(run / "trackers" / "synthetic-tiny"), _expected(run)
-    assert set(found) == set(expected) and {"train/loss", "train/nfe_forward", "valid/mse"} <= set(found)
-    for tag, series in expected.items():
-        assert [step for step, _ in sorted(found[tag])] == [step for step, _ in series], tag  # each step once
-        stored = np.array([value for _, value in sorted(found[tag])], dtype=np.float32)
-        np.testing.assert_array_equal(stored, np.array([value for _, value in series], dtype=np.float32), err_msg=tag)
+    assert_tensorboard_matches_metrics(run, "synthetic-tiny", REQUIRED)
 
 
 def _hparams(run: Path) -> dict[str, object]:
-    """The hyperparameters TensorBoard shows for the run (its hparams plugin's session start)."""
-    for folder in sorted((run / "trackers" / "synthetic-tiny").iterdir()):
-        if not folder.is_dir():
-            continue
-        events = EventAccumulator(str(folder))
-        events.Reload()
-        content = events.PluginTagToContent("hparams").get("_hparams_/session_start_info")
-        if content is not None:
-            info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
-            return {k: getattr(v, v.WhichOneof("kind")) for k, v in info.hparams.items()}
-    raise AssertionError("no hparams in the TensorBoard folder")
+    return tensorboard_hparams(run / "trackers" / "synthetic-tiny")
 
 
 def test_tensorboard_gets_the_metrics_and_the_config_and_continues_on_resume(tmp_path, capsys):
