@@ -348,6 +348,15 @@ def ppl_gap_note(deq: Measured, twin: Measured, tied: Measured | None = None) ->
             "gradient.")  # fmt: skip
 
 
+def sweep_note(sweep: Mapping[int, float], twin: Measured) -> str:
+    """Measured: the DEQ's test perplexity at each inference iteration limit (``sweep``: limit -> ppl, from
+    ``python -m deq_lm.evaluate --split test --max-iters ...``) over the twin's, i.e. what a more exact solve at
+    inference would give."""
+    listed = " / ".join(f"{sweep[k]:.2f} ({sweep[k] / twin.mean_ppl:.3f}x)" for k in sorted(sweep))
+    limits = " / ".join(str(k) for k in sorted(sweep))
+    return f"Inference limits {limits}: DEQ test ppl {listed} the twin's (RUN/sweep.json)."
+
+
 def spread_note(spread: Sequence[float], deq: Measured, twin: Measured, of: str = "the Transformer-XL twin's") -> str:
     """Measured: one seed's spread (``spread``: the test perplexities over SPREAD_SEEDS of the run ``of`` names)
     against the distance of this row's perplexity ratio from its threshold PPL_MARGIN. The ratio of the DEQ's mean

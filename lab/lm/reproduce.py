@@ -490,7 +490,7 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
         results += lc.jr_results(deq, settings, times, command, early_stop=read_sweep(folders[DEQ][0]))
     else:
         results += not_measured((lc.JR_NFE, lc.JR_SPEED), [p for p in JR if p not in available], command)
-    results += trellis_rows(measured, command)
+    results += trellis_rows(measured, command, read_sweep(folders[TRELLIS_DEQ][0]))
     for deq_preset, twin_preset, pair in RUNTIME_PAIRS:
         missing = [p for p in (deq_preset, twin_preset) if p not in available]
         if missing:
@@ -539,16 +539,21 @@ def copy400_table(copy: dict[str, copy400.Copy400]) -> str:
             f"{finished_models}; figure `copy400_loss.png`):\n\n{copy400.runs_table(copy)}")  # fmt: skip
 
 
-def trellis_rows(measured: dict[str, lc.Measured], command: str) -> list[ClaimResult]:
+def trellis_rows(
+    measured: dict[str, lc.Measured], command: str, sweep: dict[int, float] | None = None
+) -> list[ClaimResult]:
     """The two rows of issue 28, part 2 (DEQ-TrellisNet vs the unrolled TrellisNet: perplexity at a plateau, saved
-    activations), NOT MEASURED while either run is missing."""
+    activations), NOT MEASURED while either run is missing; ``sweep``: the DEQ's test perplexity by inference limit
+    (its run's sweep.json), added to the perplexity row's note."""
     claims = (lc.PPL_VS_UNROLLED_TRELLIS, lc.MEMORY_VS_UNROLLED_TRELLIS)
     missing = [p for p in (TRELLIS_DEQ, TRELLIS_TWIN) if p not in measured]
     if missing:
         return not_measured(claims, missing, command)
     deq, twin = measured[TRELLIS_DEQ], measured[TRELLIS_TWIN]
-    return [lc.plateau_ppl_row(deq, twin, claims[0], command),
-            lc.memory_row(deq, twin, claims[1], command, limit=lc.TRELLIS_MEMORY_FRACTION)]  # fmt: skip
+    ppl_row = lc.plateau_ppl_row(deq, twin, claims[0], command)
+    if sweep:
+        ppl_row = with_note(ppl_row, lc.sweep_note(sweep, twin))
+    return [ppl_row, lc.memory_row(deq, twin, claims[1], command, limit=lc.TRELLIS_MEMORY_FRACTION)]
 
 
 def preamble(args: argparse.Namespace, data_dir: Path, table: str) -> str:

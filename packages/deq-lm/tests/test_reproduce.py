@@ -440,3 +440,14 @@ def test_copy400_runs_are_the_presets_with_their_seeds():
         assert cfg == replace_config(get_config(preset), {"run.seed": seed})
         words = shlex.split(reproduce.config_command(preset, cfg, Path("OUT") / preset))
         assert "--data-dir" not in words and words[-1] == f"run.seed={seed}" or seed == 0
+
+
+def test_trellis_ppl_row_notes_the_inference_sweep_when_there_is_one():
+    deq = dataclasses.replace(measured("deq", 110.0, 30), valid_ppl=(120.0, 110.0), valid_steps=(1000, 8000))
+    twin = dataclasses.replace(measured("twin", 100.0, 0), valid_ppl=(101.0, 100.0), valid_steps=(1000, 8000))
+    found = {reproduce.TRELLIS_DEQ: deq, reproduce.TRELLIS_TWIN: twin}
+    plain = reproduce.trellis_rows(found, "cmd")
+    swept = reproduce.trellis_rows(found, "cmd", {60: 104.0, 30: 110.0})
+    assert "Inference limits" not in plain[0].note and swept[0].verdict == plain[0].verdict
+    assert swept[0].note.endswith("Inference limits 30 / 60: DEQ test ppl 110.00 (1.100x) / 104.00 (1.040x) the twin's "
+                                  "(RUN/sweep.json).")  # fmt: skip
