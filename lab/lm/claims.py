@@ -303,9 +303,16 @@ def plateau_fall(m: Measured) -> float:
     points = list(zip(m.valid_steps, m.valid_ppl))
     if len(points) < 2:
         raise ValueError(f"{m.label}: the plateau check needs two validation evaluations with steps, got {points}.")
-    final_step, final_ppl = points[-1]
-    early = [ppl for step, ppl in points if step <= final_step - PLATEAU_WINDOW] or [points[0][1]]
-    return 1 - final_ppl / early[-1]
+    return relative_fall(points, PLATEAU_WINDOW)
+
+
+def relative_fall(points: Sequence[tuple[int, float]], window: int) -> float:
+    """The relative fall of a curve (``points``: (step, value) in step order, at least one) over its last ``window``
+    steps: from the last point at or before (final step - window), or the first point when none is that early, to
+    the final one. Positive when the value fell."""
+    final_step, final = points[-1]
+    early = [value for step, value in points if step <= final_step - window] or [points[0][1]]
+    return 1 - final / early[-1]
 
 
 def plateau_ppl_row(

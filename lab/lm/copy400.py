@@ -27,6 +27,7 @@ from deq_lm.configs import Config, get_config
 from deq_lm.models import build_model, count_parameters
 from deq_lm.tasks import build_task
 from lab.claims import Claim, ClaimResult, mean_spread
+from lab.lm.claims import relative_fall
 
 PREFIX = "copy400-cpu"
 DEQ = "deq-transformer"
@@ -108,9 +109,7 @@ class Copy400:
 
     def fall(self) -> float:
         """Relative fall of the first seed's validation loss over its last FLAT_WINDOW steps (positive: fell)."""
-        points = list(zip(self.valid_steps, self.valid_loss))
-        early = [loss for step, loss in points if step <= points[-1][0] - FLAT_WINDOW] or [points[0][1]]
-        return 1 - points[-1][1] / early[-1]
+        return relative_fall(list(zip(self.valid_steps, self.valid_loss)), FLAT_WINDOW)
 
 
 def measure(model: str, cfg: Config, folders: Sequence[Path]) -> Copy400:

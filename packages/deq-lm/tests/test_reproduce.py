@@ -439,7 +439,8 @@ def test_copy400_runs_are_the_presets_with_their_seeds():
     for preset, seed, cfg in runs:
         assert cfg == replace_config(get_config(preset), {"run.seed": seed})
         words = shlex.split(reproduce.config_command(preset, cfg, Path("OUT") / preset))
-        assert "--data-dir" not in words and words[-1] == f"run.seed={seed}" or seed == 0
+        assert "--data-dir" not in words
+        assert (words[-1] == f"run.seed={seed}") == (seed != 0), words  # seed 0 is the preset's own
 
 
 def test_trellis_ppl_row_notes_the_inference_sweep_when_there_is_one():
