@@ -17,6 +17,7 @@ import deq_core
 from conftest import Counter
 from deq_core import Anderson, Broyden, FixedPoint, Implicit
 from deq_core._solvers import _compile
+from deq_core._solvers.broyden import _FIRST_ROWS
 
 BATCH, DIM = 5, 12
 SOLVERS = [FixedPoint(damping=0.8), Anderson(m=5), Anderson(m=5, beta=0.6), Broyden(memory=6),
@@ -109,6 +110,28 @@ def test_compiled_broyden_compiles_its_update_once_for_all_history_sizes(compile
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert 1 <= graphs <= 5, graphs  # the probe kernel, then n = 0, n = 1 and one graph for every n >= 2
     assert compiled.nfe == eager.nfe and torch.equal(compiled.converged, eager.converged)
+
+
+def test_compiled_broyden_through_the_growth_of_its_buffers():
+    """Broyden's direction rows are allocated 16 at first and doubled when the updates fill them: a solve of more than
+    16 updates runs the compiled kernels on the grown buffers and gives the eager iterates. The problem: tanh(z W^T +
+    x) with W = 0.9 Q (Q orthogonal), whose rotating Jacobian takes Broyden 21 updates to reach 1e-10."""
+    gen = torch.Generator().manual_seed(7)
+    w = 0.9 * torch.linalg.qr(torch.randn(DIM, DIM, generator=gen, dtype=torch.float64))[0]
+    x = torch.randn(BATCH, DIM, generator=gen, dtype=torch.float64)
+    z0 = torch.zeros(BATCH, DIM, dtype=torch.float64)
+    solves = [
+        deq_core.solve(lambda z: torch.tanh(z @ w.T + x), z0, Broyden(memory=40), max_iter=40, tol=1e-10,
+                       stop_mode="abs", compile_step=compile_step)
+        for compile_step in (False, True)
+    ]  # fmt: skip
+    eager, compiled = solves
+    assert eager.iterations > _FIRST_ROWS and bool(eager.converged.all())  # the buffers grew once at least
+    assert compiled.iterations == eager.iterations and torch.equal(compiled.converged, eager.converged)
+    # As in test_compiled_step_gives_the_eager_iterates_float64: residuals to 1e-11 (ten times below the tolerance),
+    # z within tol / (1 - 0.9) of the fixed point from either solve.
+    torch.testing.assert_close(compiled.trace, eager.trace, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(compiled.z, eager.z, rtol=0, atol=2 * 1e-10 / (1 - 0.9))
 
 
 def _deq_grads(compile_step: bool) -> tuple[Tensor, Tensor, deq_core.DEQInfo]:
