@@ -134,8 +134,7 @@ def _run_tests(session: nox.Session, package: str) -> None:
     if package == "deq-lm":  # the README's main-job environment: the other task packages install beside it
         _check_torch_kept(session, ["deq-toy", "deq-vision"])
     session.install("pytest-xdist")
-    # Parallel workers, one torch thread each unless OMP_NUM_THREADS says otherwise: on 2 cores deq-core's suite took
-    # 133 s instead of 233 s. Pass `-- -n 0` to run in one process; later options override these.
+    # See the module docstring (parallel workers); measured on 2 cores: deq-core's suite 133 s instead of 233 s.
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "worksteal"]
     session.run("python", "-m", "pytest", str(ROOT / "packages" / package), "-q", *parallel, *session.posargs, env=env)
