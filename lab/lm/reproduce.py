@@ -522,9 +522,9 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
 def copy400_measured(out: Path, quick: bool) -> dict[str, copy400.Copy400]:
     """The copy-memory models (T = 400) whose runs have finished for every seed, read from their logs."""
     measured = {}
-    for model in copy400.MODELS:
-        cfgs = [copy400.run_config(model, s, quick) for s in copy400.SEEDS]
-        folders = [run_dir(out, copy400.preset(model), s) for s in copy400.SEEDS]
+    for model in copy400.RUN_MODELS:
+        cfgs = [copy400.run_config(model, s, quick) for s in copy400.seeds(model)]
+        folders = [run_dir(out, copy400.preset(model), s) for s in copy400.seeds(model)]
         if all(finished(f, c) for f, c in zip(folders, cfgs)):
             measured[model] = copy400.measure(model, cfgs[0], folders)
     return measured
@@ -535,7 +535,8 @@ def copy400_table(copy: dict[str, copy400.Copy400]) -> str:
     if not copy:
         return "Copy memory at T = 400: no model's runs have finished yet.\n"
     finished_models = ", ".join(copy)
-    return (f"Copy memory at T = 400 (`{copy400.PREFIX}-*`, seeds {', '.join(map(str, copy400.SEEDS))}; finished: "
+    return (f"Copy memory at T = 400 (`{copy400.PREFIX}-*`, seeds {', '.join(map(str, copy400.SEEDS))}, the ablation "
+            f"{copy400.ABLATION} seed {', '.join(map(str, copy400.ABLATION_SEEDS))}; finished: "
             f"{finished_models}; figure `copy400_loss.png`):\n\n{copy400.runs_table(copy)}")  # fmt: skip
 
 

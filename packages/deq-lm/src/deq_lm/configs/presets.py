@@ -45,6 +45,9 @@ _COPY_MODELS: dict[str, dict[str, object]] = {
     "lstm": dict(model="lstm", d_embed=10, d_model=52, n_layers=1),
     "gru": dict(model="gru", d_embed=10, d_model=61, n_layers=1),
 }  # fmt: skip
+# The ablation of the copy tables: the DEQ-Transformer's cell (same parameters and recipe) unrolled 12 times and
+# trained by backpropagation; no solver runs, so its DEQ settings are inert.
+_COPY_MODELS["transformer-tied"] = dict(_COPY_MODELS["deq-transformer"], model="transformer_tied", n_layers=12)
 
 _CPU_BUDGET = dict(T=100, steps=1500, batch_size=32, lr=2e-3, warmup_steps=50, min_lr_ratio=0.05, eval_every=250)
 _PAPER_BUDGET = dict(T=400, steps=15_000, batch_size=32, lr=5e-4, warmup_steps=500, eval_every=1000, save_every=1000)
@@ -53,6 +56,7 @@ _PAPER_BUDGET = dict(T=400, steps=15_000, batch_size=32, lr=5e-4, warmup_steps=5
 # The DEQ-TrellisNet 33 wide: 13,832 parameters, within 2 % of the DEQ-Transformer's 14,090 (30 wide: 11,870, -16 %).
 _COPY400_SETTINGS: dict[str, dict[str, object]] = {
     "deq-transformer": dict(attention="fused"),
+    "transformer-tied": dict(attention="fused"),
     "deq-trellisnet": dict(d_model=33),
 }
 # The claims runs of T = 400 on one CPU thread (results/profile_copy400.md sizes the budget): the T = 100 table's recipe
