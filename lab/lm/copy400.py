@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from deq_core.train.metrics import read_metrics
 from deq_core.train.plots import write_figure
 from deq_core.train.reports import markdown_table
@@ -45,6 +47,7 @@ PARAM_TOLERANCE = 0.15  # every model's parameters within 15 % of the DEQ-Transf
 RNN_FACTOR = 10.0  # loss(LSTM), loss(GRU) >= 10 x loss(DEQ-Transformer)
 LOSS_LIMIT = 1e-4  # loss(DEQ-Transformer) <= 1e-4
 FLAT_WINDOW = 1_000  # the loss curve's last steps, over which its fall is reported
+RECALL = 10  # the last RECALL positions of a sequence recall its first RECALL symbols
 # DEQ paper, Table 1, row 'Copy Memory T=400 Loss' (sizes in the header: 14K, 16K, 14K, 14K).
 PAPER_LOSS = {DEQ: 3.5e-6, "tcn": 2.7e-5, "lstm": 0.0501, "gru": 0.0491}
 _SOURCE = "deep-equilibrium-models-neurips2019.txt, Table 1, row 'Copy Memory T=400 Loss'"
@@ -105,7 +108,8 @@ def runs(quick: bool) -> list[tuple[str, int, Config]]:
 @dataclass(frozen=True)
 class Copy400:
     """One model's runs: final test loss and accuracy per seed, parameters, the first seed's validation loss at
-    each evaluation with its steps, and the test NFE of a DEQ (0 otherwise)."""
+    each evaluation with its steps, the test NFE of a DEQ (0 otherwise) and the model's gradient reach
+    (:func:`gradient_reach`)."""
 
     model: str
     loss: tuple[float, ...]
@@ -114,6 +118,7 @@ class Copy400:
     valid_loss: tuple[float, ...]
     valid_steps: tuple[int, ...]
     nfe: float = 0.0
+    reach: int = 0
 
     @property
     def mean_loss(self) -> float:
@@ -122,6 +127,26 @@ class Copy400:
     def fall(self) -> float:
         """Relative fall of the first seed's validation loss over its last FLAT_WINDOW steps (positive: fell)."""
         return relative_fall(list(zip(self.valid_steps, self.valid_loss)), FLAT_WINDOW)
+
+
+def gradient_reach(cfg: Config) -> int:
+    """The earliest input position whose embedding gets a nonzero gradient from the loss on the recall (the last
+    RECALL positions) in a training step of the model ``cfg`` builds (fresh, seed 0; 4 training sequences).
+
+    0: the loss reaches the symbols to copy (positions 0 to RECALL - 1), as attention and the TCN's dilations do. A
+    DEQ cell that looks one position back per application (the DEQ-TrellisNet, kernel 2, dilation 1) is reached at
+    most as many positions back as its backward solve iterates; an RNN's gradient may underflow to 0 in float32
+    long before the start.
+    """
+    torch.manual_seed(0)
+    task = build_task(cfg)
+    model = build_model(cfg, task.vocab_size).train()
+    x, y = task.train_batch(0, 4)
+    embedded = model.embed(x).detach().requires_grad_(True)
+    _, nll = model.head.predict(model.body(embedded).hidden, y)
+    nll[:, -RECALL:].sum().backward()
+    assert embedded.grad is not None
+    return int(embedded.grad.abs().amax(dim=(0, 2)).nonzero().min())
 
 
 def measure(model: str, cfg: Config, folders: Sequence[Path]) -> Copy400:
@@ -140,6 +165,7 @@ def measure(model: str, cfg: Config, folders: Sequence[Path]) -> Copy400:
         valid_loss=tuple(float(r["loss"]) for r in valid),
         valid_steps=tuple(int(r["step"]) for r in valid),
         nfe=sum(float(t.get("nfe_forward", 0.0)) for t in tests) / len(tests),
+        reach=gradient_reach(cfg),
     )
 
 
@@ -204,10 +230,13 @@ def gap_note(deq: Copy400, best: Copy400 | None = None, ablation: Copy400 | None
 
 
 def runs_table(measured: dict[str, Copy400]) -> str:
-    """Markdown table of the five models: parameters, test loss and accuracy over seeds, test NFE, the paper's loss."""
-    header = ["model", "params", "test loss (mean ± std over seeds)", "test acc", "test NFE", "paper (Table 1)"]
+    """Markdown table of the models: parameters, test loss and accuracy over seeds, test NFE, gradient reach, the
+    paper's loss."""
+    header = ["model", "params", "test loss (mean ± std over seeds)", "test acc", "test NFE",
+              "gradient reach (fresh model)", "paper (Table 1)"]  # fmt: skip
     body = [[m.model, f"{m.params:,}", _loss(m), mean_spread(m.acc, digits=4), f"{m.nfe:.1f}" if m.nfe else "-",
-             f"{PAPER_LOSS[m.model]:g}" if m.model in PAPER_LOSS else "-"] for m in measured.values()]  # fmt: skip
+             f"position {m.reach}", f"{PAPER_LOSS[m.model]:g}" if m.model in PAPER_LOSS else "-"]
+            for m in measured.values()]  # fmt: skip
     return markdown_table(header, body)
 
 

@@ -537,7 +537,9 @@ def copy400_table(copy: dict[str, copy400.Copy400]) -> str:
     finished_models = ", ".join(copy)
     return (f"Copy memory at T = 400 (`{copy400.PREFIX}-*`, seeds {', '.join(map(str, copy400.SEEDS))}, the ablation "
             f"{copy400.ABLATION} seed {', '.join(map(str, copy400.ABLATION_SEEDS))}; finished: "
-            f"{finished_models}; figure `copy400_loss.png`):\n\n{copy400.runs_table(copy)}")  # fmt: skip
+            f"{finished_models}; figure `copy400_loss.png`; gradient reach: the earliest input position that the "
+            f"loss on the recall sends a nonzero gradient to in a fresh model's training step, 0 reaching the symbols "
+            f"to copy):\n\n{copy400.runs_table(copy)}")  # fmt: skip
 
 
 def trellis_rows(

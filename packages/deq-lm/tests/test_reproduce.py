@@ -437,6 +437,18 @@ def test_copy400_thresholds():
     assert {r.verdict for r in missing} == {NOT_MEASURED} and "copy400-cpu-gru" in missing[0].note
 
 
+def test_gradient_reach_of_the_copy400_models():
+    """The recall's gradient reaches the symbols to copy through attention and the TCN's dilations; through the
+    DEQ-TrellisNet (kernel 2, dilation 1: one position per application of its cell) it reaches back at most its
+    backward solve's 15 iterations, whatever the weights."""
+    recall_start = 410  # T + 20 positions, the last 10 recall
+    assert copy400.gradient_reach(copy400.run_config("deq-transformer", 0, quick=False)) == 0
+    assert copy400.gradient_reach(copy400.run_config("tcn", 0, quick=False)) == 0
+    trellis = copy400.run_config("deq-trellisnet", 0, quick=False)
+    assert trellis.deq.backward_max_iter == 15
+    assert recall_start - 15 <= copy400.gradient_reach(trellis) < recall_start
+
+
 def test_copy400_runs_are_the_presets_with_their_seeds():
     runs = copy400.runs(quick=False)
     expected = [(f"copy400-cpu-{m}", s) for m in copy400.MODELS for s in copy400.SEEDS]
