@@ -441,10 +441,10 @@ def test_gradient_reach_of_the_copy400_models():
     """The recall's gradient reaches the symbols to copy through attention and the TCN's dilations; through the
     DEQ-TrellisNet (kernel 2, dilation 1: one position per application of its cell) it reaches back at most its
     backward solve's 15 iterations, whatever the weights."""
-    recall_start = 410  # T + 20 positions, the last 10 recall
     assert copy400.gradient_reach(copy400.run_config("deq-transformer", 0, quick=False)) == 0
     assert copy400.gradient_reach(copy400.run_config("tcn", 0, quick=False)) == 0
     trellis = copy400.run_config("deq-trellisnet", 0, quick=False)
+    recall_start = trellis.data.T + 20 - copy400.RECALL  # T + 20 positions, the last RECALL of them recall
     assert trellis.deq.backward_max_iter == 15
     assert recall_start - 15 <= copy400.gradient_reach(trellis) < recall_start
 
