@@ -39,6 +39,7 @@ __all__ = [
     "PAYLOAD_MODULE",
     "TRUSTED_SOLVER_MODULE",
     "Kill",
+    "check_export_trust",
     "plant_pickle",
     "plant_solver_path",
     "python_module",
@@ -185,6 +186,24 @@ def python_module(module: str, *args: str, cwd: Path, timeout: float = 300) -> s
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
+
+
+def check_export_trust(module: str, cwd: Path) -> None:
+    """Check ``python -m MODULE run exported`` (a task package's export) in ``cwd``, which holds my_solvers.py
+    (:data:`TRUSTED_SOLVER_MODULE`, its "imported" marker removed) and ``run``, a run whose config names a solver of
+    it: refused in one line naming ``--trust-solver my_solvers``, nothing imported or written; then, with that
+    option, exported (model.safetensors written, the module imported).
+
+    Raises:
+        AssertionError: either export did otherwise.
+    """
+    done = python_module(module, "run", "exported", cwd=cwd)
+    assert done.returncode == 2 and not (cwd / "exported").exists(), done
+    assert done.stderr.strip().endswith("add --trust-solver my_solvers."), done.stderr
+    assert not (cwd / "imported").exists()
+    done = python_module(module, "run", "exported", "--trust-solver", "my_solvers", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    assert (cwd / "exported" / "model.safetensors").is_file() and (cwd / "imported").exists()
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from deq_lm.train import main
-from lab.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
+from lab.faults import TRUSTED_SOLVER_MODULE, check_export_trust, plant_solver_path, python_module
 
 ARGS = ["--config", "tiny-deq-transformer"]
 COMMANDS = {
@@ -64,3 +64,5 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytes
     done = python_module("deq_lm.evaluate", "--checkpoint", "run", "--no-sweep", *trust, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("test: loss ") and (tmp_path / "imported").exists()
+    (tmp_path / "imported").unlink()
+    check_export_trust("deq_lm.export", tmp_path)  # export reads config.json too

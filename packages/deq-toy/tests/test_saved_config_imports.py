@@ -64,3 +64,20 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytes
     done = python_module("deq_toy.evaluate", "--checkpoint", "run", *trust, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "mse" in json.loads(done.stdout) and (tmp_path / "imported").exists()
+
+
+def test_reproduce_reads_back_a_user_solver_run_only_when_trusted(tmp_path: Path) -> None:
+    (tmp_path / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
+    tiny = ["epochs=1", "n_train=32", "n_valid=16", "n_test=16", "hidden=8", "deq.max_iter=5", "eval_every=2"]
+    argv = ["arithmetic", "--output-dir", "out", "--no-progress", "--runs", "arith-deq", *tiny,
+            "deq.solver=my_solvers:Relaxed", "deq.solver_options=damping=0.8"]  # fmt: skip
+    # the new run trains (its import path is on the command line); reading its saved config back needs the option
+    done = python_module("deq_toy.reproduce", *argv, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("python -m deq_toy.reproduce: error: "), line
+    assert line.endswith("if you trust the module 'my_solvers', add --trust-solver my_solvers."), line
+    assert (tmp_path / "out" / "arith-deq" / "results.json").is_file() and not (tmp_path / "out" / "table.md").exists()
+    done = python_module("deq_toy.reproduce", *argv, "--trust-solver", "my_solvers", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "| GRU-DEQ | 4 ops |" in (tmp_path / "out" / "table.md").read_text()

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import learnable_images, write_cifar_folder
 from deq_vision import train
-from lab.faults import TRUSTED_SOLVER_MODULE, plant_solver_path, python_module
+from lab.faults import TRUSTED_SOLVER_MODULE, check_export_trust, plant_solver_path, python_module
 
 ARGS = ["--config", "tiny-mdeq"]
 
@@ -82,3 +82,5 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, data_dir: str, mon
                      cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("eval (") and (tmp_path / "imported").exists()
+    (tmp_path / "imported").unlink()
+    check_export_trust("deq_vision.export", tmp_path)  # export reads config.json too

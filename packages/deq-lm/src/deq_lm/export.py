@@ -1,5 +1,5 @@
-"""Export a trained run's model: ``python -m deq_lm.export RUN OUT [--data-dir DIR]``; load it back with
-:func:`load_pretrained`.
+"""Export a trained run's model: ``python -m deq_lm.export RUN OUT [--data-dir DIR] [--trust-solver MODULE]``; load it
+back with :func:`load_pretrained`.
 
 RUN is a run directory (its newest complete checkpoint) or ``RUN/checkpoints/step_N``, loaded as
 ``python -m deq_lm.evaluate`` loads it (:func:`deq_lm.evaluate.load_model`; a language model needs its corpus, at the
@@ -21,7 +21,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from safetensors.torch import save_model
 
 import deq_core
 from deq_core.train.checkpoints import load_checked, read_json
-from deq_core.train.cli import usage_error
+from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.deq_config import DEQConfig
 from deq_core.train.files import write_folder
 from deq_core.train.run_config import config_from_dict
@@ -46,20 +46,25 @@ __all__ = ["export_run", "load_pretrained"]
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 
-def export_run(run: str | Path, out: str | Path, data_dir: str | Path | None = None) -> Path:
+def export_run(
+    run: str | Path, out: str | Path, data_dir: str | Path | None = None, trusted_modules: Collection[str] = ()
+) -> Path:
     """Write the model of ``run`` (a run directory or one of its checkpoint folders) to ``out``:
     ``model.safetensors`` + ``config.json``; returns ``out``. ``data_dir``: the corpus directory, if it moved
-    (language modeling). Written into ``OUT.partial`` and renamed when complete.
+    (language modeling); ``trusted_modules``: the modules whose solvers the run's config may name by import path
+    (none else is imported). Written into ``OUT.partial`` and renamed when complete.
 
     Raises:
         FileNotFoundError: ``run`` is not a run or checkpoint folder.
         CheckpointError: (a ValueError) the checkpoint holds something else than tensors and plain data.
         FileExistsError: ``out`` exists and is not an empty folder.
+        UntrustedImportError: (a ValueError) the run's config names a solver of a module not in ``trusted_modules``.
     """
     out = Path(out)
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty folder: export into a new one.")
-    cfg, task, model, _ = load_model(Path(run), None if data_dir is None else Path(data_dir))
+    data = None if data_dir is None else Path(data_dir)
+    cfg, task, model, _ = load_model(Path(run), data, trusted_modules=trusted_modules)
     config: dict[str, Any] = {
         "architecture": cfg.model.name, "vocab_size": task.vocab_size, "task": cfg.data.task,
         "model": dataclasses.asdict(cfg.model),
@@ -115,9 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run", type=Path, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("out", type=Path, help="the folder to write model.safetensors and config.json to")
     parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
+    add_trust_option(parser)
     args = parser.parse_args(argv)
     try:
-        out = export_run(args.run, args.out, args.data_dir)
+        out = export_run(args.run, args.out, args.data_dir, args.trust_solver)
     except (FileNotFoundError, FileExistsError, ValueError) as err:
         return usage_error(parser.prog, err)
     print(f"wrote {out / WEIGHTS_FILE} and {out / CONFIG_FILE}; load with deq_lm.export.load_pretrained({str(out)!r})")

@@ -11,6 +11,9 @@ Arithmetic options: ``--runs arith-gru,arith-deq`` selects presets (default: all
 trains each run on each listed data variant, in DIR/VARIANT/PRESET (without it: DIR/PRESET, trained on the config's
 ``data.variant``, "four" unless overridden); ``--prepare-data`` only generates the data files of those runs and exits
 (call it before starting runs in parallel on one data folder).
+
+``--trust-solver MODULE`` (repeatable): the runs' saved config.json may name a solver of MODULE by import path
+(``deq.solver=MODULE:Class`` among the overrides); a saved config imports no other module.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from deq_core.train.cli import usage_error
+from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_text
 from deq_core.train.metrics import read_metrics
@@ -55,23 +58,31 @@ REPORT: dict[str, dict[str, str]] = {
 VARIANT_LABELS = {"four": "4 ops", "four_biased": "4 ops biased", "two": "2 ops", "two_biased": "2 ops biased"}
 
 
-def ensure_run(name: str, overrides: Sequence[str], output_dir: Path, data_dir: Path, progress: bool) -> dict[str, Any]:
+def ensure_run(
+    name: str,
+    overrides: Sequence[str],
+    output_dir: Path,
+    data_dir: Path,
+    progress: bool,
+    trusted_modules: Collection[str] = (),
+) -> dict[str, Any]:
     """The results of run ``name`` in OUTPUT/name (see :func:`deq_toy.runs.ensure_run`)."""
-    return ensure_run_at(output_dir / name, name, overrides, data_dir, progress)
+    return ensure_run_at(output_dir / name, name, overrides, data_dir, progress, trusted_modules)
 
 
-def synthetic(output_dir: Path, overrides: Sequence[str], progress: bool) -> str:
-    """Train the three gammas; write table.md and figure5.png; return the table."""
+def synthetic(output_dir: Path, overrides: Sequence[str], progress: bool, trusted_modules: Collection[str] = ()) -> str:
+    """Train the three gammas; write table.md and figure5.png; return the table. ``trusted_modules``: the modules
+    whose solvers the runs' saved configs may name by import path (none else is imported)."""
     rows = []
     models = []
     for name in SYNTHETIC_RUNS:
-        res = ensure_run(name, overrides, output_dir, output_dir, progress)
+        res = ensure_run(name, overrides, output_dir, output_dir, progress, trusted_modules)
         rows.append(
             f"| {res['jacobian_weight']:g} | {res['mse']:.4f} | {res['nfe_fixed_point_mean']:.2f} | "
             f"{res['nfe_fixed_point_max']:.0f} | {res['nfe_broyden_mean']:.2f} | {res['dfdz_mean']:.3f} | "
             f"{res['dfdz_max']:.3f} |"
         )
-        _, task = load_task(output_dir / name)
+        _, task = load_task(output_dir / name, trusted_modules=trusted_modules)
         models.append((f"gamma = {res['jacobian_weight']:g}", task.model))
     plot_figure5(models, output_dir / "figure5.png")
     header = (
@@ -145,13 +156,16 @@ def arithmetic(
     runs: str | None = None,
     variants: str | None = None,
     name: str = "table",
+    trusted_modules: Collection[str] = (),
 ) -> str:
-    """Train (or read) the selected runs; write NAME_residual.png; return the table (main writes it to NAME.md)."""
+    """Train (or read) the selected runs; write NAME_residual.png; return the table (main writes it to NAME.md).
+    ``trusted_modules``: the modules whose solvers the runs' saved configs may name by import path."""
     selected = arithmetic_runs(output_dir, runs, variants, overrides)
     rows, curves, long_length = [], {}, 41
     for preset, folder, run_overrides in selected:
-        res = ensure_run(preset, run_overrides, folder, data_dir, progress)
-        config = config_from_dict(json.loads((folder / preset / "config.json").read_text())["config"])
+        res = ensure_run(preset, run_overrides, folder, data_dir, progress, trusted_modules)
+        stored = json.loads((folder / preset / "config.json").read_text())["config"]
+        config = config_from_dict(stored, trusted_modules)
         assert isinstance(config, ArithmeticConfig)
         long_length = config.data.long_length
         rows.append(arithmetic_row(preset, res, config))
@@ -193,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--prepare-data", action="store_true", help="arithmetic: only generate the data files of the runs, then exit"
     )
+    add_trust_option(parser)
     parser.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     args = parser.parse_intermixed_args(argv)
     output_dir = Path(args.output_dir)
@@ -203,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.table == "synthetic":
             if args.runs or args.variants or args.prepare_data or args.name != "table":
                 raise UsageError("--runs, --variants, --name and --prepare-data apply to the arithmetic tables only.")
-            table = synthetic(output_dir, args.overrides, not args.no_progress)
+            table = synthetic(output_dir, args.overrides, not args.no_progress, args.trust_solver)
         else:
             data_dir = Path(args.data_dir) if args.data_dir else output_dir / "data"
             if args.prepare_data:
@@ -214,8 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not name or "/" in name or "\\" in name:
                 raise UsageError(f"--name must be a plain file name without a folder, got {name!r}.")
             table = arithmetic(
-                output_dir, data_dir, args.overrides, not args.no_progress, args.runs, args.variants, name
-            )
+                output_dir, data_dir, args.overrides, not args.no_progress, args.runs, args.variants, name,
+                args.trust_solver,
+            )  # fmt: skip
     except UsageError as err:
         return usage_error(parser.prog, err)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +16,29 @@ from .configs import config_from_dict, load_config
 from .loop import RESUMABLE_CHANGES, run_training
 
 
-def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: Path, progress: bool) -> dict[str, Any]:
+def ensure_run(
+    run_dir: Path,
+    preset: str,
+    overrides: Sequence[str],
+    data_dir: Path,
+    progress: bool,
+    trusted_modules: Collection[str] = (),
+) -> dict[str, Any]:
     """The results of the run of ``preset`` + ``overrides`` in ``run_dir``: read from RUN_DIR/results.json when the
     run finished (with the same config, up to the settings that change nothing computed: ``RESUMABLE_CHANGES``, e.g.
     the ``run.stop_after`` of a run stopped and resumed), resumed from its checkpoint when interrupted, else trained
-    from scratch."""
+    from scratch. ``trusted_modules``: the modules whose solvers the run's saved config may name by import path
+    (none else is imported).
+
+    Raises:
+        UsageError: a finished run with another config, a solver of a module not in ``trusted_modules``
+            (UntrustedImportError), or what :func:`deq_toy.loop.run_training` raises.
+    """
     run_dir = Path(run_dir)
     results_path = run_dir / "results.json"
     config = load_config(preset, overrides)
     if results_path.exists():
-        stored = config_from_dict(json.loads((run_dir / "config.json").read_text())["config"])
+        stored = config_from_dict(json.loads((run_dir / "config.json").read_text())["config"], trusted_modules)
         unchanged = {
             key: functools.reduce(getattr, key.split("."), config) for key in RESUMABLE_CHANGES | RUN_RESUMABLE
         }
@@ -36,4 +49,6 @@ def ensure_run(run_dir: Path, preset: str, overrides: Sequence[str], data_dir: P
             )
         return json.loads(results_path.read_text())
     resume = latest_complete_checkpoint(run_dir) is not None
-    return run_training(config, run_dir, data_dir, resume=resume, progress=progress, name=preset)
+    return run_training(
+        config, run_dir, data_dir, resume=resume, progress=progress, name=preset, trusted_modules=trusted_modules
+    )

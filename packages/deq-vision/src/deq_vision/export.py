@@ -1,4 +1,4 @@
-"""Export a trained run for timm: ``python -m deq_vision.export RUN OUT``.
+"""Export a trained run for timm: ``python -m deq_vision.export RUN OUT [--trust-solver MODULE]``.
 
 RUN is a run directory (its newest complete checkpoint) or ``RUN/checkpoints/step_N``, loaded as
 ``python -m deq_vision.evaluate`` loads it (:func:`deq_vision.evaluate.load_model`). OUT gets timm's layout, written by
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from timm.data import DEFAULT_CROP_PCT
 from timm.models import save_for_hf
 
-from deq_core.train.cli import usage_error
+from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.files import write_folder
 
 from .configs import Config
@@ -49,19 +49,21 @@ def data_config(cfg: Config) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def export_run(run: str | Path, out: str | Path) -> Path:
+def export_run(run: str | Path, out: str | Path, trusted_modules: Collection[str] = ()) -> Path:
     """Write the model of ``run`` (a run directory or one of its checkpoint folders) to ``out`` in timm's layout,
-    ``model.safetensors`` + ``config.json``; returns ``out``. Written into ``OUT.partial`` and renamed when complete.
+    ``model.safetensors`` + ``config.json``; returns ``out``. ``trusted_modules``: the modules whose solvers the run's
+    config may name by import path (none else is imported). Written into ``OUT.partial`` and renamed when complete.
 
     Raises:
         FileNotFoundError: ``run`` is not a run or checkpoint folder.
         CheckpointError: (a ValueError) the checkpoint holds something else than tensors and plain data.
         FileExistsError: ``out`` exists and is not an empty folder.
+        UntrustedImportError: (a ValueError) the run's config names a solver of a module not in ``trusted_modules``.
     """
     out = Path(out)
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty folder: export into a new one.")
-    cfg, model, _ = load_model(Path(run))
+    cfg, model, _ = load_model(Path(run), trusted_modules)
     model_args = {"deq": layer_settings(cfg.deq)} if cfg.is_deq else {}
     description = f"{cfg.model.name} trained by deq-vision on {cfg.data.dataset} ({cfg.head_classes} classes)"
 
@@ -79,9 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deq_vision.export", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("out", type=Path, help="the folder to write model.safetensors and config.json to")
+    add_trust_option(parser)
     args = parser.parse_args(argv)
     try:
-        out = export_run(args.run, args.out)
+        out = export_run(args.run, args.out, args.trust_solver)
     except (FileNotFoundError, FileExistsError, ValueError) as err:
         return usage_error(parser.prog, err)
     print(f"wrote {out / 'model.safetensors'} and {out / 'config.json'}")

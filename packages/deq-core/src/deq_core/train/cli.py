@@ -114,6 +114,6 @@ def add_trust_option(parser: argparse.ArgumentParser) -> None:
     module; the built-in solvers need none."""
     parser.add_argument(
         TRUST_OPTION, dest="trust_solver", type=module_name, action="append", default=[], metavar="MODULE",
-        help="allow the run's saved config.json to name a solver of MODULE by import path (MODULE:Class) on --resume "
-        "or in evaluate; a saved config imports no other module (repeatable; the built-in solvers need none)",
+        help="allow the run's saved config.json to name a solver of MODULE by import path (MODULE:Class) on --resume, "
+        "in evaluate or export; a saved config imports no other module (repeatable; the built-in solvers need none)",
     )  # fmt: skip
