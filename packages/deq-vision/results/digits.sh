@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU-scale result of docs/deq-vision.md: MDEQ, MDEQ + JR and a small ResNet on scikit-learn's 8x8 digits (upsampled to
+# The CPU-scale result of docs/deq-vision-results.md: MDEQ, MDEQ + JR and a small ResNet on scikit-learn's 8x8 digits (upsampled to
 # 16x16), one budget (400 steps of 64 images), one thread each; then the hard-stop sweep of both MDEQs.
 # Usage: bash packages/deq-vision/results/digits.sh [RUNS_DIR]   (about 20 minutes on one CPU core)
 set -euo pipefail

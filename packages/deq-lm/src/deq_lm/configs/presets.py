@@ -4,7 +4,7 @@
 - ``copy400-cpu-*``: the same at a budget one CPU thread trains in about 2 hours (3000 steps of 32, the ``copy-*``
   recipe): the runs of the T = 400 claims.
 - ``copy-*``: the same models at a CPU-sized horizon (T = 100, 120 positions), one budget for all (1500 steps of
-  32 sequences, Adam 2e-3): the measured table of docs/deq-lm.md.
+  32 sequences, Adam 2e-3): the measured table of docs/deq-lm-results.md.
 - ``copy-deq-transformer-quick``: the main job of ``python -m deq_lm.train`` with no arguments (400 steps, a few
   minutes on a CPU).
 - ``tiny-*``: one per model, a few seconds each, for tests; ``tiny-lm-*``: language modeling on a corpus the tests

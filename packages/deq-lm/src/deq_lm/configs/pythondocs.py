@@ -19,7 +19,7 @@ the DEQ's FFN 1,450 wide against the twin's 256, 222,484 vs 222,592 body paramet
 (9,000 steps, the same corpus and batches), evaluated every 500 steps; ``PLATEAU_GAIN`` and ``PLATEAU_WINDOW`` of
 the repository's ``lab/lm/claims.py`` say what counts as a plateau. None of the three reached it (falls of 2.6-3.5 %
 over the last 2,000 steps), so the claims table's plateau rows now use the width-32 set below
-(``pdocs-plateau32-*``, 14,000 steps); the width-64 presets stay for the record of that try (docs/deq-lm.md, run
+(``pdocs-plateau32-*``, 14,000 steps); the width-64 presets stay for the record of that try (docs/deq-lm-results.md, run
 logs).
 
 Issue 28, part 2 (DEQ paper, Table 2: DEQ-TrellisNet against the 60-layer TrellisNet whose weights it ties across

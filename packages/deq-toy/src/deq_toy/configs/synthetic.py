@@ -74,8 +74,8 @@ class SyntheticConfig:
             "warn" leaves samples whose f turns NaN/Inf out of the gradient ("raise" stops, "ignore" is silent).
         optim (:class:`~deq_toy.configs.sections.ToyOptimConfig`): Adam with a cosine learning-rate schedule over
             ``optim.epochs`` passes of ``optim.batch_size`` pairs (400 x 16 steps: at the earlier 100 epochs the
-            regularized models had not reached their plateau; see docs/deq-toy.md), loss MSE(z*, y) + deq.jac_weight *
-            (df/dz at z*)^2 (Hutchinson estimate, ``deq.jacobian_samples`` probes).
+            regularized models had not reached their plateau; see docs/deq-toy-results.md), loss MSE(z*, y) +
+            deq.jac_weight * (df/dz at z*)^2 (Hutchinson estimate, ``deq.jacobian_samples`` probes).
         run (:class:`SyntheticRunConfig`): seed, threads, logging / evaluation / checkpoint periods; the evaluation
             statistics (NFE, |df/dz|) are measured with ``run.eval_solver`` at ``deq.tol``.
     """

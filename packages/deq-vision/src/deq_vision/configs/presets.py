@@ -9,7 +9,7 @@ epochs converted to optimizer steps at the given global batch):
   the same pipeline (standard SGD recipes, not from the papers).
 
 CPU presets: ``digits-mdeq``, ``digits-mdeq-jr``, ``digits-resnet`` (one budget: the CPU-scale result of
-docs/deq-vision.md);
+docs/deq-vision-results.md);
 ``glyphs-mdeq``, ``glyphs-mdeq-jr``, ``glyphs-resnet`` (one budget: the JR paper's claims, ``python -m lab.vision``);
 and ``tiny-mdeq``, ``tiny-mdeq-jr``, ``tiny-resnet`` (a few seconds each, on a tiny CIFAR-format folder; for tests).
 
