@@ -13,12 +13,14 @@ The measure is the final test loss (cross-entropy over all T + 20 positions, as 
 
 One more run explains a row (a) that does not hold, the ablation ``ABLATION`` (``copy400-cpu-transformer-tied``, seed
 0): the DEQ-Transformer's cell unrolled 12 times and trained by backpropagation, no solver, same parameters and
-budget. If it trails the best other model too, the gap comes with the cell; if not, with the equilibrium.
+budget. If it trails the best other model as far as the DEQ does, the gap comes with the cell; if it does not trail
+it, with the equilibrium; in between, mostly with the one that keeps the larger share of the gap (log scale).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,13 +227,24 @@ def gap_note(deq: Copy400, best: Copy400 | None = None, ablation: Copy400 | None
     if ablation is None:
         return note + f"; cause not yet isolated: the ablation {preset(ABLATION)} has not finished."
     ratio, deq_ratio = ablation.mean_loss / best.mean_loss, deq.mean_loss / best.mean_loss
-    where = ("with the cell, not the equilibrium" if ablation.mean_loss > best.mean_loss
-             else "with the equilibrium (solve or implicit gradient), not the cell")  # fmt: skip
     return (
         f"{note}. Ablation: the same cell unrolled 12 times, trained by backpropagation with no solver "
         f"({preset(ABLATION)}, seed {', '.join(map(str, ABLATION_SEEDS))}): test loss {_loss(ablation)}, "
-        f"{ratio:.3g}x {best.model}'s (the DEQ: {deq_ratio:.3g}x), so the gap comes {where}."
+        f"{ratio:.3g}x {best.model}'s (the DEQ: {deq_ratio:.3g}x), so {gap_source(ratio, deq_ratio)}."
     )
+
+
+def gap_source(ratio: float, deq_ratio: float) -> str:
+    """Where the DEQ's gap to the best model comes from, given the unrolled cell's loss (``ratio``) and the DEQ's
+    (``deq_ratio``), each over the best model's: the share of the DEQ's gap, on a log scale, that the unrolled cell
+    keeps (0: none, it is as good as the best model; 1: all, it is as far behind as the DEQ)."""
+    if ratio <= 1:
+        return "the gap comes with the equilibrium (solve or implicit gradient), not the cell"
+    if ratio >= deq_ratio:
+        return "the gap comes with the cell, not the equilibrium"
+    share = math.log(ratio) / math.log(deq_ratio)
+    where = "the cell" if share >= 0.5 else "the equilibrium (solve or implicit gradient)"
+    return f"the unrolled cell keeps {share:.0%} of the DEQ's gap (log scale): the gap comes mostly with {where}"
 
 
 def runs_table(measured: dict[str, Copy400]) -> str:
