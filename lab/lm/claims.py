@@ -491,12 +491,10 @@ def early_stop_note(deq: Measured, settings: Sequence[Measured], early_stop: Map
 def plot_ppl_vs_nfe(deq: Measured, settings: Sequence[Measured], out_path: Path) -> Path:
     """Test perplexity against inference NFE: the unregularized DEQ and every JR setting (mean over seeds), with the
     claim's region (at least NFE_FACTOR x fewer NFE, at most PPL_MARGIN x the perplexity) shaded."""
-    import matplotlib
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.subplots()
     ax.fill_between([0, deq.mean_nfe / NFE_FACTOR], 0, PPL_MARGIN * deq.mean_ppl, color="0.6", alpha=0.2,
                     label=f">= {NFE_FACTOR:g}x fewer NFE, <= {PPL_MARGIN:g}x ppl")  # fmt: skip
     ax.plot([deq.mean_nfe], [deq.mean_ppl], "ks", label=deq.label)

@@ -260,12 +260,10 @@ def runs_table(measured: dict[str, Copy400]) -> str:
 
 def plot_losses(measured: dict[str, Copy400], out_path: Path) -> Path:
     """Validation loss against training step (first seed of each model, log scale), with LOSS_LIMIT dashed."""
-    import matplotlib
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.subplots()
     for i, m in enumerate(measured.values()):
         ax.plot(m.valid_steps, m.valid_loss, "o-", color=f"C{i}", label=f"{m.model} ({m.params:,})", markersize=3)
     ax.axhline(LOSS_LIMIT, color="0.5", linestyle="--", label=f"row (c): {LOSS_LIMIT:g}")

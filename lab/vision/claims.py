@@ -309,12 +309,10 @@ def convention_text(runs: Sequence[RunLike], evals: dict[str, Any], jr_limit: in
 def plot_residuals(runs: Sequence[RunLike], evals: dict[str, Any], fixed_t: int, out_path: Path) -> Path:
     """Two panels: the relative residual after ``fixed_t`` steps at every checkpoint (Fig. 1a's measurement), and
     the training-time residual from metrics.jsonl (each model at its own training limit); one line per seed."""
-    import matplotlib
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig = Figure(figsize=(11, 3.8))
+    axes = fig.subplots(1, 2)
     for (label, names), color in zip(
         (("MDEQ", _group(runs, "mdeq")), (f"MDEQ + JR (γ={MAIN_GAMMA:g})", _group(runs, "jr", MAIN_GAMMA))),
         ("tab:red", "tab:blue"),

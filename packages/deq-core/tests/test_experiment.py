@@ -13,7 +13,7 @@ import torch
 from conftest import ExampleConfig as Config
 from deq_core.train.metrics import MetricsLog, read_metrics, select
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.plots import draw_solver_curves
+from deq_core.train.plots import draw_solver_curves, plot_training
 from deq_core.train.progress import progress_enabled
 from deq_core.train.reports import MarkdownReport, markdown_table
 from deq_core.train.schedules import JacobianSchedule, PretrainSchedule, jittered_max_iter
@@ -188,6 +188,23 @@ def test_draw_solver_curves_plots_nfe_and_residual_of_the_split() -> None:
     empty = _Axes()
     draw_solver_curves(empty, _Axes(), [{"step": 1, "split": "train", "loss": 1.0}])  # explicit model: no curves
     assert empty.lines == []
+
+
+def test_plot_training_leaves_the_callers_matplotlib_backend_alone(tmp_path: Path) -> None:
+    """A notebook's backend (inline, a GUI) stays what it was after a run writes its training plot."""
+    import matplotlib
+
+    log = tmp_path / "metrics.jsonl"
+    records = [{"step": s, "split": "train", "loss": 1.0 / s, "acc": 0.1 * s, "nfe_forward": 5} for s in (1, 2, 3)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        out = plot_training(log, tmp_path / "training.png", metric="acc")
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 class _Stream:

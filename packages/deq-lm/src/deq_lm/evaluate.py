@@ -78,12 +78,10 @@ def sweep(
 def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path: Path) -> Path:
     """Loss and metric against the inference limit, and against the tolerance (a PNG written aside and renamed:
     :func:`~deq_core.train.files.write_file`)."""
-    import matplotlib
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig = Figure(figsize=(10, 3.6))
+    axes = fig.subplots(1, 2)
     by_limit, by_tol = rows[:n_limits], rows[n_limits:]
     axes[0].plot([r["max_iter"] for r in by_limit], [r["loss"] for r in by_limit], "o-", label="loss")
     axes[0].set(xlabel="inference iteration limit", ylabel="loss", yscale="log")

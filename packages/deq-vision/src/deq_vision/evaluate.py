@@ -73,12 +73,10 @@ def hard_stop_sweep(
 def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
     """Top-1 accuracy and residual against the solver's hard stop (a PNG written aside and renamed:
     :func:`~deq_core.train.files.write_file`)."""
-    import matplotlib
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig = Figure(figsize=(10, 3.6))
+    axes = fig.subplots(1, 2)
     steps = [r["max_iter"] for r in rows]
     axes[0].plot(steps, [r["acc"] for r in rows], "o-")
     axes[0].set(xlabel="hard stop max_iter (calls of f; paper NFE = max_iter - 1)", ylabel="top-1 accuracy (%)")

@@ -45,14 +45,12 @@ def plot_training(metrics_path: str | Path, out_path: str | Path, metric: str) -
     steps, forward / backward NFE and the forward residual (DEQs), with a dotted line at the end of pretraining.
     Returns ``out_path`` (a PNG, written aside and renamed: :func:`~deq_core.train.files.write_file`). Needs
     matplotlib."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
 
     records = read_metrics(metrics_path)
     splits = sorted({str(r.get("split")) for r in records}, key=lambda s: (s != "train", s))
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    fig = Figure(figsize=(16, 3.6))
+    axes = fig.subplots(1, 4)
     for split in splits:
         for ax, key in ((axes[0], "loss"), (axes[1], metric)):
             steps, values = select(records, split, key)
