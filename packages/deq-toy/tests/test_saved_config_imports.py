@@ -71,13 +71,19 @@ def test_reproduce_reads_back_a_user_solver_run_only_when_trusted(tmp_path: Path
     tiny = ["epochs=1", "n_train=32", "n_valid=16", "n_test=16", "hidden=8", "deq.max_iter=5", "eval_every=2"]
     argv = ["arithmetic", "--output-dir", "out", "--no-progress", "--runs", "arith-deq", *tiny,
             "deq.solver=my_solvers:Relaxed", "deq.solver_options=damping=0.8"]  # fmt: skip
-    # the new run trains (its import path is on the command line); reading its saved config back needs the option
+    # the new run trains and its row is written: its import path is on the command line, the user's own choice
+    done = python_module("deq_toy.reproduce", *argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = tmp_path / "out" / "table.md"
+    assert "| GRU-DEQ | 4 ops |" in table.read_text()
+    table.unlink()
+    # the run finished: the table reads its saved config.json, which may name that module only when trusted
     done = python_module("deq_toy.reproduce", *argv, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("python -m deq_toy.reproduce: error: "), line
     assert line.endswith("if you trust the module 'my_solvers', add --trust-solver my_solvers."), line
-    assert (tmp_path / "out" / "arith-deq" / "results.json").is_file() and not (tmp_path / "out" / "table.md").exists()
+    assert not table.exists()
     done = python_module("deq_toy.reproduce", *argv, "--trust-solver", "my_solvers", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "| GRU-DEQ | 4 ops |" in (tmp_path / "out" / "table.md").read_text()
+    assert "| GRU-DEQ | 4 ops |" in table.read_text()

@@ -19,7 +19,6 @@ trains each run on each listed data variant, in DIR/VARIANT/PRESET (without it: 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_text
 from deq_core.train.metrics import read_metrics
 
-from .configs import ArithmeticConfig, config_from_dict, load_config
+from .configs import ArithmeticConfig, load_config
 from .evaluate import load_task
 from .plots import plot_figure5, plot_residuals
 from .runs import ensure_run as ensure_run_at
@@ -164,8 +163,7 @@ def arithmetic(
     rows, curves, long_length = [], {}, 41
     for preset, folder, run_overrides in selected:
         res = ensure_run(preset, run_overrides, folder, data_dir, progress, trusted_modules)
-        stored = json.loads((folder / preset / "config.json").read_text())["config"]
-        config = config_from_dict(stored, trusted_modules)
+        config = load_config(preset, run_overrides)  # what ensure_run checked the run's saved config against
         assert isinstance(config, ArithmeticConfig)
         long_length = config.data.long_length
         rows.append(arithmetic_row(preset, res, config))
