@@ -491,7 +491,7 @@ def early_stop_note(deq: Measured, settings: Sequence[Measured], early_stop: Map
 def plot_ppl_vs_nfe(deq: Measured, settings: Sequence[Measured], out_path: Path) -> Path:
     """Test perplexity against inference NFE: the unregularized DEQ and every JR setting (mean over seeds), with the
     claim's region (at least NFE_FACTOR x fewer NFE, at most PPL_MARGIN x the perplexity) shaded."""
-    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.subplots()

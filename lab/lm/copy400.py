@@ -260,7 +260,7 @@ def runs_table(measured: dict[str, Copy400]) -> str:
 
 def plot_losses(measured: dict[str, Copy400], out_path: Path) -> Path:
     """Validation loss against training step (first seed of each model, log scale), with LOSS_LIMIT dashed."""
-    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.subplots()

@@ -309,7 +309,7 @@ def convention_text(runs: Sequence[RunLike], evals: dict[str, Any], jr_limit: in
 def plot_residuals(runs: Sequence[RunLike], evals: dict[str, Any], fixed_t: int, out_path: Path) -> Path:
     """Two panels: the relative residual after ``fixed_t`` steps at every checkpoint (Fig. 1a's measurement), and
     the training-time residual from metrics.jsonl (each model at its own training limit); one line per seed."""
-    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 3.8))
     axes = fig.subplots(1, 2)

@@ -78,7 +78,7 @@ def sweep(
 def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path: Path) -> Path:
     """Loss and metric against the inference limit, and against the tolerance (a PNG written aside and renamed:
     :func:`~deq_core.train.files.write_file`)."""
-    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 3.6))
     axes = fig.subplots(1, 2)

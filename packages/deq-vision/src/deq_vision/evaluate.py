@@ -73,7 +73,7 @@ def hard_stop_sweep(
 def plot_hard_stop(rows: list[dict[str, Any]], out_path: Path) -> Path:
     """Top-1 accuracy and residual against the solver's hard stop (a PNG written aside and renamed:
     :func:`~deq_core.train.files.write_file`)."""
-    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 3.6))
     axes = fig.subplots(1, 2)

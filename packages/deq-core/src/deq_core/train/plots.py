@@ -1,5 +1,8 @@
 """The training plot of a run (:func:`plot_training`), its solver panels (:func:`draw_solver_curves`: NFE and
-residual) and how every figure is written (:func:`write_figure`), shared by the task packages."""
+residual) and how every figure is written (:func:`write_figure`), shared by the task packages.
+
+Every figure of the packages is a ``matplotlib.figure.Figure`` built directly (matplotlib's object API): no pyplot
+state and no ``matplotlib.use``, so a notebook or GUI session that trains or evaluates a model keeps its backend."""
 
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ def plot_training(metrics_path: str | Path, out_path: str | Path, metric: str) -
     steps, forward / backward NFE and the forward residual (DEQs), with a dotted line at the end of pretraining.
     Returns ``out_path`` (a PNG, written aside and renamed: :func:`~deq_core.train.files.write_file`). Needs
     matplotlib."""
-    from matplotlib.figure import Figure  # the object API: no pyplot state, no backend switch
+    from matplotlib.figure import Figure
 
     records = read_metrics(metrics_path)
     splits = sorted({str(r.get("split")) for r in records}, key=lambda s: (s != "train", s))
