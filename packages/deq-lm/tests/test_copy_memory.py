@@ -12,11 +12,21 @@ def test_copy_memory_layout(T):
     symbols = x[:, :10]
     assert ((symbols >= 1) & (symbols <= 8)).all()
     assert (x[:, 10 : 10 + T - 1] == 0).all()  # T - 1 blanks
-    assert (x[:, 10 + T - 1] == 9).all()  # the marker
-    assert (x[:, -10:] == 0).all()  # ten blanks
+    assert (x[:, -11:] == 9).all()  # eleven markers, as TCN's generator writes them
     assert (y[:, : T + 10] == 0).all()
     assert torch.equal(y[:, -10:], symbols)
     assert len(torch.unique(symbols)) == 8  # all of 1..8 are drawn
+
+
+def test_copy_memory_matches_tcn_generator():
+    """TCN's generator concatenates the symbols, T - 1 zeros and eleven nines (input), and ten zeros, T zeros and
+    the symbols (target)."""
+    T = 400
+    x, y = copy_memory_batch(3, T, torch.Generator().manual_seed(2))
+    symbols = x[:, :10]
+    expected_x = torch.cat([symbols, torch.zeros(3, T - 1, dtype=torch.long), torch.full((3, 11), 9)], dim=1)
+    expected_y = torch.cat([torch.zeros(3, 10 + T, dtype=torch.long), symbols], dim=1)
+    assert torch.equal(x, expected_x) and torch.equal(y, expected_y)
 
 
 def test_copy_memory_seeded_and_errors():

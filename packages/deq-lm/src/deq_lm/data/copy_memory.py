@@ -2,11 +2,13 @@
 
 A sequence of length T + 20 over the alphabet {0, ..., 9}:
 
-    input : s_1 .. s_10 (each drawn uniformly from 1..8), then T - 1 blanks (0), the marker 9, then ten blanks
+    input : s_1 .. s_10 (each drawn uniformly from 1..8), then T - 1 blanks (0), then eleven markers (9)
     target: T + 10 blanks (0), then s_1 .. s_10
 
-The model must remember the ten symbols for T steps and repeat them after the marker. The loss is the
-cross-entropy over all T + 20 positions; the metric is the accuracy over the last ten.
+This is the TCN benchmark's own generator (locuslab/TCN, copy_memory/utils.py): the marker fills the last eleven
+input positions, the first of them one step before the recall begins. The model must remember the ten symbols for
+T steps and repeat them while the markers last. The loss is the cross-entropy over all T + 20 positions; the metric
+is the accuracy over the last ten.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def copy_memory_batch(batch_size: int, T: int, generator: torch.Generator | None
     symbols = torch.randint(1, 9, (batch_size, COPY_LEN), generator=generator)
     inputs = torch.full((batch_size, length), BLANK, dtype=torch.long)
     inputs[:, :COPY_LEN] = symbols
-    inputs[:, COPY_LEN + T - 1] = MARKER
+    inputs[:, COPY_LEN + T - 1 :] = MARKER
     targets = torch.full((batch_size, length), BLANK, dtype=torch.long)
     targets[:, -COPY_LEN:] = symbols
     return inputs, targets
