@@ -38,22 +38,26 @@ class Implicit:
 
     Args:
         solver: the adjoint solver: a :class:`~deq_core.Solver` or a name (shorthand or import path).
-        max_iter, tol, stop_mode: its limits (see :func:`deq_core.solve`); the result lands in ``info.backward``.
+        max_iter, tol, stop_mode, stop_over: its limits and stopping rule (see :func:`deq_core.solve`); the result
+            lands in ``info.backward``.
     """
 
     solver: Solver = _ADJOINT_SOLVER
     max_iter: int = 30
     tol: float = 1e-6
     stop_mode: str = "rel"
+    stop_over: str = "sample"
 
     def __init__(
-        self, solver: SolverLike = _ADJOINT_SOLVER, max_iter: int = 30, tol: float = 1e-6, stop_mode: str = "rel"
+        self, solver: SolverLike = _ADJOINT_SOLVER, max_iter: int = 30, tol: float = 1e-6, stop_mode: str = "rel",
+        stop_over: str = "sample",
     ) -> None:
         object.__setattr__(self, "solver", resolve_solver(solver))
         object.__setattr__(self, "max_iter", max_iter)
         object.__setattr__(self, "tol", tol)
         object.__setattr__(self, "stop_mode", stop_mode)
-        check_limits(max_iter, tol, stop_mode)
+        object.__setattr__(self, "stop_over", stop_over)
+        check_limits(max_iter, tol, stop_mode, stop_over)
 
     def _output(self, f: Callable[[State], State], z0: State, z_star: tuple[Tensor, ...], fz: tuple[Tensor, ...],
                 info: DEQInfo, report: Callable[[SolverResult, str], None], compile_step: bool = False,
@@ -137,7 +141,7 @@ class _Adjoint:
 
         s = self.strategy
         res = solve(lambda u: vjp(u) + grad, grad, s.solver, max_iter=s.max_iter, tol=s.tol, stop_mode=s.stop_mode,
-                    compile_step=self.compile_step)  # fmt: skip
+                    stop_over=s.stop_over, compile_step=self.compile_step)  # fmt: skip
         self.info.backward = res
         if bool(res.nonfinite.any()):
             raise FloatingPointError(

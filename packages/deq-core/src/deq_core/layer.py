@@ -42,6 +42,8 @@ class DEQ(nn.Module):
         solver: the forward solver, a :class:`~deq_core.Solver` (e.g. ``Anderson(m=8)``) or a name (shorthand or
             import path, see :func:`deq_core.solve`).
         max_iter, tol, stop_mode: the forward solve's limits.
+        stop_over: "sample" (each sample's residual must meet tol, the default) or "batch" (the residual of the
+            whole batch, as the reference DEQ code stops; see :func:`deq_core.solve`), in training and eval mode.
         backward: how gradients pass the fixed point: ``Implicit(solver, max_iter, tol, stop_mode)`` (the default,
             the adjoint system solved by its own solver), ``Phantom(steps, damping)`` or ``JFB()``; or the shorthand
             "implicit", "phantom", "jfb" for their defaults.
@@ -81,6 +83,7 @@ class DEQ(nn.Module):
         tol: float = 1e-4,
         stop_mode: str = "rel",
         backward: Backward | str = "implicit",
+        stop_over: str = "sample",
         eval_max_iter: int | None = None,
         eval_tol: float | None = None,
         jacobian_samples: int = 1,
@@ -90,7 +93,7 @@ class DEQ(nn.Module):
     ) -> None:
         super().__init__()
         self.solver = resolve_solver(solver)
-        check_limits(max_iter, tol, stop_mode)
+        check_limits(max_iter, tol, stop_mode, stop_over)
         eval_limits = (max_iter if eval_max_iter is None else eval_max_iter, tol if eval_tol is None else eval_tol)
         check_limits(*eval_limits, stop_mode)
         self.backward = resolve_backward(backward)
@@ -99,7 +102,7 @@ class DEQ(nn.Module):
             raise ValueError(f"on_nonfinite must be 'raise', 'warn' or 'ignore', got {on_nonfinite!r}.")
         if warn_unconverged not in _WARN_UNCONVERGED:
             raise ValueError(f"warn_unconverged must be one of {list(_WARN_UNCONVERGED)}, got {warn_unconverged!r}.")
-        self.max_iter, self.tol, self.stop_mode = max_iter, tol, stop_mode
+        self.max_iter, self.tol, self.stop_mode, self.stop_over = max_iter, tol, stop_mode, stop_over
         self.eval_max_iter, self.eval_tol = eval_max_iter, eval_tol
         self.jacobian_samples = jacobian_samples
         self.on_nonfinite = on_nonfinite
@@ -113,7 +116,7 @@ class DEQ(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"solver={self.solver!r}, max_iter={self.max_iter}, tol={self.tol:g}, stop_mode={self.stop_mode!r}, "
-            f"backward={self.backward!r}"
+            f"stop_over={self.stop_over!r}, backward={self.backward!r}"
         )
 
     def forward(
@@ -181,6 +184,7 @@ class DEQ(nn.Module):
             max_iter=limit if max_iter is None else max_iter,
             tol=tolerance if tol is None else tol,
             stop_mode=self.stop_mode,
+            stop_over=self.stop_over,
             compile_step=self.compile_step,
             states_at=sampled,
         )

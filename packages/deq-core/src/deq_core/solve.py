@@ -18,6 +18,7 @@ from ._state import State, StateSpec, flat_map, flatten, solver_dtype, state_spe
 __all__ = ["SolverResult", "solve"]
 
 _STOP_MODES = ("rel", "abs")
+_STOP_OVER = ("sample", "batch")
 
 
 @dataclass
@@ -32,12 +33,14 @@ class SolverResult:
         residual: residual of ``z`` per sample, in ``stop_mode`` (inf for a sample whose first f(z) was non-finite).
             For a state of lower precision than the solver's (e.g. bfloat16), that of z as returned (rounded), from
             one more call of f; ``trace`` holds the residuals of the solver's own iterates.
-        converged: residual <= tol, per sample.
+        converged: per sample, residual <= tol (``stop_over="sample"``); with ``stop_over="batch"``, whether the
+            batch's residual met tol (the same for every finite sample; False for a non-finite one).
         nonfinite: per sample, whether f produced a NaN or Inf (the sample was frozen at its best finite iterate).
         trace: (iterations, B) residual of the iterate of every iteration, in ``stop_mode``.
         iterations_per_sample: (B,) int64, the iteration at which each sample converged (counting from 1), or
-            ``iterations`` for a sample that did not: the per-sample cost, independent of the rest of the batch.
-        solver, stop_mode, tol, max_iter: the settings of the solve (``solver``: the Solver object used).
+            ``iterations`` for a sample that did not: the per-sample cost, independent of the rest of the batch
+            (with ``stop_over="batch"`` every sample iterates until the batch stops: ``iterations`` for all).
+        solver, stop_mode, stop_over, tol, max_iter: the settings of the solve (``solver``: the Solver object used).
         states: with ``solve(..., states_at=...)``, the best iterate after each of those iterations (structured like
             z); else None.
     """
@@ -56,6 +59,7 @@ class SolverResult:
     tol: float
     max_iter: int
     states: list[State] | None = None
+    stop_over: str = "sample"
 
     @property
     def all_converged(self) -> bool:
@@ -68,23 +72,28 @@ class SolverResult:
         n_bad = int(self.nonfinite.sum())
         finite = self.residual[torch.isfinite(self.residual)]
         worst = f"{float(finite.max()):.3g}" if finite.numel() else "n/a"
+        rule = f"{self.stop_mode} residual <= {self.tol:g}"
+        if self.stop_over == "batch":
+            rule = f"the batch's {rule}"
         text = (
-            f"{self.solver.name}: {n_conv}/{batch} samples converged to {self.stop_mode} residual <= {self.tol:g} "
-            f"in {self.iterations} iterations ({self.nfe} calls of f); largest residual {worst}"
+            f"{self.solver.name}: {n_conv}/{batch} samples converged to {rule} in {self.iterations} iterations "
+            f"({self.nfe} calls of f); largest residual {worst}"
         )
         if n_bad:
             text += f"; {n_bad} sample(s) hit NaN/Inf in f and were stopped at their best finite iterate"
         return text
 
 
-def check_limits(max_iter: int, tol: float, stop_mode: str) -> None:
-    """Raise ValueError for a bad iteration limit, tolerance or stop mode."""
+def check_limits(max_iter: int, tol: float, stop_mode: str, stop_over: str = "sample") -> None:
+    """Raise ValueError for a bad iteration limit, tolerance, stop mode or stop rule."""
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):
         raise ValueError(f"tol must be a finite number > 0, got {tol!r}.")
     if stop_mode not in _STOP_MODES:
         raise ValueError(f"unknown stop_mode {stop_mode!r}; choose one of {list(_STOP_MODES)}.")
+    if stop_over not in _STOP_OVER:
+        raise ValueError(f"unknown stop_over {stop_over!r}; choose one of {list(_STOP_OVER)}.")
 
 
 def check_states_at(states_at: Sequence[int], max_iter: int) -> tuple[int, ...]:
@@ -108,6 +117,7 @@ def solve(
     tol: float = 1e-4,
     stop_mode: str = "rel",
     *,
+    stop_over: str = "sample",
     compile_step: bool = False,
     states_at: Sequence[int] | None = None,
     **options: object,
@@ -124,6 +134,10 @@ def solve(
         max_iter: the largest number of iterations; each evaluates f once (more with Broyden's line search).
         tol: a sample has converged when its residual is <= tol; it then stops changing.
         stop_mode: "rel" for ||f(z) - z|| / ||f(z)|| or "abs" for ||f(z) - z||, per sample.
+        stop_over: which residual must meet tol. "sample" (the default): each sample's own; a converged sample
+            stops changing while the others iterate. "batch": the residual of the whole batch, one norm over all its
+            finite samples (||f(Z) - Z|| / ||f(Z)|| for "rel"), as the reference DEQ code stops; every sample iterates
+            until it does. ``residual`` and ``trace`` stay per sample in both.
         compile_step: run the solver's tensor work between two calls of f (the kernels a solver routes through
             :meth:`~deq_core.Loop.compiled`: Anderson's history update and mixing; Broyden and FixedPoint have none
             yet) through ``torch.compile``; f and the loop's bookkeeping run eagerly. The same iterates up to rounding;
@@ -150,12 +164,12 @@ def solve(
         SolverResult with the best iterate per sample and its statistics.
     """
     solver = resolve_solver(solver, options)
-    check_limits(max_iter, tol, stop_mode)
+    check_limits(max_iter, tol, stop_mode, stop_over)
     keep = None if states_at is None else check_states_at(states_at, max_iter)
     compiler = Compiler(compile_step)
     spec = state_spec(z0)
     dtype = solver_dtype(spec.dtypes)
-    settings = dict(solver=solver, stop_mode=stop_mode, tol=float(tol), max_iter=max_iter)
+    settings = dict(solver=solver, stop_mode=stop_mode, stop_over=stop_over, tol=float(tol), max_iter=max_iter)
     with torch.no_grad():
         x0 = flatten(z0, dtype).clone()  # never alias the caller's z0 (results would change if it did)
         if not bool(torch.isfinite(x0).all()):
@@ -169,14 +183,16 @@ def solve(
                 iterations_per_sample=empty.long(), states=kept, **settings,
             )  # fmt: skip
         run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode,
-                       compiler=compiler, keep=keep or ())  # fmt: skip
+                       compiler=compiler, keep=keep or (), stop_over=stop_over)  # fmt: skip
         iterate(solver, run, x0)
         z, fz, residual, nonfinite = _returned(run, spec, dtype)
-        converged = residual <= float(tol)
+        converged = residual <= float(tol) if stop_over == "sample" else run.converged & ~nonfinite
         trace = torch.stack(run.trace) if run.trace else x0.new_zeros(0, spec.batch_size)
         reached = trace <= float(tol)  # (iterations, B)
         first = reached.to(torch.int64).argmax(dim=0) + 1
         per_sample = torch.where(reached.any(dim=0) & converged, first, torch.full_like(first, run.iterations))
+        if stop_over == "batch":  # no sample stops before the batch does
+            per_sample = torch.full_like(first, run.iterations)
         states = None if keep is None else [z if i not in run.kept else unflatten(run.kept[i], spec) for i in keep]
         return SolverResult(
             z=z, fz=fz, nfe=run.nfe, iterations=run.iterations, residual=residual, converged=converged,

@@ -76,10 +76,14 @@ def residual_norms(x: Tensor, fx: Tensor, stop_mode: str) -> tuple[Tensor, Tenso
 
 
 def iteration_statistics(
-    x: Tensor, fx: Tensor, finite: Tensor, best_residual: Tensor, tol: float, stop_mode: str
+    x: Tensor, fx: Tensor, finite: Tensor, best_residual: Tensor, tol: float, stop_mode: str, stop_over: str = "sample"
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The per-sample decisions of one iteration, on the device, from the iterates x, f(x) (B, D) and the (B,) state
     before it (``finite``: no NaN / Inf so far; ``best_residual``).
+
+    ``stop_over="sample"``: a sample stops once its own best residual is <= tol. ``stop_over="batch"``: every finite
+    sample stops once the residual of the whole batch is <= tol, one norm over all its finite samples:
+    ||f(X) - X|| / ||f(X)|| ("rel") or ||f(X) - X|| ("abs"), X the (B, D) iterate (the reference DEQ code's rule).
 
     Returns (g, residual, good, better, best_residual, active, finite, flags): g = f(x) - x (B, D); the residual
     (inf where not finite), whether x and f(x) are finite, whether the residual improved on the best, the new best
@@ -88,11 +92,24 @@ def iteration_statistics(
     """
     gx, res, good = residual_norms(x, fx, stop_mode)
     finite = finite & good
+    if stop_over == "batch":
+        active = finite & (batch_residual(gx, fx, finite, stop_mode) > tol)
     res = torch.where(finite, res, _INF)
     better = res < best_residual
     best_residual = torch.minimum(res, best_residual)
-    active = (best_residual > tol) & finite
+    if stop_over != "batch":
+        active = (best_residual > tol) & finite
     return gx, res, good, better, best_residual, active, finite, torch.stack([good, better, active])
+
+
+def batch_residual(gx: Tensor, fx: Tensor, finite: Tensor, stop_mode: str) -> Tensor:
+    """The residual of the batch's finite samples as one vector, a 0-d tensor: ||G|| / ||F|| ("rel", 0 where both are
+    0) or ||G|| ("abs"), with G = f(X) - X and F = f(X) over the rows where ``finite`` (B,) holds (gx, fx: (B, D))."""
+    keep = finite[:, None]
+    g_norm = torch.linalg.vector_norm(torch.where(keep, gx, 0.0))
+    if stop_mode != "rel":
+        return g_norm
+    return (g_norm / torch.linalg.vector_norm(torch.where(keep, fx, 0.0))).nan_to_num_(nan=0.0)
 
 
 def rowwise_copies(t: Tensor) -> bool:
@@ -109,6 +126,8 @@ class SolveRun:
         max_iter: the largest number of iterations (calls of ``evaluate``).
         tol: residual at or below which a sample has converged.
         stop_mode: "rel" (||f(z) - z|| / ||f(z)||) or "abs" (||f(z) - z||), norms over each sample's D values.
+        stop_over: "sample" (each sample stops when its residual meets tol) or "batch" (every sample stops when the
+            residual of the whole batch does; see :func:`iteration_statistics`).
         compiler: what :meth:`~deq_core.Loop.compiled` applies to a solver's kernels (torch.compile with
             ``compile_step=True``; default: none, eager).
         keep: iterations after which a copy of the best iterate is kept in ``kept`` (iteration -> (B, D) tensor).
@@ -116,13 +135,14 @@ class SolveRun:
 
     def __init__(
         self, fn: Callable[[Tensor], Tensor], x0: Tensor, max_iter: int, tol: float, stop_mode: str,
-        compiler: Compiler | None = None, keep: Sequence[int] = (),
+        compiler: Compiler | None = None, keep: Sequence[int] = (), stop_over: str = "sample",
     ) -> None:  # fmt: skip
         self._fn = fn
         self.compiler = compiler or Compiler(False)
         self.max_iter = max_iter
         self.tol = tol
         self.stop_mode = stop_mode
+        self.stop_over = stop_over
         self.nfe = 0
         self.iterations = 0
         batch = x0.shape[0]
@@ -155,7 +175,10 @@ class SolveRun:
 
     @property
     def converged(self) -> Tensor:
-        """Bool (B,): best residual <= tol."""
+        """Bool (B,): best residual <= tol (``stop_over="sample"``), or the batch's residual met tol and the sample is
+        finite (``"batch"``: then a finite sample stops only when the batch's residual meets tol)."""
+        if self.stop_over == "batch":
+            return self._finite & ~self._active
         return self.best_residual <= self.tol
 
     @property
@@ -204,7 +227,7 @@ class SolveRun:
         # Eager also with compile_step=True: on the CPU, inductor's kernel for the two norms was measured slower than
         # ATen's, and each compiled call adds ~10 us (benchmarks/compiled_step.py prints both).
         gx, res, good, better, best_residual, active, finite, flags = iteration_statistics(
-            x, fx, self._finite, self.best_residual, self.tol, self.stop_mode
+            x, fx, self._finite, self.best_residual, self.tol, self.stop_mode, self.stop_over
         )
         # The one host transfer of the iteration: the stop test and every per-sample decision below are read from it.
         good_flags, better_flags, active_flags = flags.tolist()

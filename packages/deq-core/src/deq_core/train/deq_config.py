@@ -20,7 +20,7 @@ from .trust import import_path_field
 if TYPE_CHECKING:
     from .. import DEQ
 
-__all__ = ["DEQConfig", "deq_section", "deq_settings", "parse_options"]
+__all__ = ["REFERENCE_STOP", "DEQConfig", "deq_section", "deq_settings", "parse_options"]
 
 _OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its solver)
 
@@ -37,9 +37,11 @@ class DEQConfig:
             imports only the modules the user allows (:mod:`~deq_core.train.trust`).
         max_iter, tol, stop_mode: forward limits: at most ``max_iter`` iterations, converged when the "rel"
             (||f(z) - z|| / ||f(z)||) or "abs" residual is <= ``tol``. eval_max_iter, eval_tol: the limits in eval
-            mode (None: the training ones).
+            mode (None: the training ones). stop_over: "sample" (each sample's residual must meet tol) or "batch"
+            (the residual of the whole batch, one norm: the reference DEQ code's rule), for the forward solve.
         backward: how gradients pass the fixed point: "implicit" (the adjoint system, solved by ``backward_solver``
-            with ``backward_options`` to ``backward_tol`` / ``backward_stop_mode`` in ``backward_max_iter``),
+            with ``backward_options`` to ``backward_tol`` / ``backward_stop_mode`` / ``backward_stop_over`` in
+            ``backward_max_iter``),
             "phantom" (``phantom_steps`` damped steps of size ``phantom_damping``, backpropagated) or "jfb" (the
             gradient of the last call of f only).
         jacobian_samples: Hutchinson probes of the Jacobian term. on_nonfinite: "raise", "warn" or "ignore" when a
@@ -61,6 +63,7 @@ class DEQConfig:
     max_iter: int = 30
     tol: float = 1e-4
     stop_mode: Literal["rel", "abs"] = "rel"
+    stop_over: Literal["sample", "batch"] = "sample"
     eval_max_iter: int | None = None
     eval_tol: float | None = None
     backward: Literal["implicit", "phantom", "jfb"] = "implicit"
@@ -69,6 +72,7 @@ class DEQConfig:
     backward_max_iter: int = 30
     backward_tol: float = 1e-6
     backward_stop_mode: Literal["rel", "abs"] = "rel"
+    backward_stop_over: Literal["sample", "batch"] = "sample"
     phantom_steps: int = 5
     phantom_damping: float = 0.5
     jacobian_samples: int = 1
@@ -94,12 +98,15 @@ class DEQConfig:
 
         settings: dict[str, Any] = dict(
             solver=resolve_solver(self.solver, parse_options(self.solver_options, "solver_options")),
-            max_iter=self.max_iter, tol=self.tol, stop_mode=self.stop_mode, eval_max_iter=self.eval_max_iter,
-            eval_tol=self.eval_tol, jacobian_samples=self.jacobian_samples, on_nonfinite=self.on_nonfinite,
+            max_iter=self.max_iter, tol=self.tol, stop_mode=self.stop_mode, stop_over=self.stop_over,
+            eval_max_iter=self.eval_max_iter, eval_tol=self.eval_tol, jacobian_samples=self.jacobian_samples,
+            on_nonfinite=self.on_nonfinite,
         )  # fmt: skip
         if self.backward == "implicit":
             adjoint = resolve_solver(self.backward_solver, parse_options(self.backward_options, "backward_options"))
-            settings["backward"] = Implicit(adjoint, self.backward_max_iter, self.backward_tol, self.backward_stop_mode)
+            settings["backward"] = Implicit(
+                adjoint, self.backward_max_iter, self.backward_tol, self.backward_stop_mode, self.backward_stop_over
+            )
         elif self.backward == "phantom":
             settings["backward"] = Phantom(steps=self.phantom_steps, damping=self.phantom_damping)
         else:
@@ -125,7 +132,9 @@ class DEQConfig:
 def _check_deq_config(config: DEQConfig) -> None:
     """Raise ValueError naming the first bad setting (its key without the ``deq.`` prefix) and the valid values."""
     check_finite(config)
-    check_choice(config, "stop_mode", "backward_stop_mode", "backward", "on_nonfinite")
+    check_choice(
+        config, "stop_mode", "stop_over", "backward_stop_mode", "backward_stop_over", "backward", "on_nonfinite"
+    )
     check_at_least(config, 1, "max_iter", "backward_max_iter", "pretrain_depth", "phantom_steps", "jacobian_samples")
     check_at_least(config, 0, "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop")
     check_fraction(config, "jac_prob")
@@ -190,6 +199,12 @@ def _option_value(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+# How the reference DEQ code (locuslab/deq, locuslab/mdeq) stops its solves, forward and backward: when the residual of
+# the whole batch, one norm over all samples, meets tol. Every preset that reproduces a paper uses it
+# (``deq_settings(**REFERENCE_STOP, ...)``); deq-core's default stops each sample on its own residual.
+REFERENCE_STOP: dict[str, str] = {"stop_over": "batch", "backward_stop_over": "batch"}
 
 
 def deq_section(**defaults: Any) -> Any:

@@ -110,9 +110,9 @@ default_cfgs = generate_default_cfgs(
 # The DEQConfig fields that make the layer (DEQConfig.layer_settings); the rest of the ``deq`` section schedules
 # training (jittered limit, pretraining, Jacobian loss) and is not part of a model.
 LAYER_KEYS: tuple[str, ...] = (
-    "solver", "solver_options", "max_iter", "tol", "stop_mode", "eval_max_iter", "eval_tol", "backward",
-    "backward_solver", "backward_options", "backward_max_iter", "backward_tol", "backward_stop_mode", "phantom_steps",
-    "phantom_damping", "jacobian_samples", "on_nonfinite",
+    "solver", "solver_options", "max_iter", "tol", "stop_mode", "stop_over", "eval_max_iter", "eval_tol", "backward",
+    "backward_solver", "backward_options", "backward_max_iter", "backward_tol", "backward_stop_mode",
+    "backward_stop_over", "phantom_steps", "phantom_damping", "jacobian_samples", "on_nonfinite",
 )  # fmt: skip
 WEIGHTS_FILE = "model.safetensors"  # the weights of a local-dir / hf-hub folder (timm's name)
 
