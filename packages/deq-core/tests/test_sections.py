@@ -148,7 +148,9 @@ def test_the_skeleton_reads_its_settings_from_the_sections():
     assert {p.micro_batches for p in plans} == {2} and [p.mode for p in plans[5:7]] == ["unrolled", "solve"]
     assert {p.deq.max_iter for p in plans} == {10, 11, 12} and {p.jacobian_weight for p in plans} == {0.2}
     jacobian = cfg.deq.jacobian_schedule(3)  # drawn from run.seed
-    assert [p.jacobian for p in plans] == [jacobian.active(step) for step in range(40)]
+    # the Jacobian term only in equilibrium steps (from step 6 on), never while pretraining unrolls f
+    assert [p.jacobian for p in plans] == [step >= 6 and jacobian.active(step) for step in range(40)]
+    assert any(jacobian.active(step) for step in range(6)) and not any(p.jacobian for p in plans[:6])
 
     def eval_every(config, task):  # the rule of Run.eval_every, on a stand-in for the run
         return Run.eval_every.fget(SimpleNamespace(config=config, task=task, steps=run_steps(task, config)))

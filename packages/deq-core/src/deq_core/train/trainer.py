@@ -152,16 +152,17 @@ def plan_step(config: Any, step: int, has_deq: bool = True) -> StepPlan:
     """The plan of optimizer step ``step`` (0-based) of a config with sections ``run``, ``optim`` and ``deq``: the
     micro-batches of ``optim.grad_accum`` and, when the model has DEQ layers (``has_deq``), what they do
     (:class:`deq_core.Plan`): the pretraining unroll, the jittered forward limit (None without ``deq.max_iter_jitter``:
-    the layers' own ``max_iter``) and the Jacobian term, each a function of (``run.seed``, step) only."""
+    the layers' own ``max_iter``) and the Jacobian term, each a function of (``run.seed``, step) only. The Jacobian
+    term is computed in equilibrium steps only, never while pretraining unrolls f (as the reference DEQ and MDEQ code
+    do); the draws of the steps after pretraining do not depend on it."""
     micro_batches = config.optim.grad_accum
     if not has_deq:
         return StepPlan(step, micro_batches=micro_batches)
     deq, seed = config.deq, config.run.seed
     jacobian = deq.jacobian_schedule(seed)
     limit = jittered_max_iter(deq.max_iter, deq.max_iter_jitter, seed, step) if deq.max_iter_jitter else None
-    layer_plan = Plan(
-        unroll=deq.pretrain_schedule().unroll_at(step), max_iter=limit, jacobian_loss=jacobian.active(step)
-    )
+    unroll = deq.pretrain_schedule().unroll_at(step)
+    layer_plan = Plan(unroll=unroll, max_iter=limit, jacobian_loss=unroll is None and jacobian.active(step))
     return StepPlan(step, micro_batches=micro_batches, deq=layer_plan, jacobian_weight=jacobian.weight_at(step))
 
 
