@@ -242,7 +242,7 @@ def other_sizes(rep: lb.Report, overrides: Sequence[str], repeats: int) -> None:
     for name in OTHER_SIZES:
         s = ps.make_setup(name, overrides, CPU, seed=0)
         probe, m = CellProbe(s), s.cfg.model
-        memory = 0 if s.state is None else s.state.shape[1]
+        memory = 0 if s.state is None else s.state[0].shape[1]  # (states, their injections)
         size = f"`{name}`: {tuple(s.x.shape)} tokens + {memory} of memory, width {m.d_model}, {m.n_heads} x {m.d_head}"
         for label, measure in f_cases(probe):
             lb.note(f"{name}: {label} ...")

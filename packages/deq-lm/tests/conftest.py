@@ -48,14 +48,14 @@ def float64():
 
 
 def strengthen_injection(cell: nn.Module, factor: float = 10.0) -> None:
-    """Scale the DEQ-Transformer cell's injection weights (the weight-norm magnitude g) by ``factor``.
+    """Scale the DEQ-Transformer cell's injection weights (plain weights, as in the reference) by ``factor``.
 
     With post-LN, f(z) = LN(z + ...) keeps z's direction unless the attention output, driven by the injection,
     dominates: a stronger injection makes f contractive, so that plain iteration and the solvers both reach z*
     to near machine precision (needed to compare them exactly).
     """
     with torch.no_grad():
-        cell.inject.parametrizations.weight.original0.mul_(factor)
+        cell.inject.weight.mul_(factor)
 
 
 def write_tiny_corpus(folder: Path, n_train: int = 300, seed: int = 0) -> Path:

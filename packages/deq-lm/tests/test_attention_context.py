@@ -16,7 +16,7 @@ from torch import Tensor
 
 from deq_core import frobenius_from_graph
 from deq_lm.models.attention import RelativeAttention, fused_attention, relative_index
-from deq_lm.models.transformer import TransformerBlock
+from deq_lm.models.transformer import DEQTransformerCell, TransformerBlock
 
 
 def distance_encodings(k_len: int, d_model: int) -> Tensor:
@@ -27,15 +27,19 @@ def distance_encodings(k_len: int, d_model: int) -> Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
-def reference_attention(attn: RelativeAttention, z: Tensor, memory: Tensor | None, injection: Tensor | None) -> Tensor:
-    """Transformer-XL attention from [memory; z], everything computed from scratch."""
+def reference_attention(
+    attn: RelativeAttention, z: Tensor, memory: Tensor | None, injection: Tensor | None,
+    memory_injection: Tensor | None = None,
+) -> Tensor:  # fmt: skip
+    """Transformer-XL attention from [memory; z], everything computed from scratch; the injection of [memory; z] is
+    [memory_injection; injection] (zeros where None)."""
     batch, q_len, _ = z.shape
     cat = z if memory is None else torch.cat([memory, z], dim=1)
     k_len = cat.shape[1]
     pos = distance_encodings(k_len, attn.d_model).to(z.dtype)
     heads = attn.qkv(cat)
     if injection is not None:
-        pad = heads.new_zeros(batch, k_len - q_len, heads.shape[-1])
+        pad = heads.new_zeros(batch, k_len - q_len, heads.shape[-1]) if memory_injection is None else memory_injection
         heads = heads + torch.cat([pad, injection], dim=1)
     q, k, v = (t.reshape(batch, k_len, attn.n_heads, attn.d_head) for t in heads.chunk(3, dim=-1))
     q = q[:, -q_len:]
@@ -52,12 +56,16 @@ def reference_attention(attn: RelativeAttention, z: Tensor, memory: Tensor | Non
     return attn.out(torch.einsum("bhij,bjhd->bihd", weights, v).reshape(batch, q_len, -1))
 
 
-def reference_block(block: TransformerBlock, z: Tensor, memory: Tensor | None, injection: Tensor | None) -> Tensor:
+def reference_block(
+    block: TransformerBlock, z: Tensor, memory: Tensor | None, injection: Tensor | None,
+    memory_injection: Tensor | None = None,
+) -> Tensor:  # fmt: skip
     if block.pre_ln:
         mem = None if memory is None else block.ln1(memory)
-        h = z + reference_attention(block.attn, block.ln1(z), mem, injection)
-        return h + block.ff2(torch.relu(block.ff1(block.ln2(h))))
-    h = block.ln1(z + reference_attention(block.attn, z, memory, injection))
+        h = z + reference_attention(block.attn, block.ln1(z), mem, injection, memory_injection)
+        normed = block.ln2(h)
+        return (normed if block.residual_normalized else h) + block.ff2(torch.relu(block.ff1(normed)))
+    h = block.ln1(z + reference_attention(block.attn, z, memory, injection, memory_injection))
     return block.ln2(h + block.ff2(torch.relu(block.ff1(h))))
 
 
@@ -84,6 +92,29 @@ def test_f_with_the_segment_context_is_the_block(attention: str, pre_ln: bool, m
     ref_grads = torch.autograd.grad(2 * (ref * probe).sum(), params)
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["gathered", "fused"])
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_memory_keeps_the_injection_of_its_positions(attention: str, pre_ln: bool) -> None:
+    """Two segments by hand, as the reference DEQ-Transformer computes the second: its keys and values over the
+    sequence [z_1; z_2] are W [z_1; z_2] + U [x_1; x_2], the first segment's injection kept with its states."""
+    torch.manual_seed(0)
+    d_in, d, heads, d_head, batch, length = 6, 16, 2, 8, 3, 5
+    cell = DEQTransformerCell(d_in, d, heads, d_head, 32, mem_len=length, pre_ln=pre_ln, weight_norm=False,
+                              attention=attention).double()  # fmt: skip
+    x1, x2 = (torch.randn(batch, length, d_in, dtype=torch.float64) for _ in range(2))
+    z1, z2 = (torch.randn(batch, length, d, dtype=torch.float64) for _ in range(2))
+    state = cell.next_state(z1, cell.setup(x1, None))  # the first segment's equilibrium z_1 becomes the memory
+    out = cell.f(z2, cell.setup(x2, state))
+
+    u1, u2 = cell.inject(x1), cell.inject(x2)
+    expected = reference_block(cell.block, z2, z1, u2, memory_injection=u1)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    without = reference_block(cell.block, z2, z1, u2)  # the memory's keys and values from z_1 alone
+    assert float((out - without).detach().abs().max()) > 1e-3
+    memory, memory_injection = cell.next_state(z2, cell.setup(x2, state))
+    assert torch.equal(memory, z2) and torch.equal(memory_injection, u2)
 
 
 @pytest.mark.parametrize("attention", ["gathered", "fused"])

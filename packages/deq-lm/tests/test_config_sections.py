@@ -117,7 +117,7 @@ def test_committed_claims_runs_are_the_runs_reproduce_would_train(tmp_path: Path
     from lab.lm import copy400, reproduce
 
     folders = sorted((RESULTS / "claims" / "run_logs").iterdir())
-    assert len(folders) >= 6
+    assert folders  # the runs of today's presets committed so far (the earlier models' runs: claims/before/)
     for folder in folders:
         name, _ = load_config(folder, Config)
         seed = int(folder.name.rsplit("-seed", 1)[1])

@@ -99,8 +99,9 @@ def test_two_process_language_model_run_carries_each_process_memory(tmp_path):
         assert torch.allclose(g1[name], g2[name], rtol=1e-4, atol=1e-6), (name, (g1[name] - g2[name]).abs().max())
 
     def memory(run: str, rank: int) -> torch.Tensor:
-        (saved,) = torch.load(tmp_path / run / "checkpoints" / "step_0000001" / f"memory_rank{rank}.pt")
-        return saved  # one micro-batch: its memory (rows, mem_len, d_model)
+        ((states, injections),) = torch.load(tmp_path / run / "checkpoints" / "step_0000001" / f"memory_rank{rank}.pt")
+        assert injections.shape[:2] == states.shape[:2]  # the memory's injection kept beside its states
+        return states  # one micro-batch: its memory (rows, mem_len, d_model)
 
     halves = [memory("two", rank) for rank in (0, 1)]
     assert [h.shape[0] for h in halves] == [2, 2]

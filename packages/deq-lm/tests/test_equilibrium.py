@@ -55,7 +55,7 @@ def test_deq_transformer_with_memory_equals_unrolled_limit():
     gen = torch.Generator().manual_seed(2)
     with torch.no_grad():
         memory = model(torch.randint(0, 10, (2, 9), generator=gen)).state
-        assert memory.shape == (2, 6, 8)
+        assert memory[0].shape == (2, 6, 8) and memory[1].shape == (2, 6, 24)  # states, their injections
         x = torch.randint(0, 10, (2, 7), generator=gen)
         out = model(x, memory)
         limit, _ = _unroll_until_converged(model, x, memory)

@@ -117,7 +117,8 @@ def test_resume_carries_the_memory_and_gives_the_same_losses(tmp_path, corpus_di
     train(cfg, tmp_path / "full", name="full")
     train(replace_config(cfg, {"run.stop_after": 6}), tmp_path / "cut", name="cut")
     memory = safe_load(tmp_path / "cut" / "checkpoints" / "step_0000006" / "memory_rank0.pt")
-    assert len(memory) == 2 and memory[0].shape == (2, 8, 8)  # one memory per micro-batch (its 2 rows)
+    # one memory per micro-batch (its 2 rows): the states and their injections
+    assert len(memory) == 2 and memory[0][0].shape == (2, 8, 8) and memory[0][1].shape == (2, 8, 24)
     train(cfg, tmp_path / "cut", name="cut", resume=True)
 
     def losses(run: Path) -> dict[int, float]:

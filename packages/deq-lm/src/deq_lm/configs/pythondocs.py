@@ -27,25 +27,26 @@ depth): ``pdocs-trellis-deq-trellisnet`` against ``pdocs-trellis-trellisnet``, t
 injected into every application, as in the DEQ) unrolled ``TRELLIS_DEPTH`` times with ordinary backpropagation, so both
 have the same parameters (16,768 non-embedding at width 32, with 320,000 in the tied embedding), trained on the same
 batches for ``TRELLIS_STEPS`` steps, evaluated every 1,000. The DEQ keeps the solver settings of every other DEQ here
-(the ``DEQ`` dict: Anderson, limits 20 / 20 with a jitter of 2, 30 at evaluation, tol 1e-3, 300 steps unrolled twice
-first). Sizing, from a one-thread pilot (training steps of fresh models timed interleaved in one process, solvers
-held to the iterations the pilot's training used): at width 32 the 10,000-word softmax costs about 0.25 s of each
-step and every unrolled layer about 5 ms, so a step takes 333 ms for the DEQ (20 forward / 7 backward iterations) and
-333 ms for the 24-layer network (381 ms at 30 layers); 8,000 steps and eight evaluations are about 50 CPU minutes each.
-Depth 24 is the DEQ's training limit plus a margin: the unrolled network never applies the cell fewer times than the
-DEQ's training solve, and the DEQ keeps about 5 % of its saved activations (1.0 vs 21.2 MiB). A 400-step pilot of
-both showed the DEQ's solve unconverged at its limits (relative residual 0.07 at 20 iterations, 0.04 at 30): the
-cell's state at position t reads position t - 1's, so plain iteration reaches the equilibrium of a 64-position
-segment only after 65 applications (Anderson after about 100 at this point of training). Why a plateau is expected
-within 8,000 steps: the learning rate decays (cosine) to 5 % at the last step and is below 19 % of its peak over the
-last 2,000, and the width-32 transformers of claim 4 (57,000 non-embedding parameters, the same softmax and batches)
-fell 2.0 % over steps 10,000-12,000 and under 1 % over the last 2,000 of their 14,000; the TrellisNet's body is a
-third of their size.
+(the ``DEQ`` dict: Anderson with m = 6, limits 20 / 20 with a jitter of 2, the same 20 at evaluation, tol 1e-3 on the
+batch's residual, 300 steps unrolled twice first: the reference code's conventions; the first runs evaluated at 30 and
+stopped on every sample's residual). Sizing, from a one-thread pilot (training steps of fresh models timed interleaved
+in one process, solvers held to the iterations the pilot's training used): at width 32 the 10,000-word softmax costs
+about 0.25 s of each step and every unrolled layer about 5 ms, so a step takes 333 ms for the DEQ (20 forward / 7
+backward iterations) and 333 ms for the 24-layer network (381 ms at 30 layers); 8,000 steps and eight evaluations are
+about 50 CPU minutes each. Depth 24 is the DEQ's training limit plus a margin: the unrolled network never applies the
+cell fewer times than the DEQ's training solve, and the DEQ keeps about 5 % of its saved activations (1.0 vs 21.2 MiB).
+A 400-step pilot of both showed the DEQ's solve unconverged at its limits (relative residual 0.07 at 20 iterations, 0.04
+at 30): the cell's state at position t reads position t - 1's, so plain iteration reaches the equilibrium of a
+64-position segment only after 65 applications (Anderson after about 100 at this point of training). Why a plateau is
+expected within 8,000 steps: the learning rate decays (cosine) to 5 % at the last step and is below 19 % of its peak
+over the last 2,000, and the width-32 transformers of claim 4 (57,000 non-embedding parameters, the same softmax and
+batches) fell 2.0 % over steps 10,000-12,000 and under 1 % over the last 2,000 of their 14,000; the TrellisNet's body is
+a third of their size.
 """
 
 from __future__ import annotations
 
-from deq_core.train.deq_config import deq_settings
+from deq_core.train.deq_config import REFERENCE_STOP, deq_settings
 
 CORPUS = "pythondocs"
 PREFIX = "pdocs"
@@ -61,7 +62,8 @@ DEQ: dict[str, object] = dict(
     model="deq_transformer", d_ff=2_880,
     **deq_settings(
         solver="anderson", max_iter=20, tol=1e-3, backward_solver="anderson", backward_max_iter=20, backward_tol=1e-3,
-        eval_max_iter=30, pretrain_steps=300, pretrain_depth=2, max_iter_jitter=2,
+        pretrain_steps=300, pretrain_depth=2, max_iter_jitter=2, solver_options=("m=6",), backward_options=("m=6",),
+        **REFERENCE_STOP,
     ),
 )  # fmt: skip
 
@@ -78,7 +80,7 @@ JR_SETTINGS: dict[str, dict[str, object]] = {
 
 MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": DEQ,
-    "transformer-xl": dict(model="transformer_xl", n_layers=4),
+    "transformer-xl": dict(model="transformer_xl", n_layers=4, weight_norm=False),  # as Transformer-XL: no weight norm
     "transformer-tied": {**DEQ, "model": "transformer_tied", "n_layers": 8, **deq_settings(pretrain_steps=0)},
     **{f"deq-transformer-{name}": settings for name, settings in JR_SETTINGS.items()},
 }

@@ -149,13 +149,16 @@ class RelativeAttention(nn.Module):
         d_model: model width (and of the sinusoidal distance encodings).
         n_heads, d_head: heads and their width.
         attention: "gathered" or "fused", how the scores are computed (the same function; see the module docstring).
+        out_bias: whether the output map has a bias (the reference DEQ-Transformer's has, Transformer-XL's not).
 
     A DEQ calls it many times per segment with the same memory and positions: :meth:`context` computes what does not
     depend on z once, :meth:`attend` the rest at each call (``forward`` does both). Attribute ``fused``: whether
     the fused form is used (read at each :meth:`context`).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, attention: str = "gathered") -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_head: int, attention: str = "gathered", out_bias: bool = False
+    ) -> None:
         super().__init__()
         if attention not in ATTENTION_FORMS:
             raise ValueError(f"attention must be one of {list(ATTENTION_FORMS)}, got {attention!r}.")
@@ -164,24 +167,30 @@ class RelativeAttention(nn.Module):
         inner = n_heads * d_head
         self.qkv = nn.Linear(d_model, 3 * inner, bias=False)
         self.r_net = nn.Linear(d_model, inner, bias=False)
-        self.out = nn.Linear(inner, d_model, bias=False)
+        self.out = nn.Linear(inner, d_model, bias=out_bias)
         self.r_w_bias = nn.Parameter(torch.zeros(n_heads, d_head))
         self.r_r_bias = nn.Parameter(torch.zeros(n_heads, d_head))
         nn.init.normal_(self.r_w_bias, std=0.02)
         nn.init.normal_(self.r_r_bias, std=0.02)
 
-    def context(self, memory: Tensor | None, q_len: int, injection: Tensor | None) -> AttentionContext:
+    def context(
+        self, memory: Tensor | None, q_len: int, injection: Tensor | None, memory_injection: Tensor | None = None
+    ) -> AttentionContext:
         """The part of the attention that does not depend on z.
 
         Args:
             memory: (B, M, d_model) earlier positions, or None.
             q_len: L, the positions of the current segment.
             injection: (B, L, 3 * n_heads * d_head) added to the queries, keys and values of the current segment.
+            memory_injection: (B, M, 3 * n_heads * d_head) added to the memory's keys and values (the injection of
+                the memory's own positions, kept with it as the reference DEQ-Transformer keeps it), or None.
 
         The position terms are built in the dtype of the module's parameters (autocast casts them like any input).
         """
         k_len = q_len + (0 if memory is None else memory.shape[1])
         memory_heads = None if memory is None else self.qkv(memory)  # (B, M, 3 H dh)
+        if memory_heads is not None and memory_injection is not None:
+            memory_heads = memory_heads + memory_injection
         dtype, device = self.r_w_bias.dtype, self.r_w_bias.device
         positions: GatheredPositions | RotatedPositions
         if self.fused:
