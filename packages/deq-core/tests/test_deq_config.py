@@ -67,8 +67,8 @@ def test_deq_section_builds_the_layer_and_the_schedules():
     assert DEQConfig(backward="phantom", phantom_steps=3).layer().backward == deq_core.Phantom(steps=3, damping=0.5)
     assert isinstance(DEQConfig(backward="jfb").layer().backward, deq_core.JFB)
     assert DEQConfig(pretrain_steps=5, pretrain_depth=3).pretrain_schedule() == PretrainSchedule(5, 3)
-    jr = DEQConfig(jac_weight=2.0, jac_prob=0.4, jac_growth=0.1, jac_every=10, jac_stop=50).jacobian_schedule(seed=3)
-    assert jr == JacobianSchedule(2.0, 0.4, 0.1, 10, seed=3, stop=50)
+    jr = DEQConfig(jac_weight=2.0, jac_prob=0.4, jac_growth=0.1, jac_every=10, jac_stop=50, pretrain_steps=7)
+    assert jr.jacobian_schedule(seed=3) == JacobianSchedule(2.0, 0.4, 0.1, 10, seed=3, stop=50, start=7)
     assert DEQConfig().jacobian_schedule(seed=0).stop is None  # jac_stop 0: never switched off
     assert parse_options(["memory=10", "beta=0.5", "line_search=true", "name=x"]) == {
         "memory": 10, "beta": 0.5, "line_search": True, "name": "x",

@@ -76,6 +76,9 @@ def test_jacobian_schedule_weight_grows_every_period() -> None:
     sched = JacobianSchedule(weight=2.0, growth=0.5, every=100)
     assert [sched.weight_at(s) for s in (0, 99, 100, 250)] == [2.0, 2.0, 2.5, 3.0]
     assert JacobianSchedule(weight=1.0).weight_at(10**6) == 1.0
+    # counted from the end of pretraining (step 30), as the reference code counts it
+    after = JacobianSchedule(weight=2.0, growth=0.5, every=100, start=30)
+    assert [after.weight_at(s) for s in (0, 129, 130, 280)] == [2.0, 2.0, 2.5, 3.0]
 
 
 def test_jacobian_schedule_probability_and_determinism() -> None:

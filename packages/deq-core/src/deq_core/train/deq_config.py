@@ -51,8 +51,9 @@ class DEQConfig:
         pretrain_steps, pretrain_depth: the first ``pretrain_steps`` steps apply f ``pretrain_depth`` times with
             ordinary backpropagation (weight-tied unrolled pretraining).
         jac_weight, jac_prob, jac_growth, jac_every, jac_stop: Jacobian regularization with weight gamma
-            ``jac_weight`` applied with probability ``jac_prob``, gamma += ``jac_growth`` every ``jac_every`` steps,
-            off from step ``jac_stop`` (0: never switched off).
+            ``jac_weight`` applied with probability ``jac_prob`` (in equilibrium steps), gamma += ``jac_growth``
+            every ``jac_every`` steps counted from the end of pretraining, off from step ``jac_stop`` (0: never
+            switched off).
 
     Every float setting must be a finite number (NaN and inf are refused when the section is built; no tolerance,
     weight or probability here means anything at infinity).
@@ -126,7 +127,7 @@ class DEQConfig:
     def jacobian_schedule(self, seed: int) -> JacobianSchedule:
         """The Jacobian-regularization schedule, its per-step draws seeded by ``seed`` (the run's seed)."""
         return JacobianSchedule(self.jac_weight, self.jac_prob, self.jac_growth, self.jac_every, seed=seed,
-                                stop=self.jac_stop or None)  # fmt: skip
+                                stop=self.jac_stop or None, start=self.pretrain_steps)  # fmt: skip
 
 
 def _check_deq_config(config: DEQConfig) -> None:

@@ -24,8 +24,10 @@ class JacobianSchedule:
     Args:
         weight: gamma at step 0 (0 disables the regularizer).
         probability: on each step the loss is added with this probability.
-        growth: added to the weight every ``every`` steps (0: constant weight).
+        growth: added to the weight every ``every`` steps from step ``start`` (0: constant weight).
         every: period of the growth, in steps (0: never grows).
+        start: the step the growth is counted from: the end of unrolled pretraining, as the reference code counts it
+            (MDEQ: gamma + 0.1 ((step - pretrain_steps) // increment)).
         seed: seed of the per-step draws.
         stop: the regularizer is off (weight 0, never active) from this step on (None: never switched off).
     """
@@ -36,14 +38,15 @@ class JacobianSchedule:
     every: int = 0
     seed: int = 0
     stop: int | None = None
+    start: int = 0
 
     def __post_init__(self) -> None:
         if self.weight < 0 or self.growth < 0:
             raise ValueError(f"Jacobian weight and growth must be >= 0, got {self.weight} and {self.growth}.")
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"Jacobian probability must be in [0, 1], got {self.probability}.")
-        if self.every < 0:
-            raise ValueError(f"Jacobian growth period must be >= 0 steps, got {self.every}.")
+        if self.every < 0 or self.start < 0:
+            raise ValueError(f"Jacobian growth period and start must be >= 0 steps, got {self.every}, {self.start}.")
         if self.stop is not None and self.stop < 0:
             raise ValueError(f"Jacobian stop step must be >= 0 (or None: never), got {self.stop}.")
 
@@ -51,7 +54,7 @@ class JacobianSchedule:
         """gamma at ``step`` (0-based); 0 from ``stop`` on."""
         if self.stop is not None and step >= self.stop:
             return 0.0
-        grown = self.growth * (step // self.every) if self.every > 0 else 0.0
+        grown = self.growth * (max(step - self.start, 0) // self.every) if self.every > 0 else 0.0
         return self.weight + grown
 
     def active(self, step: int) -> bool:
