@@ -11,6 +11,12 @@ measured numbers, and writes them with :func:`write_claims`::
                   threshold="NFE(no JR) / NFE(JR) >= 2")
     result = ClaimResult(SPEED, ours=f"{a:.1f} -> {b:.1f} NFE", holds=a / b >= 2, command="python -m ...")
     write_claims(out / "claims.md", [result], title="deq-lm claims")
+
+A table rebuilt after the models or the measurement changed shows each row's earlier verdict beside the new one, with
+the reason it may differ (:class:`Earlier`, :func:`read_earlier`)::
+
+    earlier = read_earlier(old / "claims.md", CLAIMS, reasons={"nfe": "the solver now stops on the batch's residual"})
+    write_claims(out / "claims.md", results, title="deq-lm claims", earlier=earlier)
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from deq_core.train.files import write_text
@@ -29,8 +35,10 @@ __all__ = [
     "NOT_MEASURED",
     "Claim",
     "ClaimResult",
+    "Earlier",
     "claims_table",
     "mean_spread",
+    "read_earlier",
     "write_claims",
 ]
 
@@ -88,32 +96,91 @@ class ClaimResult:
         return HOLDS if self.holds else DOES_NOT_HOLD
 
 
+@dataclasses.dataclass(frozen=True)
+class Earlier:
+    """A claim's row in an earlier table: its verdict and measurement, and why today's may differ.
+
+    Attributes:
+        verdict: HOLDS, DOES NOT HOLD or NOT MEASURED, as the earlier table said.
+        ours: the earlier measurement, as printed there.
+        reason: what changed since (the model, the task, the measurement), or "" when nothing that could move it did.
+    """
+
+    verdict: str
+    ours: str
+    reason: str = ""
+
+
+_HEADER = ("claim", "threshold", "paper", "source", "ours", "verdict", "command", "note")
+
+
+def read_earlier(path: str | Path, claims: Iterable[Claim], reasons: Mapping[str, str]) -> dict[str, Earlier]:
+    """The rows of an earlier claims table (a ``claims.md`` written by :func:`write_claims`) of ``claims``, matched by
+    statement, keyed by claim key, each with ``reasons[key]`` (what changed since; "" when absent). A claim the earlier
+    table lacks is left out.
+
+    Raises:
+        ValueError: ``path`` holds no claims table, or ``reasons`` names a claim not in ``claims``.
+    """
+    claims = list(claims)
+    unknown = sorted(set(reasons) - {c.key for c in claims})
+    if unknown:
+        raise ValueError(f"reasons name claims that do not exist: {', '.join(unknown)}.")
+    rows: dict[str, tuple[str, str]] = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) >= len(_HEADER) and cells[0] != _HEADER[0] and not line.startswith("|---"):
+            rows[cells[0]] = (cells[5].strip("*"), cells[4])
+    if not rows:
+        raise ValueError(f"{path}: no claims table found (a claims.md written by lab.claims.write_claims).")
+    return {
+        c.key: Earlier(verdict, ours, reasons.get(c.key, ""))
+        for c in claims
+        if (found := rows.get(_cell(c.statement))) is not None
+        for verdict, ours in [found]
+    }
+
+
 def _cell(text: str) -> str:
     """Table-safe text: pipes escaped, newlines folded."""
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def claims_table(results: Iterable[ClaimResult]) -> str:
-    """The Markdown claims table: one row per claim (claim, threshold, paper, source, ours, verdict, command, note)."""
-    header = ("claim", "threshold", "paper", "source", "ours", "verdict", "command", "note")
+def claims_table(results: Iterable[ClaimResult], earlier: Mapping[str, Earlier] | None = None) -> str:
+    """The Markdown claims table: one row per claim (claim, threshold, paper, source, ours, verdict, command, note).
+    With ``earlier`` (claim key -> :class:`Earlier`), a last column gives each row's earlier verdict and measurement
+    and why they may differ, and the verdict cell reads "EARLIER -> **NOW**" ("new" for a claim the earlier table
+    lacked)."""
+    header = _HEADER if earlier is None else (*_HEADER, "before")
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in results:
         c = r.claim
-        cells = (c.statement, c.threshold, c.paper, c.source, r.ours, f"**{r.verdict}**", f"`{r.command}`", r.note)
+        verdict = f"**{r.verdict}**"
+        cells = [c.statement, c.threshold, c.paper, c.source, r.ours, verdict, f"`{r.command}`", r.note]
+        if earlier is not None:
+            before = earlier.get(c.key)
+            cells[5] = f"{'new' if before is None else before.verdict} -> {verdict}"
+            cells.append("" if before is None else f"{before.ours}; {before.reason or 'nothing that moves it changed'}")
         lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_claims(path: str | Path, results: Sequence[ClaimResult], title: str, preamble: str = "") -> str:
-    """Write ``# title``, the optional preamble, the claims table and a one-line count of verdicts to ``path``
-    (atomically: a temporary file renamed into place, :func:`~deq_core.train.files.write_text`). Returns the text
-    written."""
+def write_claims(
+    path: str | Path, results: Sequence[ClaimResult], title: str, preamble: str = "",
+    earlier: Mapping[str, Earlier] | None = None,
+) -> str:  # fmt: skip
+    """Write ``# title``, the optional preamble, the claims table (with the ``earlier`` verdicts, see
+    :func:`claims_table`) and a one-line count of verdicts to ``path`` (atomically: a temporary file renamed into place,
+    :func:`~deq_core.train.files.write_text`). Returns the text written."""
     counts = {v: sum(r.verdict == v for r in results) for v in (HOLDS, DOES_NOT_HOLD, NOT_MEASURED)}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     text = f"# {title}\n\n"
     if preamble.strip():
         text += preamble.strip() + "\n\n"
-    text += claims_table(results) + f"\n{len(results)} claims: {summary}.\n"
+    text += claims_table(results, earlier) + f"\n{len(results)} claims: {summary}.\n"
+    if earlier is not None:
+        moved = sum(1 for r in results if r.claim.key in earlier and earlier[r.claim.key].verdict != r.verdict)
+        text += f"{moved} verdict(s) differ from the earlier table's.\n"
     write_text(path, text)
     return text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.claims import Claim, ClaimResult, claims_table, mean_spread, write_claims
+from lab.claims import Claim, ClaimResult, Earlier, claims_table, mean_spread, read_earlier, write_claims
 
 CLAIM = Claim("nfe", "JR cuts NFE", paper="30 -> 12", source="paper.txt, Table 1, row 'A|B'", threshold="ratio >= 2")
 
@@ -27,6 +27,33 @@ def test_verdicts_and_table_cells(tmp_path):
     assert text.startswith("# demo\n\nSeeds: 0, 1, 2.\n\n")
     assert text.rstrip().endswith("3 claims: 1 HOLDS, 1 DOES NOT HOLD, 1 NOT MEASURED.")
     assert not (tmp_path / "out" / "claims.md.tmp").exists()
+
+
+def test_a_rebuilt_table_shows_each_earlier_verdict_and_why(tmp_path):
+    other = Claim("mem", "DEQ saves memory", paper="1 GB", source="paper.txt, Table 2", threshold="ratio <= 0.2")
+    new = Claim("speed", "DEQ is fast enough", paper="2x", source="paper.txt, Table 4", threshold="ratio <= 3")
+    old = [ClaimResult(CLAIM, ours="20 -> 15 | x", holds=False, command="c"),
+           ClaimResult(other, ours="0.1", holds=True, command="c")]  # fmt: skip
+    write_claims(tmp_path / "before.md", old, title="old")
+    reasons = {"nfe": "the solver stops on the batch"}
+    earlier = read_earlier(tmp_path / "before.md", [CLAIM, other, new], reasons=reasons)
+    assert earlier == {"nfe": Earlier("DOES NOT HOLD", "20 -> 15 \\| x", "the solver stops on the batch"),
+                       "mem": Earlier("HOLDS", "0.1", "")}  # fmt: skip
+    rows = [ClaimResult(CLAIM, ours="20 -> 8", holds=True, command="c"),
+            ClaimResult(other, ours="0.1", holds=True, command="c"),
+            ClaimResult(new, ours="2.5x", holds=True, command="c")]  # fmt: skip
+    text = write_claims(tmp_path / "after.md", rows, title="new", earlier=earlier)
+    lines = text.splitlines()
+    assert lines[2].endswith("| note | before |")
+    assert "| DOES NOT HOLD -> **HOLDS** |" in lines[4] and "the solver stops on the batch |" in lines[4]
+    assert "| HOLDS -> **HOLDS** |" in lines[5] and "nothing that moves it changed |" in lines[5]
+    assert "| new -> **HOLDS** |" in lines[6]
+    assert text.rstrip().endswith("1 verdict(s) differ from the earlier table's.")
+    with pytest.raises(ValueError, match="do not exist: typo"):
+        read_earlier(tmp_path / "before.md", [CLAIM], reasons={"typo": "x"})
+    (tmp_path / "empty.md").write_text("# nothing\n")
+    with pytest.raises(ValueError, match="no claims table"):
+        read_earlier(tmp_path / "empty.md", [CLAIM], reasons={})
 
 
 def test_a_claim_states_everything_before_the_run():
