@@ -22,9 +22,12 @@ Issue 28, part 2 (DEQ paper, Table 2): trained to the same plateau rule, a DEQ-T
 ``pdocs-trellis-*``; same parameters by construction, same tokens), with at most ``TRELLIS_MEMORY_FRACTION`` of its
 saved activations.
 
-Issue 28, part 3 (DEQ paper, Table 4): for each pair (the claim-4 DEQ-Transformer and its Transformer-XL twin; the
-DEQ-TrellisNet and its unrolled twin), the DEQ's training step is at most the paper's ratio to the deep network's
-(``TRAIN_RATIO_TRANSFORMER``, ``TRAIN_RATIO_TRELLIS``) and its inference step at most ``INFERENCE_RATIO`` times it.
+Runtime (DEQ paper, Table 4): each DEQ against the deep network the paper divides by. The DEQ-Transformer against
+a Transformer-XL of ``RUNTIME_TXL_LAYERS`` layers of the claim-4 twin's width, the DEQ's FFN widened until its
+non-embedding parameters equal that network's (the paper's pair, Table 3: 70M against 72M); the DEQ-TrellisNet against
+its TrellisNet cell unrolled ``RUNTIME_TRELLIS_LAYERS`` times (the same parameters: TrellisNet ties its weights across
+depth). The DEQ's training step is at most the paper's ratio to the deep network's (``TRAIN_RATIO_TRANSFORMER``,
+``TRAIN_RATIO_TRELLIS``) and its inference step at most ``INFERENCE_RATIO`` times it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ PLATEAU_WINDOW = 2_000
 TRELLIS_MEMORY_FRACTION = 0.20  # DEQ-TrellisNet saved activations <= 20 % of the unrolled TrellisNet's
 TRAIN_RATIO_TRANSFORMER = 2.82  # DEQ paper, Table 4: DEQ / 18-layer Transformer, training
 TRAIN_RATIO_TRELLIS = 2.40  # DEQ paper, Table 4: DEQ / 70-layer TrellisNet, training
+RUNTIME_TXL_LAYERS = 18  # DEQ paper, Table 4: the depth of the Transformer the DEQ-Transformer's step is divided by
+RUNTIME_TRELLIS_LAYERS = 70  # DEQ paper, Table 4: the depth of the TrellisNet the DEQ-TrellisNet's step is divided by
 INFERENCE_RATIO = 2.0  # both pairs: DEQ inference step <= 2 x the deep network's
 
 DEQ_PAPER = "deep-equilibrium-models-neurips2019.txt"
@@ -134,22 +139,48 @@ MEMORY_VS_UNROLLED_TRELLIS = Claim(
 )
 
 
-def _runtime(key: str, pair: tuple[str, str, str], what: str, paper: float, limit: float) -> Claim:
-    """A runtime row of Table 4: ``pair`` (DEQ name, twin name, the paper's column) and the ``what`` step ("training"
-    or "inference") of the DEQ over its twin's."""
-    deq, twin, column = pair
+@dataclass(frozen=True)
+class _RuntimeText:
+    """The words of one Table 4 pair: the DEQ's name, the deep network as the statement names it (``deep``) and as
+    the threshold's formula does (``short``), the paper's column, and how the two networks are sized (``sizing``)."""
+
+    deq: str
+    deep: str
+    short: str
+    column: str
+    sizing: str
+
+
+def _runtime(key: str, pair: _RuntimeText, what: str, paper: float, limit: float) -> Claim:
+    """A runtime row of Table 4: the ``what`` step ("training" or "inference") of the DEQ over the deep network's
+    of ``pair``, at most ``limit``; ``paper``: the published ratio."""
     return Claim(
         key,
-        f"A {deq}'s {what} step costs at most {limit:g}x its {twin}'s.",
-        paper=f"{paper:.2f}x ({column}, {what})",
-        source=f"{DEQ_PAPER}, Table 4, column '{column}', row '{what.capitalize()}'",
-        threshold=f"{what} step(DEQ) / step({twin}) <= {limit:g} (median CPU seconds, the two timed interleaved in "
-        "one process)",
+        f"A {pair.deq}'s {what} step costs at most {limit:g}x that of {pair.deep}.",
+        paper=f"{paper:.2f}x ({pair.column}, {what})",
+        source=f"{DEQ_PAPER}, Table 4, column '{pair.column}', row '{what.capitalize()}'",
+        threshold=f"{what} step(DEQ) / step({pair.short}) <= {limit:g} (median CPU seconds, the two timed "
+        f"interleaved in one process; {pair.sizing})",
     )
 
 
-_TXL_PAIR = ("DEQ-Transformer", "Transformer-XL twin", "DEQ / 18-layer Transformer")
-_TRELLIS_PAIR = ("DEQ-TrellisNet", "unrolled TrellisNet", "DEQ / 70-layer TrellisNet")
+_TXL_PAIR = _RuntimeText(
+    "DEQ-Transformer",
+    f"an {RUNTIME_TXL_LAYERS}-layer Transformer-XL with the same non-embedding parameters",
+    f"{RUNTIME_TXL_LAYERS}-layer Transformer-XL",
+    "DEQ / 18-layer Transformer",
+    f"the deep network: the Transformer-XL twin's layer (its width, heads, FFN) stacked {RUNTIME_TXL_LAYERS} times; "
+    "the DEQ: its run's config with the FFN widened until its non-embedding parameters equal the deep network's, "
+    "as the paper sizes its DEQ (Table 3: 70M against the 18-layer network's 72M)",
+)
+_TRELLIS_PAIR = _RuntimeText(
+    "DEQ-TrellisNet",
+    f"the same TrellisNet cell unrolled {RUNTIME_TRELLIS_LAYERS} times",
+    f"{RUNTIME_TRELLIS_LAYERS}-layer TrellisNet",
+    "DEQ / 70-layer TrellisNet",
+    f"the deep network: the DEQ's TrellisNet cell unrolled {RUNTIME_TRELLIS_LAYERS} times, its weights tied across "
+    "depth as TrellisNet's are, so both have the same parameters",
+)
 RUNTIME_TXL_TRAIN = _runtime("runtime-deq-transformer-train", _TXL_PAIR, "training", 2.82, TRAIN_RATIO_TRANSFORMER)
 RUNTIME_TXL_INFERENCE = _runtime("runtime-deq-transformer-inference", _TXL_PAIR, "inference", 1.76, INFERENCE_RATIO)
 RUNTIME_TRELLIS_TRAIN = _runtime("runtime-deq-trellisnet-train", _TRELLIS_PAIR, "training", 2.40, TRAIN_RATIO_TRELLIS)
@@ -245,9 +276,10 @@ class StepTime:
 
 @dataclass(frozen=True)
 class Runtime:
-    """One pair of Table 4 timed interleaved in one process: the DEQ's training and inference steps against its
-    twin's (each a :class:`StepTime` whose reference is the twin), the DEQ's NFE in the timed steps (training
-    forward, training backward, inference forward) and the twin's number of layers."""
+    """One pair of Table 4 timed interleaved in one process: the DEQ's training and inference steps against the deep
+    network's (``twin``; each a :class:`StepTime` whose reference is that network), the DEQ's NFE in the timed steps
+    (training forward, training backward, inference forward), the deep network's number of layers and the
+    non-embedding (body) parameters of each, counted on the two timed models."""
 
     deq: str
     twin: str
@@ -255,6 +287,8 @@ class Runtime:
     inference: StepTime
     nfe: tuple[int, int, int]
     twin_layers: int
+    deq_params: int
+    twin_params: int
 
 
 def _ppl(m: Measured) -> str:
@@ -409,7 +443,8 @@ def runtime_rows(rt: Runtime, claims: tuple[Claim, Claim], command: str, note: s
 
 def runtime_gap_note(rt: Runtime, what: str) -> str:
     """Measured: how many times the DEQ's ``what`` step ("training" or "inference") applies its cell against the
-    twin's layers, and the CPU milliseconds per application (step / applications, softmax head included)."""
+    deep network's layers, and the CPU milliseconds per application (step / applications, softmax head included)
+    against those per deep layer and of the deep network's whole step."""
     forward, backward, inference = rt.nfe
     if what == "training":
         step, applications = rt.train, forward + 1 + backward
@@ -417,10 +452,11 @@ def runtime_gap_note(rt: Runtime, what: str) -> str:
                   "iterations")  # fmt: skip
     else:
         step, applications, counts = rt.inference, inference, f"{inference} iterations"
-    return (f"measured: the DEQ's {what} step applies its cell {applications} times ({counts}) against the "
-            f"{rt.twin}'s {rt.twin_layers} layers ({applications / rt.twin_layers:.1f}x as many); per application "
-            f"{step.cpu * 1e3 / applications:.1f} ms against {step.reference_cpu * 1e3 / rt.twin_layers:.1f} ms per "
-            "twin layer (step / applications, softmax head included in both).")  # fmt: skip
+    return (f"measured: the DEQ's {what} step applies its cell {applications} times ({counts}) against the deep "
+            f"network's {rt.twin_layers} layers ({applications / rt.twin_layers:.1f}x as many); per application "
+            f"{step.cpu * 1e3 / applications:.1f} ms, against {step.reference_cpu * 1e3 / rt.twin_layers:.1f} ms per "
+            f"deep layer and {step.reference_cpu * 1e3:.1f} ms for the deep network's whole step (softmax head "
+            "included in both).")  # fmt: skip
 
 
 def best_jr(deq: Measured, settings: Sequence[Measured]) -> tuple[Measured, bool]:

@@ -13,17 +13,19 @@ checkpoint), then measures test perplexity and inference NFE (the runs' final te
 and the activations one training step saves for backward (``deq_core.profiling.saved_tensor_bytes``; both on a model of
 the run's config: they do not depend on its weights), and each DEQ run's training step relative to a fresh
 Transformer-XL twin's (``step_timing``, interleaved in one process while the run's checkpoint exists; kept in
-``RUN/step_time.json``), and the runtime rows of the DEQ paper's Table 4 (:func:`runtime`: each DEQ run and its twin on
-fresh models, the DEQ's solver held to the iterations its run logged, training and inference steps timed interleaved),
-and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json``, ``DIR/ppl_vs_nfe.png`` and ``DIR/copy400_loss.png``.
-It also trains the Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs are the cheapest): their test
-perplexities measure one seed's spread, against which the perplexity rows weigh their distance from the threshold
-(``claims.json``: seed_spread), and the copy-memory runs at T = 400 (``copy400``: five models, three seeds, no corpus),
-whose rows are read from their logs. ``commands`` prints one ``deq_lm.train`` command per run, to start them in
-parallel; ``claims`` then reads them. ``plan`` times one training step of every language-model run on a fresh model (the
-DEQs forced to their iteration limits) and prints the training time each implies. ``restore`` copies committed run logs
-(config, metrics, step record; no checkpoints) into DIR/runs, so that runs trained in different sessions or on different
-machines make one table: ``claims`` reads them as finished runs.
+``RUN/step_time.json``), and the runtime rows of the DEQ paper's Table 4 against the deep networks the paper divides
+by (:func:`runtime_configs`, :func:`runtime`, on fresh models: the DEQ-Transformer against an 18-layer Transformer-XL
+of the twin's width, the DEQ's FFN widened until the two have equal non-embedding parameters; the DEQ-TrellisNet
+against its cell unrolled 70 times; the DEQ's solver held to the iterations its run logged; training and inference
+steps timed interleaved), and writes ``DIR/claims.md`` (``lab.claims``), ``DIR/claims.json``, ``DIR/ppl_vs_nfe.png``
+and ``DIR/copy400_loss.png``. It also trains the Transformer-XL twin with the seeds ``claims.SPREAD_SEEDS`` (its runs
+are the cheapest): their test perplexities measure one seed's spread, against which the perplexity rows weigh their
+distance from the threshold (``claims.json``: seed_spread), and the copy-memory runs at T = 400 (``copy400``: five
+models, three seeds, no corpus), whose rows are read from their logs. ``commands`` prints one ``deq_lm.train``
+command per run, to start them in parallel; ``claims`` then reads them. ``plan`` times one training step of every
+language-model run on a fresh model (the DEQs forced to their iteration limits) and prints the training time each
+implies. ``restore`` copies committed run logs (config, metrics, step record; no checkpoints) into DIR/runs, so that
+runs trained in different sessions or on different machines make one table: ``claims`` reads them as finished runs.
 
 The corpus: ``--data-dir`` (train.txt, valid.txt, test.txt), or by default the Python documentation corpus written
 to ``DIR/corpus`` from the installed ``python3.11-doc`` package (``deq_lm.data.pythondocs_corpus``). ``--quick``: tiny
@@ -80,11 +82,30 @@ PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU32_PREFIX}-{name}" for name 
 # Issue 28, part 2: DEQ-TrellisNet against the same cell unrolled to a fixed depth, both trained to a plateau.
 TRELLIS_DEQ, TRELLIS_TWIN = (f"{TRELLIS_PREFIX}-{name}" for name in TRELLIS_MODELS)
 PRESETS = (DEQ, TXL, TIED, *JR, PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED, TRELLIS_DEQ, TRELLIS_TWIN)
-# Issue 28, part 3 (Table 4): each DEQ run and the twin it is timed against, with the pair's two rows.
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimePair:
+    """One pair of the DEQ paper's Table 4. ``deq``: the DEQ run whose logged iterations the timed DEQ makes.
+    ``twin``: the preset whose layer the deep network repeats ``layers`` times (only its config is used: no run).
+    ``widen``: the DEQ's FFN is widened until its non-embedding parameters equal the deep network's (the
+    DEQ-Transformer, as the paper sizes it); without it the DEQ keeps its run's config (the TrellisNet ties its
+    weights across depth, so the unrolled cell has the DEQ's parameters at any depth). ``claims``: the training and
+    inference rows."""
+
+    deq: str
+    twin: str
+    layers: int
+    widen: bool
+    claims: tuple[Claim, Claim]
+
+
 RUNTIME_PAIRS = (
-    (DEQ, TXL, (lc.RUNTIME_TXL_TRAIN, lc.RUNTIME_TXL_INFERENCE)),
-    (TRELLIS_DEQ, TRELLIS_TWIN, (lc.RUNTIME_TRELLIS_TRAIN, lc.RUNTIME_TRELLIS_INFERENCE)),
-)
+    RuntimePair(DEQ, TXL, lc.RUNTIME_TXL_LAYERS, True, (lc.RUNTIME_TXL_TRAIN, lc.RUNTIME_TXL_INFERENCE)),
+    RuntimePair(TRELLIS_DEQ, TRELLIS_TWIN, lc.RUNTIME_TRELLIS_LAYERS, False,
+                (lc.RUNTIME_TRELLIS_TRAIN, lc.RUNTIME_TRELLIS_INFERENCE)),
+)  # fmt: skip
+
 TIMING_REPEATS = {False: 7, True: 1}
 STEP_RECORD = "step_time.json"  # RUN/step_time.json: the run's training step vs a fresh Transformer-XL twin's
 KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", SWEEP_FILE, "sweep.png")
@@ -311,11 +332,57 @@ def held_config(cfg: Config, iterations: tuple[int, int, int]) -> Config:
                                 "deq.eval_max_iter": inference, "deq.eval_tol": 1e-12})  # fmt: skip
 
 
+def body_parameters(cfg: Config, vocab_size: int) -> int:
+    """Non-embedding parameters of a model of ``cfg``: the trainable scalars of its body (``count_parameters``, as
+    the runs table counts them), built on the meta device (no memory, no weights)."""
+    with torch.device("meta"):
+        return count_parameters(build_model(cfg, vocab_size).body)
+
+
+def matched_ffn(cfg: Config, target: int, vocab_size: int) -> int:
+    """The FFN width (``model.d_ff``, columns) at which a model of ``cfg`` has ``target`` non-embedding parameters, as
+    closely as an integer width allows.
+
+    The count grows by the same number of parameters with every FFN column (a row of the first linear map, a column of
+    the second, their bias and weight-norm entries), so it is read at widths 1 and 2 and the nearest width taken:
+    the result is within half a column's parameters of ``target``.
+
+    Raises:
+        ValueError: ``target`` is below the count at width 1, or the count is not linear in the width.
+    """
+    at_one = body_parameters(replace_config(cfg, {"model.d_ff": 1}), vocab_size)
+    per_column = body_parameters(replace_config(cfg, {"model.d_ff": 2}), vocab_size) - at_one
+    if per_column <= 0 or target < at_one:
+        raise ValueError(f"{cfg.model.name}: cannot reach {target:,} non-embedding parameters by its FFN width "
+                         f"({at_one:,} at width 1, {per_column:+,} per column).")  # fmt: skip
+    d_ff = 1 + round((target - at_one) / per_column)
+    reached = body_parameters(replace_config(cfg, {"model.d_ff": d_ff}), vocab_size)
+    if 2 * abs(reached - target) > per_column:
+        raise ValueError(f"{cfg.model.name}: FFN width {d_ff} gives {reached:,} non-embedding parameters, not within "
+                         f"half a column ({per_column:,}) of {target:,}: the count is not linear in d_ff.")  # fmt: skip
+    return d_ff
+
+
+def runtime_configs(
+    pair: RuntimePair, seed: int, data_dir: Path, quick: bool, vocab_size: int
+) -> tuple[Config, Config]:
+    """The DEQ and the deep network of ``pair`` as Table 4 compares them: the deep network is the run config of
+    ``pair.twin`` with ``pair.layers`` layers (its widths unchanged); the DEQ is the run config of ``pair.deq``, its
+    FFN widened to the deep network's non-embedding parameters when ``pair.widen`` (:func:`matched_ffn`). The DEQ's
+    solver settings are its run's (:func:`runtime` holds them to the logged iterations)."""
+    twin = replace_config(run_config(pair.twin, seed, data_dir, quick), {"model.n_layers": pair.layers})
+    deq = run_config(pair.deq, seed, data_dir, quick)
+    if pair.widen:
+        d_ff = matched_ffn(deq, body_parameters(twin, vocab_size), vocab_size)
+        deq = replace_config(deq, {"model.d_ff": d_ff})
+    return deq, twin
+
+
 def runtime(deq_cfg: Config, twin_cfg: Config, folder: Path, task: Task, repeats: int) -> lc.Runtime:
-    """One Table 4 pair: fresh models of the DEQ run's config (its solver held to the run's logged iterations,
-    :func:`logged_iterations`; a step's cost depends on its iterations, not on the weights) and of its twin's, their
-    training steps and then their inference steps timed interleaved in this process (``repeats`` rounds each, on
-    one training segment after the memory of another)."""
+    """One Table 4 pair (``deq_cfg``, ``twin_cfg``: :func:`runtime_configs`): fresh models of both (a step's cost
+    depends on its iterations, not on the weights), the DEQ's solver held to the iterations its run in ``folder``
+    logged (:func:`logged_iterations`), their training steps and then their inference steps timed interleaved in
+    this process (``repeats`` rounds each, on one training segment after the memory of another)."""
     held = held_config(deq_cfg, logged_iterations(folder))
     models = {"deq": (held, fresh_model(held, task)), "twin": (twin_cfg, fresh_model(twin_cfg, task))}
     batch = deq_cfg.optim.batch_size
@@ -327,18 +394,43 @@ def runtime(deq_cfg: Config, twin_cfg: Config, folder: Path, task: Task, repeats
         steps[what] = lc.StepTime(deq.median_cpu(), deq.median_wall(), twin.median_cpu(), twin.median_wall())
         nfe += [n for n in deq.nfe[-1] if n is not None]
     layers = twin_cfg.model.n_layers
-    return lc.Runtime(_label(deq_cfg), _label(twin_cfg), steps["train"], steps["inference"], tuple(nfe), layers)
+    params = {label: count_parameters(model.body) for label, (_, model) in models.items()}
+    return lc.Runtime(_label(deq_cfg), f"{layers}-layer {_label(twin_cfg)}", steps["train"], steps["inference"],
+                      tuple(nfe), layers, params["deq"], params["twin"])  # fmt: skip
 
 
 def _label(cfg: Config) -> str:
     return cfg.model.name.replace("_", "-")
 
 
-def runtime_note(rt: lc.Runtime, folder: Path, repeats: int) -> str:
-    """How the runtime rows of ``rt`` were measured, and the run's step record (RUN/step_time.json, its trained
-    weights at its preset's limits, against a fresh Transformer-XL twin) when there is one."""
+def _widths(cfg: Config) -> str:
+    """The widths of ``cfg``'s layer, in words."""
+    m = cfg.model
+    if "trellisnet" in m.name:
+        return f"width {m.d_model}, kernel {m.kernel}, dilation {m.dilation}"
+    return f"width {m.d_model}, {m.n_heads} heads of {m.d_head}, FFN {m.d_ff:,}"
+
+
+def sizing_note(rt: lc.Runtime, run_cfg: Config, deq_cfg: Config, twin_cfg: Config) -> str:
+    """How the two networks of ``rt`` were sized: the deep network's layers and widths, the DEQ's widths (``deq_cfg``;
+    its FFN widened from its run's, ``run_cfg``, when they differ), the non-embedding parameters of each and their
+    ratio."""
+    widened = ""
+    if deq_cfg.model.d_ff != run_cfg.model.d_ff:
+        widened = (f", its FFN widened from its run's {run_cfg.model.d_ff:,} columns until its non-embedding "
+                   "parameters equal the deep network's")  # fmt: skip
+    return (f"Sized as the paper's pair: the deep network is the {rt.twin} ({_widths(twin_cfg)}), "
+            f"{rt.twin_params:,} non-embedding parameters; the DEQ is its run's config ({_widths(deq_cfg)}){widened}, "
+            f"{rt.deq_params:,} non-embedding parameters, {rt.deq_params / rt.twin_params:.5f}x the deep "
+            f"network's ({rt.deq_params - rt.twin_params:+,}).")  # fmt: skip
+
+
+def runtime_note(rt: lc.Runtime, folder: Path, repeats: int, reference_layers: int) -> str:
+    """How the runtime rows of ``rt`` were measured and, for reference only, the run's step record (RUN/step_time.json:
+    its trained weights at its preset's limits, against a fresh Transformer-XL twin of ``reference_layers`` layers and
+    the run's own non-embedding parameters) when there is one."""
     forward, backward, inference = rt.nfe
-    note = (f"Measured by the claims command on fresh models of the two runs' configs (a step's cost does not depend "
+    note = (f"Measured by the claims command on fresh models of the two configs (a step's cost does not depend "
             f"on the weights), the DEQ's solver held to the iterations its run logged (last training record, final "
             f"test evaluation): {forward} forward / {backward} backward NFE per training step, {inference} per "
             f"inference step; one segment of the training batch after the memory of another, median of {repeats} "
@@ -346,8 +438,9 @@ def runtime_note(rt: lc.Runtime, folder: Path, repeats: int) -> str:
     path = folder / STEP_RECORD
     if path.is_file():
         record = lc.StepTime(**json.loads(path.read_text())["step"])
-        note += (f" The run's step record ({STEP_RECORD}: trained weights, its preset's limits, vs a fresh "
-                 f"Transformer-XL twin): training {record.relative_cpu:.2f}x.")  # fmt: skip
+        note += (f" For reference only, not the paper's comparison: the run's step record ({STEP_RECORD}: trained "
+                 f"weights, the run's own FFN and its preset's limits) against the equal-parameter "
+                 f"{reference_layers}-layer Transformer-XL twin: training {record.relative_cpu:.2f}x.")  # fmt: skip
     return note
 
 
@@ -491,15 +584,17 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     else:
         results += not_measured((lc.JR_NFE, lc.JR_SPEED), [p for p in JR if p not in available], command)
     results += trellis_rows(measured, command, read_sweep(folders[TRELLIS_DEQ][0]))
-    for deq_preset, twin_preset, pair in RUNTIME_PAIRS:
-        missing = [p for p in (deq_preset, twin_preset) if p not in available]
-        if missing:
-            results += not_measured(pair, missing, command)
+    for pair in RUNTIME_PAIRS:  # the deep network is a fresh model of a config: only the DEQ's run is needed
+        if pair.deq not in available:
+            results += not_measured(pair.claims, [pair.deq], command)
             continue
-        repeats = TIMING_REPEATS[args.quick]
-        rt = runtime(configs[deq_preset][0], configs[twin_preset][0], folders[deq_preset][0], task, repeats)
+        repeats, folder = TIMING_REPEATS[args.quick], folders[pair.deq][0]
+        deq_cfg, twin_cfg = runtime_configs(pair, args.seeds[0], data_dir, args.quick, task.vocab_size)
+        rt = runtime(deq_cfg, twin_cfg, folder, task, repeats)
         runtimes[rt.deq] = rt
-        results += lc.runtime_rows(rt, pair, command, runtime_note(rt, folders[deq_preset][0], repeats))
+        note = (f"{sizing_note(rt, configs[pair.deq][0], deq_cfg, twin_cfg)} "
+                f"{runtime_note(rt, folder, repeats, configs[TXL][0].model.n_layers)}")  # fmt: skip
+        results += lc.runtime_rows(rt, pair.claims, command, note)
     copy = copy400_measured(out, args.quick)
     results += copy400.rows(copy, command)
     if settings:

@@ -138,10 +138,41 @@ def test_trellis_memory_row_uses_its_own_fraction():
     assert smaller.verdict == HOLDS
 
 
+def body_count(cfg) -> int:
+    return reproduce.body_parameters(cfg, 10_000)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_the_runtime_deq_is_widened_to_the_deep_networks_parameters_within_one_ffn_column(quick):
+    deq, deep = reproduce.runtime_configs(reproduce.RUNTIME_PAIRS[0], 0, Path("unused"), quick, 10_000)
+    column = body_count(replace_config(deq, {"model.d_ff": deq.model.d_ff + 1})) - body_count(deq)
+    assert column > 0 and abs(body_count(deq) - body_count(deep)) <= column / 2
+    run = reproduce.run_config(reproduce.DEQ, 0, Path("unused"), quick)
+    assert deq.model.d_ff > run.model.d_ff  # 18 layers hold more parameters than the run's 4-layer twin
+    assert replace_config(deq, {"model.d_ff": run.model.d_ff}) == run  # only the FFN changed, solver included
+    # any count a width reaches gives that width back; a count below one column's model cannot be reached
+    assert reproduce.matched_ffn(run, body_count(replace_config(run, {"model.d_ff": 777})), 10_000) == 777
+    with pytest.raises(ValueError, match="cannot reach 10 non-embedding parameters"):
+        reproduce.matched_ffn(run, 10, 10_000)
+
+
+def test_runtime_pairs_are_the_papers_18_layer_transformer_and_70_layer_trellisnet():
+    transformer, trellis = reproduce.RUNTIME_PAIRS
+    _, deep = reproduce.runtime_configs(transformer, 0, Path("unused"), False, 10_000)
+    twin = reproduce.run_config(reproduce.TXL, 0, Path("unused"), False)
+    assert deep.model.n_layers == 18 and twin.model.n_layers == 4
+    assert replace_config(deep, {"model.n_layers": 4}) == twin  # the 4-layer twin's widths, 18 layers deep
+    deq, deep = reproduce.runtime_configs(trellis, 0, Path("unused"), False, 10_000)
+    assert deep.model.n_layers == 70 and deq == reproduce.run_config(reproduce.TRELLIS_DEQ, 0, Path("unused"), False)
+    assert body_count(deq) == body_count(deep)  # one cell, tied across depth
+    assert "step(18-layer Transformer-XL)" in lc.RUNTIME_TXL_TRAIN.threshold
+    assert "unrolled 70 times" in lc.RUNTIME_TRELLIS_INFERENCE.statement
+
+
 def test_runtime_rows_compare_each_step_ratio_with_its_pair_threshold():
     def runtime(train: float, inference: float) -> lc.Runtime:  # ratios of CPU seconds to a 0.1 s twin step
         return lc.Runtime("deq", "twin", lc.StepTime(0.1 * train, 1.0, 0.1, 1.0),
-                          lc.StepTime(0.1 * inference, 1.0, 0.1, 1.0), (20, 7, 30), 4)  # fmt: skip
+                          lc.StepTime(0.1 * inference, 1.0, 0.1, 1.0), (20, 7, 30), 4, 1_000, 1_000)  # fmt: skip
 
     txl = (lc.RUNTIME_TXL_TRAIN, lc.RUNTIME_TXL_INFERENCE)
     trellis = (lc.RUNTIME_TRELLIS_TRAIN, lc.RUNTIME_TRELLIS_INFERENCE)
@@ -151,8 +182,8 @@ def test_runtime_rows_compare_each_step_ratio_with_its_pair_threshold():
     train, inference = lc.runtime_rows(runtime(2.4, 2.1), trellis, "c", "n")
     assert "inference step: deq 210.0 ms vs twin 100.0 ms CPU (2.10x; wall 1.00x)" in inference.ours
     assert train.note == "n" and inference.note.endswith(" n")  # a row that fails says what was measured
-    assert "applies its cell 30 times (30 iterations) against the twin's 4 layers (7.5x as many)" in inference.note
-    assert "7.0 ms against 25.0 ms per twin layer" in inference.note
+    assert "applies its cell 30 times (30 iterations) against the deep network's 4 layers (7.5x" in inference.note
+    assert "7.0 ms, against 25.0 ms per deep layer and 100.0 ms for the deep network's whole step" in inference.note
     failed = lc.runtime_rows(runtime(2.9, 1.0), txl, "c")[0]
     assert "applies its cell 28 times (20 forward iterations without a graph" in failed.note
     assert lc.RUNTIME_TXL_TRAIN.paper.startswith("2.82x") and lc.RUNTIME_TRELLIS_INFERENCE.paper.startswith("1.64x")
@@ -276,11 +307,15 @@ def test_quick_claims_pipeline(tmp_path, capsys):
     assert spread["test_ppl"][0] == dump["measured"][reproduce.TXL]["ppl"][0]  # seed 0 is the claims' own run
     # Table 4: each pair timed on fresh models, the DEQ held to the iterations its run logged
     assert set(dump["runtimes"]) == {"deq-transformer", "deq-trellisnet"}
-    for preset, label in ((reproduce.DEQ, "deq-transformer"), (reproduce.TRELLIS_DEQ, "deq-trellisnet")):
+    pairs = ((reproduce.DEQ, "deq-transformer", 18), (reproduce.TRELLIS_DEQ, "deq-trellisnet", 70))
+    for preset, label, layers in pairs:
         rt = dump["runtimes"][label]
         assert rt["nfe"] == list(reproduce.logged_iterations(reproduce.run_dir(out, preset, 0)))
         assert all(rt[what][key] > 0 for what in ("train", "inference") for key in ("cpu", "reference_cpu"))
+        assert rt["twin_layers"] == layers and abs(rt["deq_params"] / rt["twin_params"] - 1) < 1e-3
     assert "held to the iterations its run logged" in rows[-1] and "step record" in rows[-4]
+    assert "Sized as the paper's pair: the deep network is the 18-layer transformer-xl (width 16" in rows[-4]
+    assert "Sized as the paper's pair: the deep network is the 70-layer trellisnet (width 16" in rows[-1]
     assert rows[0].count("Seed spread: the Transformer-XL twin's test ppl over seeds 0, 1, 2") == 1
     assert "Seed spread" in rows[2] and "Seed spread" not in rows[1]  # the two perplexity rows
     capsys.readouterr()
