@@ -24,6 +24,7 @@ from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.files import OutputError, append_text, output_error, write_file, write_json
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
+from deq_core.train.rundir import RunDirError, RunLock
 from lab.faults import read_only, save_points
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -125,6 +126,27 @@ def test_a_metrics_file_linked_outside_is_refused_in_one_line(tmp_path: Path, ca
     with pytest.raises(OutputError, match="is a symbolic link"):
         append_text(out / "metrics.jsonl", "{}\n")
     assert outside.read_bytes() == before
+
+
+def test_a_hard_link_at_the_lock_file_is_refused_and_the_other_file_untouched(tmp_path: Path, capsys) -> None:
+    out, outside = tmp_path / "run", tmp_path / "outside.txt"
+    _stopped_run(out)
+    outside.write_text("not the run's\n")
+    (out / ".lock").unlink()
+    os.link(outside, out / ".lock")
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{out / '.lock'} is a hard link (one file with 2 names", "replace it with a copy")
+    assert outside.read_text() == "not the run's\n"
+
+
+def test_a_file_written_in_place_is_never_a_hard_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("outside\n")
+    os.link(outside, tmp_path / "metrics.jsonl")
+    with pytest.raises(OutputError, match="metrics.jsonl is a hard link"):
+        append_text(tmp_path / "metrics.jsonl", "{}\n")
+    assert outside.read_text() == "outside\n"
 
 
 # --------------------------------------------------------------------------------------------------- full device
@@ -314,3 +336,18 @@ def test_a_metrics_file_that_is_not_a_log_is_one_line_on_resume(tmp_path: Path, 
     assert _cli(out, "--resume") == 2
     _one_line(capsys, expected)
     assert (out / "metrics.jsonl").read_bytes() == content  # left as it was
+
+
+# ------------------------------------------------------------------------------------ one run in a folder, its past
+
+
+def test_a_deleted_lock_file_does_not_let_a_second_run_in(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    with RunLock(out):  # a run trains there
+        (out / ".lock").unlink()
+        assert _cli(out) == 2
+        _one_line(capsys, f"{out} is in use by another training run", "another --output-dir")
+        assert not (out / "config.json").exists()
+        with pytest.raises(RunDirError, match="in use by another training run"):
+            with RunLock(out):
+                pass

@@ -5,8 +5,8 @@ and nothing outside the folder is ever written.
   temporary file created in the destination's folder, never through a link), flushed to disk, then renamed over the
   destination with ``os.replace``: a symbolic link at the destination is replaced, never written through, and a
   reader sees the old file or the new one, never half of one.
-- :func:`append_text`: append to a file (``metrics.jsonl``) opened with ``O_NOFOLLOW``: a symbolic link there is
-  refused.
+- :func:`append_text`: append to a file (``metrics.jsonl``) opened in place by :func:`open_in_place`: a symbolic
+  link, a hard link (a file that also has a name elsewhere) or anything but a regular file there is refused.
 - :func:`read_bytes`: read a run's own file, refusing a symbolic link.
 - :func:`check_writable`: fail at once, before a long computation, when its outputs could not be written.
 - :class:`OutputError` (a :class:`~deq_core.train.errors.UsageError` and an ``OSError``): a write that failed, one
@@ -24,18 +24,20 @@ import json
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, overload
 
 from .errors import UsageError
 
-__all__ = ["OutputError", "append_text", "check_writable", "output_error", "read_bytes", "write_bytes", "write_file",
-           "write_folder", "write_json", "write_text"]  # fmt: skip
+__all__ = ["OutputError", "append_text", "check_writable", "open_in_place", "output_error", "read_bytes", "write_bytes",
+           "write_file", "write_folder", "write_json", "write_text"]  # fmt: skip
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 on Windows, which has no such flag (links there need privileges)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _NEARLY_FULL = 1 << 20  # bytes free below which a write that failed without an errno is taken for a full disk
 
@@ -288,23 +290,56 @@ def write_json(path: str | Path, data: Any, *, indent: int = 1, option: str = "-
     return write_text(path, json.dumps(data, indent=indent) + "\n", option=option)
 
 
+def open_in_place(path: str | Path, flags: int, *, what: str | None = None, option: str = "--output-dir") -> int:
+    """A descriptor of ``path``, a file of the run that is written in place (``.lock``, ``metrics.jsonl``), opened
+    with ``flags`` (``os.O_CREAT`` to create it) and ``O_NOFOLLOW``, checked before anything is written: a symbolic
+    link, a hard link (a file that also has another name, maybe outside the run folder) and anything but a regular
+    file (a FIFO, which would block, or a device) are refused. The caller closes it.
+
+    Raises:
+        OutputError: one of those, or the file cannot be opened (a folder that cannot be written, ...); ``what``
+            names the file in the message (default: its name).
+    """
+    path = Path(path)
+    irregular = OutputError(
+        f"{path} is not a regular file (a FIFO, a device, a socket): delete it, or choose another {option}."
+    )
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _BINARY, 0o666)
+    except OSError as err:
+        if err.errno == errno.ENXIO:  # a FIFO opened for writing that nobody reads
+            raise irregular from err
+        raise output_error(path, err, what=what, option=option) from err
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise irregular
+    raise OutputError(
+        f"{path} is a hard link (one file with {info.st_nlink} names, maybe outside the run folder), and a run writes "
+        f"only files of its own: replace it with a copy of its own, or choose another {option}."
+    )
+
+
 def append_text(path: str | Path, text: str, *, option: str = "--output-dir") -> None:
     """Append ``text`` (UTF-8) to ``path``, created if missing, in one ``write`` call per chunk the system takes.
 
     Raises:
-        OutputError: ``path`` is a symbolic link (opened with ``O_NOFOLLOW``: nothing is written through it), its
-            device is full, or its folder cannot be written.
+        OutputError: ``path`` is a symbolic link, a hard link or not a regular file (:func:`open_in_place`: nothing
+            is written to it), its device is full, or its folder cannot be written.
     """
     path = Path(path)
     data = text.encode("utf-8")
+    fd = open_in_place(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, option=option)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC | _BINARY, 0o666)
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
+        _write_all(fd, data)
     except OSError as err:
         raise output_error(path, err, needed=_human(len(data)), option=option) from err
+    finally:
+        os.close(fd)
 
 
 def read_bytes(path: str | Path, *, option: str = "--output-dir") -> bytes:

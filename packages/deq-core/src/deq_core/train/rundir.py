@@ -1,15 +1,20 @@
-"""The run folder: one run at a time (:class:`RunLock` on OUTPUT_DIR/.lock), no silent restarts
+"""The run folder: one run at a time (:class:`RunLock` on the folder itself), no silent restarts
 (:func:`check_run_dir`: refuse to train over a run, or to resume nothing)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from .checkpoints import CHECKPOINT_DIR, MANIFEST_FILE, latest_complete_checkpoint
 from .errors import UsageError
-from .files import output_error
+from .files import OutputError, open_in_place, output_error
 
 __all__ = ["RunDirError", "RunLock", "check_run_dir"]
 
@@ -22,60 +27,89 @@ class RunDirError(UsageError, ValueError):
 
 
 class RunLock:
-    """An exclusive lock on a run folder (``fcntl.flock`` on OUTPUT_DIR/.lock), held while a run trains in it:
-    ``with RunLock(output_dir): ...``. The operating system releases it when the process ends, however it ends.
-    On systems without ``fcntl`` (Windows) it does nothing.
+    """An exclusive lock on a run folder, held while a run trains in it: ``with RunLock(output_dir): ...``.
+
+    The lock is an ``fcntl.flock`` on the folder itself, which no file deleted or replaced in it releases, and one on
+    OUTPUT_DIR/.lock, the file that holds the process id of the run (and the lock where a file system cannot lock a
+    folder, e.g. NFS). The operating system releases both when the process ends, however it ends. On systems without
+    ``fcntl`` (Windows) it does nothing.
 
     Raises:
         RunDirError: another process holds the lock.
         OutputError: the folder cannot be created or written (read-only, full, not a folder), or ``.lock`` is a
-            symbolic link (opened with ``O_NOFOLLOW``: nothing is written through it).
+            symbolic link, a hard link or not a regular file (:func:`~deq_core.train.files.open_in_place`: nothing is
+            written to it).
     """
 
     def __init__(self, output_dir: str | Path) -> None:
         self.path = Path(output_dir) / _LOCK_FILE
-        self._fd: int | None = None
+        self._fds: list[int] = []
         self._created = False
 
     def __enter__(self) -> RunLock:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
+        if fcntl is None:  # pragma: no cover - Windows
             return self
         self._created = not self.path.parent.exists()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            self._lock()
+        except RunDirError:
+            self._release(remove=False)
+            raise
+        except OutputError:
+            self._release(remove=self._created)
+            raise
         except OSError as err:
-            if self._created:
-                shutil.rmtree(self.path.parent, ignore_errors=True)  # nothing of a run is in a folder made here
-            raise output_error(self.path, err, what="its lock file") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise RunDirError(
-                f"{self.path.parent} is in use by another training run (pid {holder}); wait for it to finish, or "
-                "use another --output-dir."
-            ) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError as err:
-            os.close(fd)
-            raise output_error(self.path, err, what="its lock file") from None
-        self._fd = fd
+            self._release(remove=self._created)
+            raise output_error(self.path, err, what="its lock file") from err
         return self
 
+    def _lock(self) -> None:
+        """Lock the folder (created if missing), then .lock, and write the process id into .lock."""
+        folder = self.path.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        self._fds.append(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        try:
+            fcntl.flock(self._fds[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._in_use() from None
+        except OSError:  # a file system that cannot lock a folder (NFS): the lock on .lock stands alone
+            pass
+        self._fds.append(open_in_place(self.path, os.O_RDWR | os.O_CREAT, what="its lock file"))
+        try:
+            fcntl.flock(self._fds[1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise self._in_use() from None
+        os.ftruncate(self._fds[1], 0)
+        os.write(self._fds[1], f"{os.getpid()}\n".encode())
+
+    def _in_use(self) -> RunDirError:
+        """The error of a folder another run holds, naming its process id as .lock says."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            finally:
+                os.close(fd)
+        except OSError:
+            holder = "?"
+        return RunDirError(
+            f"{self.path.parent} is in use by another training run (pid {holder}); wait for it to finish, or use "
+            "another --output-dir."
+        )
+
+    def _release(self, remove: bool) -> None:
+        """Close the descriptors (which releases the locks); ``remove``: delete the folder this lock created, when
+        nothing but .lock is in it (a run that failed before writing anything leaves no folder behind)."""
+        if remove and self.path.parent.is_dir() and {p.name for p in self.path.parent.iterdir()} <= {_LOCK_FILE}:
+            with contextlib.suppress(OSError):
+                self.path.unlink(missing_ok=True)
+                self.path.parent.rmdir()
+        for fd in reversed(self._fds):
+            os.close(fd)
+        self._fds = []
+
     def __exit__(self, *exc: object) -> None:
-        if self._fd is None:
-            return
-        if self._created and [p.name for p in self.path.parent.iterdir()] == [_LOCK_FILE]:
-            self.path.unlink()  # a run that failed before writing anything leaves no folder behind
-            self.path.parent.rmdir()
-        os.close(self._fd)  # closing the descriptor releases the lock
-        self._fd = None
+        self._release(remove=self._created)
 
 
 def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
