@@ -40,12 +40,13 @@ class TinyConfig:
     save_grads_at: int = 0
     log_every: int = 1
     eval_every: int = 5
+    log_with: tuple[str, ...] = ()
 
     @property
     def run(self) -> RunConfig:
         return RunConfig(
             seed=self.seed, log_every=self.log_every, eval_every=self.eval_every, save_every=self.save_every,
-            stop_after=self.stop_after, save_grads_at=self.save_grads_at,
+            stop_after=self.stop_after, save_grads_at=self.save_grads_at, log_with=self.log_with,
         )  # fmt: skip
 
     @property

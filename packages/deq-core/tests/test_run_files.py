@@ -25,6 +25,7 @@ from deq_core.train.files import OutputError, append_text, output_error, write_f
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.rundir import RunDirError, RunLock
+from deq_core.train.trackers import check_tracker_folders
 from lab.faults import read_only, save_points
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -147,6 +148,51 @@ def test_a_file_written_in_place_is_never_a_hard_link(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="metrics.jsonl is a hard link"):
         append_text(tmp_path / "metrics.jsonl", "{}\n")
     assert outside.read_text() == "outside\n"
+
+
+def test_a_checkpoints_folder_linked_outside_is_refused_and_nothing_there_touched(tmp_path: Path, capsys) -> None:
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    _stopped_run(out)
+    (out / "checkpoints").rename(elsewhere)
+    for name in ("notes.partial", "step_0000002.old"):  # names the clean-up of a run deletes (the second) or did
+        (elsewhere / name).mkdir()
+    before = sorted(p.name for p in elsewhere.iterdir())
+    (out / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{out / 'checkpoints'} is a symbolic link", "choose another --output-dir")
+    assert sorted(p.name for p in elsewhere.iterdir()) == before
+
+
+def test_a_run_deletes_only_the_leftovers_it_names_itself(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    for name in ("notes.partial", "backup.old", "step_0000006.partial", "step_0000007.old"):
+        (out / "checkpoints" / name).mkdir()
+    assert _cli(out, "--resume") == 0
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["backup.old", "notes.partial", "step_0000004", "step_0000008"]
+
+
+@pytest.mark.parametrize("link", ["trackers", "trackers/tiny"])
+def test_a_trackers_folder_linked_outside_is_refused_and_nothing_written_there(tmp_path: Path, capsys, link) -> None:
+    pytest.importorskip("tensorboard")
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / link).parent.mkdir(parents=True)
+    (out / link).symlink_to(elsewhere, target_is_directory=True)
+    assert _cli(out, "log_with=tensorboard") == 2
+    _one_line(capsys, f"{out / link} is a symbolic link", "choose another --output-dir")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_check_tracker_folders_refuses_a_link_at_the_trackers_folder_or_in_it(tmp_path: Path) -> None:
+    check_tracker_folders(tmp_path)  # nothing there yet
+    (tmp_path / "trackers" / "wandb").mkdir(parents=True)
+    check_tracker_folders(tmp_path)
+    (tmp_path / "trackers" / "mlflow").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(OutputError, match="trackers/mlflow is a symbolic link"):
+        check_tracker_folders(tmp_path)
 
 
 # --------------------------------------------------------------------------------------------------- full device

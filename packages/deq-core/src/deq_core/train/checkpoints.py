@@ -7,6 +7,10 @@ Layout of OUTPUT_DIR::
     checkpoints/step_0000200.partial/   a checkpoint being written (or a save that was killed): never read, removed
                                 by the next run in the folder
 
+``checkpoints/`` is a folder of the run's own: a symbolic link there is refused (:func:`checkpoint_folder`), never
+written or deleted through, and a run deletes in it only the folders it names itself (``step_N``, ``step_N.partial``,
+``step_N.old``).
+
 A checkpoint holds tensors and plain data only: ``torch.save`` files read back with ``weights_only=True``
 (:func:`safe_load`), JSON and safetensors. A file that holds anything else (a pickled object or code) raises
 :class:`CheckpointError` before anything in it runs. ``torch`` is imported inside the functions that read and write
@@ -25,19 +29,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .files import _human, output_error
+from .files import OutputError, _human, output_error
 
 __all__ = [
     "CONFIG_FILE",
     "CheckpointError",
     "CheckpointWriter",
     "atomic_checkpoint_dir",
+    "checkpoint_folder",
     "checkpoint_path",
     "checkpoint_weights",
     "clean_partial_checkpoints",
@@ -60,6 +66,7 @@ MANIFEST_FILE = "checkpoint.json"
 PARTIAL_SUFFIX = ".partial"
 _OLD_SUFFIX = ".old"
 _CHECKPOINT_FORMAT = "deq-checkpoint-2"
+_LEFTOVER = re.compile(rf"step_[0-9]{{7,}}({re.escape(PARTIAL_SUFFIX)}|{re.escape(_OLD_SUFFIX)})")  # a save's own
 
 
 class CheckpointError(UsageError, ValueError):
@@ -189,6 +196,7 @@ def atomic_checkpoint_dir(
     """
     sync = barrier or (lambda: None)
     output_dir = Path(output_dir)
+    checkpoint_folder(output_dir)
     final = checkpoint_path(output_dir, step)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
     old = final.with_name(final.name + _OLD_SUFFIX)
@@ -224,6 +232,22 @@ def atomic_checkpoint_dir(
     sync()
 
 
+def checkpoint_folder(output_dir: str | Path) -> Path:
+    """OUTPUT_DIR/checkpoints, checked before a run writes or deletes anything in it.
+
+    Raises:
+        OutputError: it is a symbolic link (the run would write its checkpoints, and delete old ones, in the folder
+            it points to).
+    """
+    folder = Path(output_dir) / CHECKPOINT_DIR
+    if folder.is_symlink():
+        raise OutputError(
+            f"{folder} is a symbolic link; a run writes and deletes its checkpoints only in a folder of its own, never "
+            "through a link: replace the link with the folder it points to, or choose another --output-dir."
+        )
+    return folder
+
+
 def checkpoint_path(output_dir: str | Path, step: int) -> Path:
     """OUTPUT_DIR/checkpoints/step_NNNNNNN (zero-padded so that names sort by step)."""
     return Path(output_dir) / CHECKPOINT_DIR / f"step_{step:07d}"
@@ -256,12 +280,16 @@ def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 def clean_partial_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Delete the leftovers of interrupted saves (``.partial`` / ``.old`` folders); returns what was deleted.
-    Call it only while holding the run's :class:`RunLock`."""
-    folder = Path(output_dir) / CHECKPOINT_DIR
+    """Delete the leftovers of interrupted saves (``step_N.partial`` / ``step_N.old``; no other name); returns what
+    was deleted. Call it only while holding the run's :class:`RunLock`.
+
+    Raises:
+        OutputError: OUTPUT_DIR/checkpoints is a symbolic link (:func:`checkpoint_folder`).
+    """
+    folder = checkpoint_folder(output_dir)
     if not folder.is_dir():
         return []
-    stale = sorted(p for p in folder.iterdir() if p.name.endswith((PARTIAL_SUFFIX, _OLD_SUFFIX)))
+    stale = sorted(p for p in folder.iterdir() if _LEFTOVER.fullmatch(p.name))
     for path in stale:
         _remove(path)
     return stale
@@ -272,9 +300,11 @@ def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
 
     Raises:
         ValueError: ``keep`` < 1 (the newest checkpoint is never deleted).
+        OutputError: OUTPUT_DIR/checkpoints is a symbolic link (:func:`checkpoint_folder`).
     """
     if keep < 1:
         raise ValueError(f"keep_checkpoints must be >= 1, got {keep}.")
+    checkpoint_folder(output_dir)
     for old in list_checkpoints(output_dir)[:-keep]:
         _remove(old)
 

@@ -12,7 +12,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from .checkpoints import CHECKPOINT_DIR, MANIFEST_FILE, latest_complete_checkpoint
+from .checkpoints import CHECKPOINT_DIR, MANIFEST_FILE, checkpoint_folder, latest_complete_checkpoint
 from .errors import UsageError
 from .files import OutputError, open_in_place, output_error
 
@@ -121,8 +121,10 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
     Raises:
         RunDirError: ``resume`` and the folder does not exist or holds no complete checkpoint; or not ``resume``
             and the folder holds a run with a checkpoint.
+        OutputError: OUTPUT_DIR/checkpoints is a symbolic link (:func:`~deq_core.train.checkpoints.checkpoint_folder`).
     """
     output_dir = Path(output_dir)
+    checkpoint_folder(output_dir)
     latest = latest_complete_checkpoint(output_dir)
     if resume and latest is None:
         manifests = (output_dir / CHECKPOINT_DIR).glob(f"step_*/{MANIFEST_FILE}")

@@ -7,6 +7,8 @@ Aim, Comet, ...): what the training skeleton (:mod:`deq_core.train.trainer`) han
   numbers, bools and strings only: anything else becomes its text).
 - :func:`tracker_values`: a metrics.jsonl record as the trackers' scalars, ``{split}/{key}`` (``train/loss``,
   ``valid/ppl``): its numbers only, at the record's step.
+- :func:`check_tracker_folders`: refuse a symbolic link where the trackers write (OUTPUT_DIR/trackers and the
+  folders in it), so that nothing is written outside the run folder.
 - :func:`tracker_init_kwargs`: where each tracker writes (inside the run folder, :data:`TRACKERS_DIR`) and how a
   resumed run continues (TensorBoard: the events a killed session wrote after its last checkpoint are purged;
   Weights & Biases: the same run id, kept in config.json under :data:`TRACKER_ID_KEY`).
@@ -21,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .files import OutputError
 from .run_config import flat_dict
 
 __all__ = [
     "TRACKERS_DIR",
     "TRACKER_ID_KEY",
     "check_project",
+    "check_tracker_folders",
     "check_tracker_names",
     "check_trackers_installed",
     "hyperparameters",
@@ -81,6 +85,24 @@ def check_trackers_installed(names: Iterable[str]) -> None:
     for name in names:
         if name not in available:
             raise UsageError(f"run.log_with={name} needs the {name} package: pip install {name}")
+
+
+def check_tracker_folders(output_dir: str | Path) -> None:
+    """Refuse a symbolic link at OUTPUT_DIR/trackers or directly in it (TensorBoard's PROJECT folder, ``wandb``,
+    ``mlflow``): the trackers would write their files where it points. Call it before the trackers start.
+
+    Raises:
+        OutputError: naming the first link (sorted) and what to do.
+    """
+    folder = Path(output_dir) / TRACKERS_DIR
+    found = [folder] if folder.is_symlink() else []
+    if not found and folder.is_dir():
+        found = sorted(p for p in folder.iterdir() if p.is_symlink())
+    if found:
+        raise OutputError(
+            f"{found[0]} is a symbolic link; the trackers write only inside the run folder, never through a link: "
+            "replace the link with the folder it points to, or choose another --output-dir."
+        )
 
 
 def _plain(value: Any) -> bool | int | float | str:

@@ -75,6 +75,7 @@ from .task import Forward, StepPlan, Task
 from .trackers import (
     TRACKER_ID_KEY,
     TRACKERS_DIR,
+    check_tracker_folders,
     check_trackers_installed,
     hyperparameters,
     tracker_init_kwargs,
@@ -263,6 +264,8 @@ def setup_run(
     run_cfg, optim = config.run, config.optim
     output_dir = Path(output_dir)
     check_trackers_installed(run_cfg.log_with)
+    if run_cfg.log_with:
+        check_tracker_folders(output_dir)
     saved = read_json(output_dir / CONFIG_FILE) if resume and (output_dir / CONFIG_FILE).is_file() else {}
     precision, precision_line = choose_precision(
         run_cfg.mixed_precision, recorded_precision(saved) if saved else None, os.environ.get(PRECISION_ENV)
