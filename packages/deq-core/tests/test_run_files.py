@@ -397,3 +397,60 @@ def test_a_deleted_lock_file_does_not_let_a_second_run_in(tmp_path: Path, capsys
         with pytest.raises(RunDirError, match="in use by another training run"):
             with RunLock(out):
                 pass
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied", "cut"])
+def test_a_resume_whose_metrics_lines_are_missing_is_one_line(tmp_path: Path, capsys, damage: str) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    log = out / "metrics.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    if damage == "deleted":
+        log.unlink()
+    else:
+        log.write_bytes(b"" if damage == "emptied" else b"".join(lines[:3]))
+    found = {"deleted": "does not exist", "emptied": "has 0 complete line(s)", "cut": "has 3 complete line(s)"}
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{log} {found[damage]}, but the checkpoint to resume from counted {len(lines)} lines",
+              "restore the file")  # fmt: skip
+    assert json.loads((out / "config.json").read_text()).get("resumed") is None  # nothing recorded
+
+
+def test_a_resume_from_a_train_state_with_another_step_is_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    state = checkpoint_path(out, 4) / "train_state.json"
+    data = json.loads(state.read_text())
+    state.write_text(json.dumps({**data, "step": 2}))
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{state} says step 2, but the checkpoint's checkpoint.json says step 4")
+
+
+def test_a_deleted_config_is_restored_from_the_checkpoint_and_checked(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    saved = json.loads((out / "config.json").read_text())
+    (out / "config.json").unlink()
+    capsys.readouterr()
+    assert _cli(out, "--resume", "lr=0.01") == 2
+    _one_line(capsys, "--resume with a different config", "lr: 0.03 -> 0.01")
+    assert json.loads((out / "config.json").read_text()) == saved  # recreated from the checkpoint's copy
+    (out / "config.json").unlink()
+    assert _cli(out, "--resume") == 0
+    assert "config.json was missing: restored from the copy in" in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["config"] == saved["config"]
+
+
+def test_a_resume_without_config_or_its_copy_is_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    _stopped_run(out)
+    (out / "config.json").unlink()
+    (checkpoint_path(out, 4) / "run_config.json").unlink(missing_ok=True)
+    manifest = checkpoint_path(out, 4) / "checkpoint.json"  # a checkpoint of an earlier version: no copy
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "files": [f for f in data["files"] if f != "run_config.json"]}))
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"--resume: {out / 'config.json'} is missing, and a resumed run checks its settings against it")

@@ -35,6 +35,7 @@ def test_the_checkpoint_holds_the_files_this_test_plants_into(stopped_run: Path)
         "train_state.json",
         "rng_rank0.pt",
         "checkpoint.json",
+        "run_config.json",
     }
 
 

@@ -49,12 +49,20 @@ class MetricsLog:
         with a newline) was dropped.
 
         Raises:
-            MetricsError: a line kept is not UTF-8 text or not a JSON object (the file is not this run's log).
+            MetricsError: a line kept is not UTF-8 text or not a JSON object (the file is not this run's log), or
+                the file has fewer than ``lines`` complete lines (deleted, emptied or cut: the run's history is
+                missing).
             OutputError: the file is a symbolic link, or cannot be rewritten.
         """
         complete = self._bytes().split(b"\n")  # the last item is b"" or a line cut short
         kept = b"".join(line + b"\n" for line in complete[:-1][:lines])
         _records(kept, self.path)
+        if len(complete) - 1 < lines:
+            found = f"has {len(complete) - 1} complete line(s)" if self.path.exists() else "does not exist"
+            raise MetricsError(
+                f"{self.path} {found}, but the checkpoint to resume from counted {lines} lines in it: the run's "
+                "history is missing; restore the file, or train a new run in another --output-dir."
+            )
         write_bytes(self.path, kept)
         return complete[-1] != b""
 

@@ -20,9 +20,10 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .checkpoints import CONFIG_FILE, read_json
+from .checkpoints import CONFIG_FILE, latest_complete_checkpoint, read_json
 from .errors import UsageError
 from .files import write_json
+from .state import CONFIG_COPY_FILE
 from .trust import UntrustedImportError, check_import_paths
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "replace_config",
     "resolve_key",
     "save_config",
+    "saved_run_config",
 ]
 
 C = TypeVar("C")
@@ -51,6 +53,22 @@ def save_config(cfg: Any, output_dir: str | Path, name: str, **extra: Any) -> Pa
     (e.g. ``data_dir``) for a new run (aside and renamed: :func:`~deq_core.train.files.write_json`); returns its
     path. Write it after the data were checked."""
     return write_json(Path(output_dir) / CONFIG_FILE, {"name": name, "config": _as_dict(cfg), **extra}, indent=2)
+
+
+def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """What ``run_dir/config.json`` holds or, when it is missing (deleted), the copy of it that the run's newest
+    complete checkpoint keeps; empty when there is neither.
+
+    Raises:
+        CheckpointError: the file found is not JSON (e.g. nested too deep).
+    """
+    path = Path(run_dir) / CONFIG_FILE
+    if path.is_file():
+        return read_json(path)
+    latest = latest_complete_checkpoint(run_dir)
+    if latest is None or not (latest / CONFIG_COPY_FILE).is_file():
+        return {}
+    return read_json(latest / CONFIG_COPY_FILE)
 
 
 def load_config(run_dir: str | Path, config_cls: type[C], trusted_modules: Collection[str] = ()) -> tuple[str, C]:

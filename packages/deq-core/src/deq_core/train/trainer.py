@@ -67,7 +67,7 @@ from .launch import (
 from .metrics import MetricsLog
 from .plots import plot_training
 from .progress import progress_enabled
-from .run_config import check_resume_config, record_resume, save_config
+from .run_config import ResumeConfigError, check_resume_config, record_resume, save_config, saved_run_config
 from .rundir import RunLock, check_run_dir
 from .schedules import jittered_max_iter
 from .state import TrainState, load_training_checkpoint, save_training_checkpoint
@@ -207,6 +207,7 @@ class Run:
     has_deq: bool = False
     progress: bool = True
     summary: dict[str, Any] = field(default_factory=dict)
+    config_file: dict[str, Any] = field(default_factory=dict)  # what config.json holds (main process)
     liveness: Any = None  # a spare gloo group to find the ranks that stopped answering (several processes)
 
     @property
@@ -249,7 +250,9 @@ def setup_run(
 ) -> Run:  # fmt: skip
     """Build the accelerator and the task's parts; with ``resume``, load the newest complete checkpoint of
     ``output_dir`` (refusing a config that changes what is computed, or whose solver import path names a module
-    outside ``trusted_modules``: see :mod:`~deq_core.train.trust`). Call it holding the folder's RunLock.
+    outside ``trusted_modules``: see :mod:`~deq_core.train.trust`). Call it holding the folder's RunLock. A resumed
+    run whose config.json was deleted gets it back from the checkpoint's copy (and is checked against it); its
+    metrics.jsonl must hold the lines the checkpoint counted (:meth:`~deq_core.train.metrics.MetricsLog.resume_at`).
 
     config.json gets the task's :meth:`~deq_core.train.task.Task.config_extra` entries and torch's thread count
     (``torch_threads``); a resume with another thread count is recorded in its ``resumed`` list and said in one line
@@ -266,7 +269,7 @@ def setup_run(
     check_trackers_installed(run_cfg.log_with)
     if run_cfg.log_with:
         check_tracker_folders(output_dir)
-    saved = read_json(output_dir / CONFIG_FILE) if resume and (output_dir / CONFIG_FILE).is_file() else {}
+    saved = saved_run_config(output_dir) if resume else {}
     precision, precision_line = choose_precision(
         run_cfg.mixed_precision, recorded_precision(saved) if saved else None, os.environ.get(PRECISION_ENV)
     )
@@ -286,6 +289,16 @@ def setup_run(
     extra = {**task.config_extra(), THREADS_KEY: torch.get_num_threads()}
     changes: dict[str, tuple[Any, Any]] = {}
     if resume:
+        if accelerator.is_main_process and saved and not (output_dir / CONFIG_FILE).is_file():
+            write_json(output_dir / CONFIG_FILE, saved, indent=2)
+            print(f"{output_dir / CONFIG_FILE} was missing: restored from the copy in {found}", flush=True)
+        accelerator.wait_for_everyone()
+        if not (output_dir / CONFIG_FILE).is_file():
+            raise ResumeConfigError(
+                f"--resume: {output_dir / CONFIG_FILE} is missing, and a resumed run checks its settings against it "
+                "(checkpoints of earlier versions keep no copy of it); restore the file, or train a new run in "
+                "another --output-dir."
+            )
         changes = check_resume_config(output_dir, config, task.resumable, trusted_modules=trusted_modules, **extra)
     set_seed(run_cfg.seed)
     parts = task.build(accelerator)
@@ -311,13 +324,14 @@ def setup_run(
         accelerator.print(f"resumed from {found} at step {run.state.step}")
     if run.main:
         if found is not None:
+            if run.log.resume_at(run.state.metrics_lines):
+                print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
             record_resume(output_dir, run.state.step, changes)
             if THREADS_KEY in changes:
                 print(threads_line(*changes[THREADS_KEY]), flush=True)
-            if run.log.resume_at(run.state.metrics_lines):
-                print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
         elif run.log.path.exists():
             run.log.path.unlink()
+        run.config_file = read_json(output_dir / CONFIG_FILE)
         start_trackers(run)
     accelerator.wait_for_everyone()
     return run
@@ -442,13 +456,14 @@ def evaluate(run: Run, split: str, log: bool = True) -> dict[str, float]:
 
 
 def save_checkpoint(run: Run) -> None:
-    """Checkpoint the run at its step (every process calls it); keep the newest ``run.keep_checkpoints``."""
+    """Checkpoint the run at its step (every process calls it), with a copy of config.json; keep the newest
+    ``run.keep_checkpoints``."""
     acc = run.accelerator
     run.state.metrics_lines = run.log.line_count() if run.main else 0
     save_training_checkpoint(
         run.output_dir, run.state, run.objects(), rank=acc.process_index, processes=acc.num_processes,
         barrier=acc.wait_for_everyone, write_weights=lambda path: save_model(run.raw, str(path)),
-        per_process=run.task.process_state(),
+        per_process=run.task.process_state(), config=run.config_file if run.main else None,
     )  # fmt: skip
     if run.main:
         prune_checkpoints(run.output_dir, run.config.run.keep_checkpoints)
