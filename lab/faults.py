@@ -40,6 +40,7 @@ __all__ = [
     "TRUSTED_SOLVER_MODULE",
     "Kill",
     "check_export_trust",
+    "check_installed_solver_module",
     "plant_pickle",
     "plant_solver_path",
     "python_module",
@@ -180,10 +181,15 @@ def plant_solver_path(run_dir: Path, field: str, solver: str = "payload:Evil") -
     path.write_text(json.dumps(data, indent=2))
 
 
-def python_module(module: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def python_module(
+    module: str, *args: str, cwd: Path, timeout: float = 300, pythonpath: Sequence[Path] = ()
+) -> subprocess.CompletedProcess[str]:
     """``python -m module args`` in a fresh process run in ``cwd`` (which Python puts first on sys.path), one thread,
-    no warnings or progress bars; returns the completed process (not checked)."""
+    no warnings or progress bars, with the folders ``pythonpath`` put before those of PYTHONPATH; returns the completed
+    process (not checked)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
 
@@ -204,6 +210,32 @@ def check_export_trust(module: str, cwd: Path) -> None:
     done = python_module(module, "run", "exported", "--trust-solver", "my_solvers", cwd=cwd)
     assert done.returncode == 0, done.stderr
     assert (cwd / "exported" / "model.safetensors").is_file() and (cwd / "imported").exists()
+
+
+def check_installed_solver_module(command: Sequence[str], run: Path, site: Path) -> None:
+    """Check ``python -m COMMAND --trust-solver my_solvers`` (evaluate or resume ``run``, whose config names the
+    solver ``my_solvers:Relaxed``) run in the run folder ``run``, which holds a my_solvers.py of its own
+    (:data:`PAYLOAD_MODULE`): with my_solvers installed in ``site`` (:data:`TRUSTED_SOLVER_MODULE`, on PYTHONPATH) it
+    exits 0, having imported that one; with none installed, the run folder's is refused in one line. The run folder's
+    file is never imported.
+
+    Raises:
+        AssertionError: either command did otherwise.
+    """
+    (run / "my_solvers.py").write_text(PAYLOAD_MODULE)
+    (site / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
+    argv = [*command, "--trust-solver", "my_solvers"]
+    done = python_module(*argv, cwd=run, pythonpath=[site])
+    assert done.returncode == 0, done.stderr
+    assert (site / "imported").exists() and not (run / "ran").exists()
+    (site / "my_solvers.py").unlink()
+    done = python_module(*argv, cwd=run, pythonpath=[site])
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"python -m {command[0]}: error: "), line
+    assert "--trust-solver my_solvers: the module 'my_solvers' is " in line, line
+    assert line.endswith("install it, or put it on PYTHONPATH outside the run folder."), line
+    assert not (run / "ran").exists()
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

@@ -1,12 +1,14 @@
 """A config read from a file imports no module the user did not allow (issue 25, item 1): a solver named by import
 path in a saved config (``deq.solver="pkg.module:Class"``) is refused with one line naming the path and the option
-that allows it, before anything is imported, unless its module is trusted; built-in shorthands are always read. The
-task packages' tests run the same through ``python -m ... evaluate`` / ``train --resume`` in a run folder."""
+that allows it, before anything is imported, unless its module is trusted; built-in shorthands are always read. A
+trusted module is the one installed in the environment, never a file of the run folder of the same name. The task
+packages' tests run the same through ``python -m ... evaluate`` / ``train --resume`` in a run folder."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -14,11 +16,12 @@ from pathlib import Path
 import pytest
 
 import deq_core
-from deq_core.train.cli import add_trust_option, module_name, training_parser
+from deq_core.train.cli import add_trust_option, module_name, run_training_cli, training_parser
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import check_resume_config, config_from_dict, load_config, save_config
-from deq_core.train.trust import UntrustedImportError, check_import_paths, import_path_fields
+from deq_core.train.trust import UntrustedImportError, check_import_paths, import_path_fields, import_trusted
+from lab.faults import PAYLOAD_MODULE, TRUSTED_SOLVER_MODULE
 
 MODULE = "saved_config_payload"  # written into tmp_path by the fixture; importing it writes MARKER
 MARKER = "imported.txt"
@@ -145,3 +148,75 @@ def test_the_trust_option_takes_module_names():
 def test_resolve_solver_in_python_still_imports_a_path():
     """Python code naming a solver by import path is the user's own code: deq_core.resolve_solver imports it."""
     assert deq_core.resolve_solver("deq_core:Anderson") == deq_core.Anderson()
+
+
+SHADOWED = "shadowed_solvers"  # installed in tmp_path/site and planted in the run folder tmp_path/run
+
+
+@pytest.fixture
+def shadowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The run folder tmp_path/run, first on sys.path (as the working directory of ``python -m``), holding
+    SHADOWED.py that writes run/ran when imported; the module as installed is tmp_path/site/SHADOWED.py (a user's
+    solver Relaxed, which writes site/imported), later on sys.path. Returns the run folder."""
+    run, site = tmp_path / "run", tmp_path / "site"
+    run.mkdir()
+    site.mkdir()
+    (run / f"{SHADOWED}.py").write_text(PAYLOAD_MODULE)
+    (site / f"{SHADOWED}.py").write_text(TRUSTED_SOLVER_MODULE)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(run))
+    monkeypatch.delitem(sys.modules, SHADOWED, raising=False)
+    yield run
+    sys.modules.pop(SHADOWED, None)
+
+
+def test_a_trusted_module_is_the_installed_one_never_the_run_folders(shadowed: Path) -> None:
+    site = shadowed.parent / "site"
+    values = {"deq": {"solver": f"{SHADOWED}:Relaxed"}}
+    cfg = config_from_dict(_TaskConfig, values, trusted_modules=[SHADOWED], run_dir=shadowed)
+    assert type(cfg.deq.layer().solver).__name__ == "Relaxed"
+    assert sys.modules[SHADOWED].__file__ == str(site / f"{SHADOWED}.py")
+    assert (site / "imported").exists() and not (shadowed / "ran").exists()
+    assert sys.path[0] == str(shadowed)  # sys.path is as it was
+
+
+def test_a_trusted_module_found_only_in_the_run_folder_is_refused(shadowed: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(shadowed / "sub"))  # an entry inside the run folder counts as the folder
+    (shadowed / "sub").mkdir()
+    (shadowed.parent / "site" / f"{SHADOWED}.py").unlink()
+    importlib.invalidate_caches()
+    for call in (lambda: import_trusted([SHADOWED], shadowed),
+                 lambda: config_from_dict(_TaskConfig, {"deq": {"solver": f"{SHADOWED}:Relaxed"}}, [SHADOWED],
+                                          run_dir=shadowed)):  # fmt: skip
+        with pytest.raises(UntrustedImportError) as info:
+            call()
+        assert str(info.value) == (
+            f"--trust-solver {SHADOWED}: the module {SHADOWED!r} is {shadowed / SHADOWED}.py, inside the run folder "
+            f"{shadowed}, and a trusted module is the one installed in the environment, never a file of a run folder; "
+            "install it, or put it on PYTHONPATH outside the run folder."
+        )
+    assert not (shadowed / "ran").exists() and SHADOWED not in sys.modules
+
+
+def test_a_module_imported_from_the_run_folder_before_is_refused(shadowed: Path) -> None:
+    importlib.import_module(SHADOWED)  # e.g. by a script run from the run folder
+    with pytest.raises(UntrustedImportError, match=f"is {shadowed / SHADOWED}.py, inside the run folder"):
+        import_trusted([SHADOWED], shadowed)
+
+
+def test_the_training_command_line_imports_trusted_modules_before_the_config(shadowed: Path, capsys) -> None:
+    """The config built from the command line (``deq.solver=MODULE:Class`` to resume a run) imports the installed
+    module too: ``--trust-solver`` modules are imported first."""
+    parser = training_parser("prog", "d", ["tiny"], default="tiny", threads=False)
+    argv = ["--output-dir", str(shadowed), "--trust-solver", SHADOWED]
+    imported = []
+    configure = lambda args: imported.append(importlib.import_module(SHADOWED).__file__)  # noqa: E731
+    assert run_training_cli(parser, argv, configure, lambda cfg, out, args: None) == 0
+    assert imported == [str(shadowed.parent / "site" / f"{SHADOWED}.py")] and not (shadowed / "ran").exists()
+    sys.modules.pop(SHADOWED)
+    (shadowed.parent / "site" / f"{SHADOWED}.py").unlink()
+    importlib.invalidate_caches()
+    assert run_training_cli(parser, argv, configure, lambda cfg, out, args: None) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"prog: error: --trust-solver {SHADOWED}: the module ") and err.count("\n") == 1, err
+    assert not (shadowed / "ran").exists()

@@ -2,7 +2,7 @@
 (``deq.solver="payload:Evil"``) is imported neither by ``evaluate`` nor by ``train --resume``, although ``python -m``
 puts the working directory (here the run folder, holding payload.py) on sys.path: one line, exit status 2. A module
 the user allows with ``--trust-solver`` is read; an import path given on the command line for a new run is the user's
-own choice and needs no option."""
+own choice and needs no option, and the module it names is the one installed, never a file of the run folder."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from deq_lm.train import main
-from lab.faults import TRUSTED_SOLVER_MODULE, check_export_trust, plant_solver_path, python_module
+from lab.faults import (
+    TRUSTED_SOLVER_MODULE,
+    check_export_trust,
+    check_installed_solver_module,
+    plant_solver_path,
+    python_module,
+)
 
 ARGS = ["--config", "tiny-deq-transformer"]
 COMMANDS = {
@@ -66,3 +72,29 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, monkeypatch: pytes
     assert done.stdout.startswith("test: loss ") and (tmp_path / "imported").exists()
     (tmp_path / "imported").unlink()
     check_export_trust("deq_lm.export", tmp_path)  # export reads config.json too
+
+
+@pytest.fixture(scope="module")
+def user_solver_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stopped run whose config names the solver my_solvers:Relaxed (the module imported from site/ beside it)."""
+    root = tmp_path_factory.mktemp("lm")
+    (root / "site").mkdir()
+    (root / "site" / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(root / "site"))
+        patch.delitem(sys.modules, "my_solvers", raising=False)
+        run = [*ARGS, "--output-dir", str(root / "run"), "run.stop_after=3", "deq.solver=my_solvers:Relaxed"]
+        assert main(run) == 0
+        sys.modules.pop("my_solvers", None)
+    return root / "run"
+
+
+@pytest.mark.parametrize("command", ["evaluate", "resume"])
+def test_a_trusted_module_is_the_installed_one_never_a_file_of_the_run_folder(
+    user_solver_run: Path, tmp_path: Path, command: str
+) -> None:
+    run, site = tmp_path / "run", tmp_path / "site"
+    shutil.copytree(user_solver_run, run)
+    site.mkdir()
+    commands = {**COMMANDS, "resume": [*COMMANDS["resume"], "deq.solver=my_solvers:Relaxed"]}
+    check_installed_solver_module(commands[command], run, site)

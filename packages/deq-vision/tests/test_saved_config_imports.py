@@ -2,7 +2,7 @@
 (``deq.solver="payload:Evil"``) is imported neither by ``evaluate`` nor by ``train --resume``, although ``python -m``
 puts the working directory (here the run folder, holding payload.py) on sys.path: one line, exit status 2. A module
 the user allows with ``--trust-solver`` is read; an import path given on the command line for a new run is the user's
-own choice and needs no option."""
+own choice and needs no option, and the module it names is the one installed, never a file of the run folder."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ import pytest
 
 from conftest import learnable_images, write_cifar_folder
 from deq_vision import train
-from lab.faults import TRUSTED_SOLVER_MODULE, check_export_trust, plant_solver_path, python_module
+from lab.faults import (
+    TRUSTED_SOLVER_MODULE,
+    check_export_trust,
+    check_installed_solver_module,
+    plant_solver_path,
+    python_module,
+)
 
 ARGS = ["--config", "tiny-mdeq"]
 
@@ -84,3 +90,30 @@ def test_a_trusted_user_solver_module_is_read(tmp_path: Path, data_dir: str, mon
     assert done.stdout.startswith("eval (") and (tmp_path / "imported").exists()
     (tmp_path / "imported").unlink()
     check_export_trust("deq_vision.export", tmp_path)  # export reads config.json too
+
+
+@pytest.fixture(scope="module")
+def user_solver_run(tmp_path_factory: pytest.TempPathFactory, data_dir: str) -> Path:
+    """A stopped run whose config names the solver my_solvers:Relaxed (the module imported from site/ beside it)."""
+    root = tmp_path_factory.mktemp("vision")
+    (root / "site").mkdir()
+    (root / "site" / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(root / "site"))
+        patch.delitem(sys.modules, "my_solvers", raising=False)
+        run = ["--data-dir", data_dir, "--output-dir", str(root / "run"), "run.stop_after=2"]
+        assert train.main([*ARGS, *run, "deq.solver=my_solvers:Relaxed"]) == 0
+        sys.modules.pop("my_solvers", None)
+    return root / "run"
+
+
+@pytest.mark.parametrize("command", ["evaluate", "resume"])
+def test_a_trusted_module_is_the_installed_one_never_a_file_of_the_run_folder(
+    user_solver_run: Path, data_dir: str, tmp_path: Path, command: str
+) -> None:
+    run, site = tmp_path / "run", tmp_path / "site"
+    shutil.copytree(user_solver_run, run)
+    site.mkdir()
+    commands = _commands(data_dir)
+    commands["resume"].append("deq.solver=my_solvers:Relaxed")
+    check_installed_solver_module(commands[command], run, site)

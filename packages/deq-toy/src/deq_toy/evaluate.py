@@ -40,7 +40,7 @@ def load_task(
         UsageError: no usable checkpoint, or (UntrustedImportError) a solver of a module not in ``trusted_modules``.
     """
     state = load_checkpoint(checkpoint)
-    config = replace_config(config_from_dict(state["config"], trusted_modules), changes or {})
+    config = replace_config(config_from_dict(state["config"], trusted_modules, state["run_dir"]), changes or {})
     task = build_task(config, Path(data_dir))
     task.model.load_state_dict(state["model"])
     task.model.eval()
@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: dict[str, Any] = {"metrics": evaluate_run(args.checkpoint, args.data_dir, args.split, None, trusted)}
         print(json.dumps(result["metrics"], indent=2))
         if args.max_iters or args.tols:
-            config = config_from_dict(load_checkpoint(args.checkpoint)["config"], trusted)
+            state = load_checkpoint(args.checkpoint)
+            config = config_from_dict(state["config"], trusted, state["run_dir"])
             max_iters = _numbers(args.max_iters, int) or [config.deq.max_iter]
             tols = _numbers(args.tols, float) or [config.deq.tol]
             rows = sweep(args.checkpoint, args.data_dir, args.split, max_iters, tols, trusted)

@@ -38,7 +38,7 @@ def ensure_run(
     results_path = run_dir / "results.json"
     config = load_config(preset, overrides)
     if results_path.exists():
-        stored = config_from_dict(json.loads((run_dir / "config.json").read_text())["config"], trusted_modules)
+        stored = config_from_dict(json.loads((run_dir / "config.json").read_text())["config"], trusted_modules, run_dir)
         unchanged = {
             key: functools.reduce(getattr, key.split("."), config) for key in RESUMABLE_CHANGES | RUN_RESUMABLE
         }

@@ -25,7 +25,7 @@ import torch
 
 from .errors import UsageError
 from .launch import ProcessTimeoutError
-from .trust import TRUST_OPTION
+from .trust import TRUST_OPTION, import_trusted
 
 __all__ = ["add_trust_option", "module_name", "run_training_cli", "training_parser", "usage_error"]
 
@@ -66,20 +66,24 @@ def run_training_cli(
     configure: Callable[[argparse.Namespace], Any],
     train: Callable[[Any, Path, argparse.Namespace], Any],
 ) -> int:
-    """Parse ``argv``, build the config with ``configure(args)`` (the preset with the overrides and the task's
-    options applied), set ``--threads``, and call ``train(config, output_dir, args)``. Returns the exit status: 0, or
-    2 after printing ``PROG: error: MESSAGE`` (one line, no traceback) for a ValueError from ``configure`` or a
-    UsageError from either (argparse itself exits with status 2 on an unknown option), or 1 when another process of
-    the run stopped answering (:class:`~deq_core.train.launch.ProcessTimeoutError`: its line is printed already)."""
+    """Parse ``argv``, import the ``--trust-solver`` modules (as installed, never from the output folder:
+    :func:`~deq_core.train.trust.import_trusted`), build the config with ``configure(args)`` (the preset with the
+    overrides and the task's options applied), set ``--threads``, and call ``train(config, output_dir, args)``.
+    Returns the exit status: 0, or 2 after printing ``PROG: error: MESSAGE`` (one line, no traceback) for a
+    ValueError from ``configure`` or a UsageError from either (argparse itself exits with status 2 on an unknown
+    option), or 1 when another process of the run stopped answering
+    (:class:`~deq_core.train.launch.ProcessTimeoutError`: its line is printed already)."""
     args = parser.parse_args(argv)
+    output_dir = Path(args.output_dir or Path("runs") / args.config)
     try:
+        import_trusted(getattr(args, "trust_solver", []), output_dir)  # before the config imports one
         config = configure(args)
     except (ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
     if getattr(args, "threads", 0) > 0:
         torch.set_num_threads(args.threads)
     try:
-        train(config, Path(args.output_dir or Path("runs") / args.config), args)
+        train(config, output_dir, args)
     except UsageError as err:
         return usage_error(parser.prog, err)
     except ProcessTimeoutError:

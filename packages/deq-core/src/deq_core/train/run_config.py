@@ -24,7 +24,7 @@ from .checkpoints import CONFIG_FILE, latest_complete_checkpoint, read_json
 from .errors import UsageError
 from .files import write_json
 from .state import CONFIG_COPY_FILE
-from .trust import UntrustedImportError, check_import_paths
+from .trust import UntrustedImportError, check_import_paths, import_trusted
 
 __all__ = [
     "RUN_RESUMABLE",
@@ -73,7 +73,8 @@ def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
 
 def load_config(run_dir: str | Path, config_cls: type[C], trusted_modules: Collection[str] = ()) -> tuple[str, C]:
     """(preset name, config) saved in ``run_dir/config.json``, as an instance of the dataclass ``config_cls``
-    (:func:`config_from_dict`: older flat layouts are read too; import paths only of ``trusted_modules``).
+    (:func:`config_from_dict`: older flat layouts are read too; import paths only of ``trusted_modules``, each the
+    module installed in the environment, never a file of ``run_dir``).
 
     Raises:
         FileNotFoundError: no config.json (not a run directory).
@@ -85,7 +86,7 @@ def load_config(run_dir: str | Path, config_cls: type[C], trusted_modules: Colle
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} the output directory of a training run?")
     data = read_json(path)
     try:
-        return data.get("name", "?"), config_from_dict(config_cls, data["config"], trusted_modules)
+        return data.get("name", "?"), config_from_dict(config_cls, data["config"], trusted_modules, run_dir=run_dir)
     except UntrustedImportError as err:
         raise UntrustedImportError(f"{path}: {err}") from None
 
@@ -102,7 +103,10 @@ def _section_default(field: dataclasses.Field[Any]) -> Any:
     return field.default
 
 
-def config_from_dict(config_cls: type[C], values: Mapping[str, Any], trusted_modules: Collection[str] = ()) -> C:
+def config_from_dict(
+    config_cls: type[C], values: Mapping[str, Any], trusted_modules: Collection[str] = (), *,
+    run_dir: str | Path | None = None,
+) -> C:  # fmt: skip
     """An instance of the dataclass ``config_cls`` from ``values`` as saved by :func:`save_config` (sections as
     nested dicts). Keys the class no longer has are dropped, fields the dict lacks take their defaults (a section's
     missing keys: the section's defaults in ``config_cls``), and JSON lists become tuples (configs are frozen).
@@ -112,10 +116,13 @@ def config_from_dict(config_cls: type[C], values: Mapping[str, Any], trusted_mod
 
     ``values`` are data (e.g. read from a file): a field that may hold an import path
     (:func:`~deq_core.train.trust.import_path_field`, e.g. ``deq.solver``) may name only a module of
-    ``trusted_modules``, checked before anything is built, so that nothing else is imported.
+    ``trusted_modules``, checked before anything is built, so that nothing else is imported. ``run_dir``: the run
+    folder ``values`` were read from; a module they name is then imported as the environment has it, never from a
+    file there (:func:`~deq_core.train.trust.import_trusted`).
 
     Raises:
-        UntrustedImportError: (a UsageError and ValueError) an import path whose module is not in ``trusted_modules``.
+        UntrustedImportError: (a UsageError and ValueError) an import path whose module is not in ``trusted_modules``,
+            or (``run_dir``) whose only module is a file of the run folder.
     """
     sections = _sections(config_cls)
     names = {f.name for f in dataclasses.fields(config_cls)}  # type: ignore[arg-type]
@@ -129,10 +136,12 @@ def config_from_dict(config_cls: type[C], values: Mapping[str, Any], trusted_mod
         if flat or nested is not None:
             values[name] = {**flat, **(nested or {})}
     trusted = frozenset(trusted_modules)
-    check_import_paths(config_cls, values, trusted)
+    named = check_import_paths(config_cls, values, trusted)
     for name, field in sections.items():
         if isinstance(values.get(name), Mapping):
-            check_import_paths(type(_section_default(field)), values[name], trusted, prefix=f"{name}.")
+            named += check_import_paths(type(_section_default(field)), values[name], trusted, prefix=f"{name}.")
+    if run_dir is not None:
+        import_trusted(named, run_dir)
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
         if key not in names:

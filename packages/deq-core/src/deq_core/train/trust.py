@@ -6,12 +6,22 @@ built, :func:`check_import_paths` refuses every import path whose module is not 
 (``--trust-solver MODULE`` on the command line, ``trusted_modules`` in Python). The built-in solvers' shorthands
 ("anderson", "broyden", "fixed_point") import nothing and are always read. A config built from the command line
 (``deq.solver=pkg.module:Class`` for a new run) is the user's own choice and is not checked here.
+
+A trusted name is the module installed in the environment, never a file of the run folder: a run folder holding a
+``my_solvers.py`` would shadow the installed ``my_solvers`` when it is the working directory. :func:`import_trusted`
+imports the trusted modules with the run folder left out of ``sys.path`` before anything else imports them (the
+command lines do so first), and refuses a module found only there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+import importlib
+import importlib.machinery
+import os
+import sys
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from .._solvers.resolve import import_path_module
@@ -21,6 +31,7 @@ __all__ = [
     "UntrustedImportError",
     "check_import_paths",
     "import_path_field",
+    "import_trusted",
     "import_path_fields",
 ]
 
@@ -48,15 +59,17 @@ def import_path_fields(cls: type) -> tuple[str, ...]:
 
 def check_import_paths(
     cls: type, values: Mapping[str, Any], trusted_modules: Collection[str], prefix: str = "", fix: str | None = None
-) -> None:
+) -> list[str]:
     """Refuse ``values`` (the fields of the dataclass ``cls`` as read from a file, not yet built) when one of its
     import-path fields names a module outside ``trusted_modules``; nothing is imported. ``prefix`` names the section
     in the message (``"deq."``); ``fix`` is what the message tells the user to do (default: the command-line option
-    that allows the module; a Python API that takes no such option says what to pass instead).
+    that allows the module; a Python API that takes no such option says what to pass instead). Returns the modules
+    the import paths name (all of them trusted).
 
     Raises:
         UntrustedImportError: naming the field, the import path and the fix.
     """
+    named = []
     for name in import_path_fields(cls):
         value = values.get(name)
         module = import_path_module(value)
@@ -65,4 +78,54 @@ def check_import_paths(
             raise UntrustedImportError(
                 f"{prefix}{name} is the import path {value!r}, and a saved config imports no module the command line "
                 f"does not allow; {advice}."
+            )
+        if module is not None:
+            named.append(module)
+    return named
+
+
+def _inside(entry: object, folder: Path) -> bool:
+    """Whether the ``sys.path`` entry ``entry`` ("" is the working directory) is ``folder`` or inside it."""
+    where = Path(os.path.realpath(str(entry) or os.getcwd()))
+    return where == folder or folder in where.parents
+
+
+def _files(module: Any) -> list[str]:
+    """Where the module ``module`` was read from: its file, or a package's folders."""
+    file = getattr(module, "__file__", None)
+    return [file] if file else [str(p) for p in getattr(module, "__path__", [])]
+
+
+def import_trusted(modules: Iterable[str], run_dir: str | Path) -> None:
+    """Import each of ``modules`` (trusted ones) as the environment has it, never from the run folder ``run_dir``:
+    ``sys.path`` is searched without its entries at or inside ``run_dir`` (``python -m`` puts the working directory
+    first, which may be the run folder). A later import of the name (building a config that names it) gets the
+    module imported here. A module found nowhere else, or failing to import, is left to that import, which says why.
+
+    Raises:
+        UntrustedImportError: the only module of that name is in the run folder, or the one imported already was
+            read from there.
+    """
+    folder = Path(os.path.realpath(run_dir))
+    for name in modules:
+        top = name.partition(".")[0]
+        if top not in sys.modules:
+            kept = sys.path[:]
+            sys.path[:] = [entry for entry in kept if not _inside(entry, folder)]  # for this import only
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+            finally:
+                sys.path[:] = kept
+        if top in sys.modules:
+            planted = [file for file in _files(sys.modules[top]) if _inside(file, folder)]
+        else:  # found nowhere else: is it in the run folder? (looked up, not run)
+            spec = importlib.machinery.PathFinder.find_spec(top, [e for e in sys.path if _inside(e, folder)])
+            planted = [] if spec is None else [spec.origin or ", ".join(spec.submodule_search_locations or [])]
+        if planted:
+            raise UntrustedImportError(
+                f"{TRUST_OPTION} {name}: the module {top!r} is {planted[0]}, inside the run folder {folder}, and a "
+                "trusted module is the one installed in the environment, never a file of a run folder; install it, "
+                "or put it on PYTHONPATH outside the run folder."
             )

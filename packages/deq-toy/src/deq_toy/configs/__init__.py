@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from deq_core.train.deq_config import DEQConfig
@@ -60,17 +61,21 @@ _OLD_NAMES = {
 _OLD_TRAINING_NAMES = {"clip": "grad_clip", "checkpoint_every": "save_every"}
 
 
-def config_from_dict(values: Mapping[str, Any], trusted_modules: Collection[str] = ()) -> Config:
+def config_from_dict(
+    values: Mapping[str, Any], trusted_modules: Collection[str] = (), run_dir: str | Path | None = None
+) -> Config:
     """Rebuild a config from :func:`dataclasses.asdict` output (e.g. stored in a run's config.json; ``data.task``
     picks the class). Earlier layouts are read too: deq-toy 0.5 (flat fields beside the ``deq`` section, ``model``
     the model's name: moved into their sections by :func:`deq_core.train.run_config.config_from_dict`), the training
     names of deq-toy <= 0.5.0 (``clip``, ``checkpoint_every``: now ``optim.grad_clip``, ``run.save_every``) and the
     flat layout of deq-toy < 0.5 (DEQ settings at the top level; ``anderson_m``, ``jacobian_weight``,
     ``jacobian_probability``, read into the ``deq`` section). ``values`` are data: a solver import path may name
-    only a module of ``trusted_modules`` (nothing else is imported; :mod:`deq_core.train.trust`).
+    only a module of ``trusted_modules`` (nothing else is imported; :mod:`deq_core.train.trust`), the one installed
+    in the environment, never a file of ``run_dir`` (the run folder ``values`` were read from).
 
     Raises:
-        UsageError: an unknown task, or (UntrustedImportError) a solver of a module not in ``trusted_modules``.
+        UsageError: an unknown task, or (UntrustedImportError) a solver of a module not in ``trusted_modules`` or
+            found only in ``run_dir``.
     """
     data = values.get("data")
     task = data.get("task") if isinstance(data, Mapping) else values.get("task")
@@ -84,7 +89,7 @@ def config_from_dict(values: Mapping[str, Any], trusted_modules: Collection[str]
             m = fields.pop("anderson_m")
             deq.update(solver_options=[f"m={m}"], backward_options=[f"m={m}"])
         fields["deq"] = {**deq, **{k: fields.pop(k) for k in list(fields) if k in _DEQ_FIELDS}}
-    return stored_config(cls, fields, trusted_modules)
+    return stored_config(cls, fields, trusted_modules, run_dir=run_dir)
 
 
 __all__ = [
