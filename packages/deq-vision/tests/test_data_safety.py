@@ -1,7 +1,8 @@
 """Data files are data, never code, and an image folder never leaves its class folders (issue 25): a CIFAR-10 batch
 that holds anything but the official format's numpy arrays is refused in one line before any of it runs, on train
 and on evaluate; a directory symlink inside a class folder (a loop, or a way into another class) is refused in one
-line; symlinked image files are kept."""
+line; symlinked image files are kept; a FIFO named like an image is refused in one line instead of blocking
+training."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from conftest import learnable_images
 from deq_vision import evaluate, train
 from deq_vision.data import DatasetError, image_folder, read_batch, write_cifar_folder
+from lab.faults import python_module
 
 CIFAR_RUN = ["--config", "tiny-mdeq", "steps=2"]
 FOLDER_RUN = ["--config", "tiny-mdeq", "dataset=folder", "steps=2", "eval_every=2", "save_every=2"]
@@ -183,3 +185,16 @@ def test_symlinked_image_files_and_class_folders_are_kept(image_folder_dir: Path
     assert len(train_set) == 13 and train_set.classes == ["ant", "bee", "cat"]
     assert [train_set.targets.count(k) for k in range(3)] == [5, 4, 4]
     assert (str(image_folder_dir / "train" / "ant" / "shared.png"), 0) in train_set.samples
+
+
+def test_a_fifo_named_like_an_image_is_refused_in_one_line_instead_of_blocking(image_folder_dir: Path) -> None:
+    fifo = image_folder_dir / "train" / "bee" / "waiting.png"
+    os.mkfifo(fifo)
+    done = python_module("deq_vision.train", *FOLDER_RUN, "--data-dir", str(image_folder_dir), "--output-dir", "run",
+                         cwd=image_folder_dir.parent, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"python -m deq_vision.train: error: {fifo} is not a regular file"), line
+    train_set = image_folder(image_folder_dir, "train")
+    with pytest.raises(DatasetError, match=f"{fifo} is not a regular file"):  # loading it (above the check's limits)
+        train_set[[path for path, _ in train_set.samples].index(str(fifo))]

@@ -5,7 +5,9 @@ The classes and their indices come from the training split (its class folders, s
 the same indices, so a validation folder that lacks a class keeps every other label right, and a validation class
 unknown to training is an error. Unreadable image files raise :class:`DatasetError` naming the file: before training
 (:func:`check_image_files`) small selections are decoded whole and larger ones have their headers read, and a file
-that fails to decode later is reported the same way.
+that fails to decode later is reported the same way. Only regular files are opened as images (also through a link):
+anything else named like one (a FIFO, whose reading would wait for a writer forever, a device, a socket) is an error
+naming it.
 
 Symlinks: a class folder may itself be a symlink (e.g. to a dataset shared between users), and so may any image file
 inside it: a linked file is one image of the class folder it is linked into. A symlink to a directory inside a class
@@ -17,10 +19,11 @@ mislabels its images; link the image files, or the class folder itself, instead.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from PIL import Image
 from torchvision.datasets import ImageFolder
@@ -32,6 +35,7 @@ SPLITS = ("train", "val")
 # HEADER_CHECK_LIMIT have their header read (~0.1 ms each); beyond that (full ImageNet) only loading reports a file.
 DECODE_CHECK_LIMIT = 2_000
 HEADER_CHECK_LIMIT = 200_000
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError)
 
 
@@ -57,15 +61,36 @@ def class_folders(data_dir: str | Path, split: str = "train") -> list[str]:
     return names
 
 
+def open_image_file(path: str) -> BinaryIO:
+    """The image file ``path`` opened for reading, when it is a regular file (also through a link to one). It is
+    opened without waiting (``O_NONBLOCK``, which changes nothing for a regular file), so that a FIFO cannot block.
+
+    Raises:
+        DatasetError: ``path`` is not a regular file (a FIFO, a device, a socket).
+        OSError: the file cannot be opened.
+    """
+    fd = os.open(path, _READ_FLAGS)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DatasetError(
+            f"{path} is not a regular file but is named like an image (a FIFO, a device or a socket, which could "
+            "block reading forever); remove it from the image folder."
+        )
+    return os.fdopen(fd, "rb")
+
+
 def load_image(path: str) -> Image.Image:
     """The image file ``path`` as a PIL RGB image.
 
     Raises:
-        DatasetError: the file cannot be read or decoded (the message names it).
+        DatasetError: the file is not a regular file (:func:`open_image_file`), or cannot be read or decoded (the
+            message names it).
     """
     try:
-        with open(path, "rb") as fh:
+        with open_image_file(path) as fh:
             return Image.open(fh).convert("RGB")
+    except DatasetError:  # (an OSError too)
+        raise
     except _PIL_ERRORS as err:
         raise DatasetError(f"{path} is not a readable image ({err}); remove or replace the file.") from err
 
@@ -170,7 +195,8 @@ def check_image_files(paths: Sequence[str], decode_limit: int | None = None, hea
     bad file). Returns "decoded", "headers" or "none".
 
     Raises:
-        DatasetError: naming the unreadable files (the first three) and how many there are.
+        DatasetError: naming the unreadable files (the first three) and how many there are; or the first path that is
+            not a regular file (:func:`open_image_file`).
     """
     if len(paths) > (HEADER_CHECK_LIMIT if header_limit is None else header_limit):
         return "none"
@@ -178,9 +204,11 @@ def check_image_files(paths: Sequence[str], decode_limit: int | None = None, hea
     bad: list[str] = []
     for path in paths:
         try:
-            with Image.open(path) as image:
+            with open_image_file(path) as fh, Image.open(fh) as image:
                 if decode:
                     image.load()
+        except DatasetError:
+            raise
         except _PIL_ERRORS as err:
             bad.append(f"{path} ({err})")
     if bad:
