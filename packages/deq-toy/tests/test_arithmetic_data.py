@@ -1,4 +1,5 @@
-"""The expression generator, labels, files and the loader's errors."""
+"""The expression generator, labels, files and the loader's errors (also for a value that would take hours to
+build)."""
 
 import ast
 import random
@@ -19,6 +20,7 @@ from deq_toy.data.arithmetic import (
     to_indices,
     write_split,
 )
+from lab.faults import python_module
 
 
 def python_exact(text: str) -> Fraction:
@@ -105,6 +107,9 @@ def test_roundtrip_and_one_hot(tmp_path):
         ("1+a\t3\t1", "outside"),
         ("1+2+3\t6\t1", "has 5 symbols, expected 3"),
         ("1+2\tthree\t1", "not an exact fraction"),
+        ("1+2\t3.0\t1", "not an exact fraction"),
+        ("1+2\t3e0\t1", "not an exact fraction"),
+        ("1+2\t1234/1\t1", "not an exact fraction like -7/3 of at most 3 digits"),
         ("1+2\t3\t2", "not 0 or 1"),
         ("1-2\t-1\t1", "does not match the sign"),
     ],
@@ -127,3 +132,17 @@ def test_missing_header_missing_file_and_short_file(tmp_path):
     short = write_split(tmp_path / "short.tsv", generate_split(5, 31))
     with pytest.raises(UsageError, match="has 5 rows but 10 are needed"):
         load_split(short, limit=10)
+
+
+def test_a_value_with_an_exponent_is_one_line_at_once(tmp_path):
+    """``1e999999999`` is a fraction to Python (10 ** 999999999, hours of work): training stops on it in one line."""
+    data = tmp_path / "data"
+    bad = data / "arith-seed0" / "four-train-len31.tsv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(f"expression\tvalue\tlabel\n{'1+' * 15}1\t1e999999999\t1\n")
+    done = python_module("deq_toy.train", "--config", "arith-fc-tiny", "--data-dir", "data", "--output-dir", "run",
+                         cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("python -m deq_toy.train: error: malformed arithmetic data file "), line
+    assert f"{bad.relative_to(tmp_path)}, line 2: value '1e999999999' is not an exact fraction" in line, line

@@ -16,12 +16,16 @@ Variants change the operator frequencies: ``four`` (+ - * / equally likely), ``f
 likely as each other operator), ``two`` (only + and -), ``two_biased`` ('-' three times as likely as '+').
 
 Files are tab-separated text: a comment line, the header ``expression<TAB>value<TAB>label``, then one row per
-expression with the value as ``p/q`` (or ``p``). :func:`load_split` checks every row and names the line of an error.
+expression with the value as ``p/q`` (or ``p``). :func:`load_split` checks every row and names the line of an error;
+a value is read only as written so (digits, no exponent: ``1e999999999`` would take hours to build), with at most as
+many digits above and below the line as its expression has symbols (the exact value of an expression of L symbols has
+fewer).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -37,6 +41,7 @@ OPERATORS = "+-*/"
 SYMBOLS = DIGITS + OPERATORS + "()"
 SYMBOL_INDEX = {s: i for i, s in enumerate(SYMBOLS)}
 HEADER = "expression\tvalue\tlabel"
+_VALUE = re.compile(r"-?([0-9]+)(?:/([0-9]+))?")  # p or p/q, as str(Fraction) writes it
 
 VARIANTS: dict[str, dict[str, float]] = {
     "four": {"+": 1.0, "-": 1.0, "*": 1.0, "/": 1.0},
@@ -233,6 +238,17 @@ def _malformed(path: Path, number: int, what: str) -> UsageError:
     )
 
 
+def _value(text: str, digits: int) -> Fraction | None:
+    """The fraction ``text`` (``p`` or ``p/q``, each of at most ``digits`` digits), or None when it is not one."""
+    match = _VALUE.fullmatch(text)
+    if match is None or any(len(part) > digits for part in match.groups() if part is not None):
+        return None
+    try:
+        return Fraction(text)
+    except ZeroDivisionError:
+        return None
+
+
 def load_split(path: str | Path, length: int | None = None, limit: int | None = None) -> ArithmeticSplit:
     """Read and check a file written by :func:`write_split`.
 
@@ -272,10 +288,11 @@ def load_split(path: str | Path, length: int | None = None, limit: int | None = 
             raise _malformed(path, number, f"expression {text!r} has symbols {bad} outside {SYMBOLS!r}")
         if length is not None and len(text) != length:
             raise _malformed(path, number, f"expression {text!r} has {len(text)} symbols, expected {length}")
-        try:
-            value = Fraction(value_text)
-        except (ValueError, ZeroDivisionError):
-            raise _malformed(path, number, f"value {value_text!r} is not an exact fraction like -7/3") from None
+        value = _value(value_text, len(text))
+        if value is None:
+            shown = repr(value_text) if len(value_text) <= 40 else repr(value_text[:40]) + "..."
+            raise _malformed(path, number, f"value {shown} is not an exact fraction like -7/3 of at most {len(text)} "
+                             "digits above and below the line (as many as its expression has symbols)")  # fmt: skip
         if label_text not in ("0", "1"):
             raise _malformed(path, number, f"label {label_text!r} is not 0 or 1")
         if int(label_text) != sign_label(value):
