@@ -19,11 +19,14 @@ BackwardMode = deq_core.Implicit | deq_core.Phantom | deq_core.JFB
 
 # (low, high) parameter counts. JR paper (jacobian-regularization-icml2021.txt) Table 2, column Size: MDEQ (CIFAR-10)
 # 10M, MDEQ-small 18M, MDEQ-large 63M (ImageNet); MDEQ-tiny's size (about 170K) is not printed in the papers' text.
+# The JR paper's ImageNet runs: mdeq_small_imagenet_jr (a wider head), mdeq_large_imagenet_jr.
 PARAMETERS = {
     "mdeq_tiny_cifar10": (0.12e6, 0.2e6),
     "mdeq_large_cifar10": (9e6, 12e6),
     "mdeq_small_imagenet": (15e6, 20e6),
+    "mdeq_small_imagenet_jr": (17e6, 20e6),
     "mdeq_large_imagenet": (60e6, 70e6),
+    "mdeq_large_imagenet_jr": (60e6, 70e6),
     "mdeq_mini": (0.05e6, 0.15e6),
 }
 

@@ -1,6 +1,6 @@
 """The multiscale deep equilibrium model (Bai, Koltun & Kolter, NeurIPS 2020).
 
-    x -> stem -> injection u (B, C_0, H, W)
+    x -> stem -> [1x1 conv + BN + ReLU] -> injection u (B, C_0, H, W)
     z* = f(z*; u), z = (z_0, ..., z_{n-1}), z_i of shape (B, C_i, H / 2^i, W / 2^i), solved from z = 0
     f(z; u) = fusion(block_0(z_0, u), block_1(z_1), ..., block_{n-1}(z_{n-1}))
     features = head bottlenecks(z*)           (B, final_channels, H / 2^(n-1), W / 2^(n-1))   forward_features
@@ -8,6 +8,8 @@
     z*_i, one per branch                      (B, C_i, H / 2^i, W / 2^i)                       forward_intermediates
 
 The solve and its implicit backward come from :class:`deq_core.DEQ` with a tuple state (one tensor per resolution).
+The layers follow the authors' code (locuslab/deq, branch master, MDEQ-Vision/lib/models/mdeq_core.py and mdeq.py);
+docs/fidelity.md lists each part against it.
 """
 
 from __future__ import annotations
@@ -17,16 +19,24 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 import deq_core
 
 from .blocks import BranchBlock, ClassificationHead, Fusion, conv_bn_relu
 
+# The standard deviation of the N(0, std) draw of every convolution that is not weight-normalized (MDEQClsNet.
+# init_weights); a weight-normalized one computes its weight from g and v and keeps PyTorch's default.
+PLAIN_CONV_INIT_STD = 0.01
 
-def default_deq(max_iter: int = 18, backward_max_iter: int = 20, stop_mode: str = "rel") -> deq_core.DEQ:
+
+def default_deq(max_iter: int = 19, backward_max_iter: int = 20, stop_mode: str = "rel") -> deq_core.DEQ:
     """The MDEQ paper's DEQ layer: Broyden to relative (or ``stop_mode``) residual 1e-3 in ``max_iter`` calls of f,
     implicit backward by Broyden to 1e-3 in ``backward_max_iter``; the training limits also hold at inference. The
-    registered architectures (``deq_vision.models.registry``) pass their own limits."""
+    defaults are the CIFAR-10 files' F_THRES 18 (a Broyden threshold T makes T + 1 calls of f) and B_THRES 20 (their
+    backward's first call, at u = 0, gives the incoming gradient, our starting point). Each sample stops on its own
+    residual (deq-core's default); the presets stop on the batch's, as the authors' solvers do. The registered
+    architectures (``deq_vision.models.registry``) pass their own limits."""
     return deq_core.DEQ(
         solver=deq_core.Broyden(),
         max_iter=max_iter,
@@ -46,15 +56,21 @@ class MDEQ(nn.Module):
         num_classes: classifier outputs (0: no classifier, ``forward`` returns pooled features).
         in_chans: image channels.
         stem_strides: strides of the stem's two 3x3 convs, e.g. (1, 1) for 32x32 CIFAR, (2, 2) for 224x224 ImageNet.
-        expansion: inner width factor of each branch block. num_groups: GroupNorm groups.
-        dropout: variational dropout in the branch blocks. post_gn_affine: affine last GroupNorms.
+        expansion: inner width factor of each branch block. num_groups: GroupNorm groups of the blocks and the fusion
+            paths; the GroupNorm after the fusion has ``num_groups // 2``.
+        dropout: variational dropout in the branch blocks (one value per channel, shared by the pixels and the solver
+            iterations). post_gn_affine: learnable affine of the GroupNorms after the fusion (the blocks' are affine).
         deq: the :class:`deq_core.DEQ` layer that finds z* and carries gradients through it (forward solver and
             limits, backward mode: ``Implicit``, ``Phantom`` or ``JFB``, inference limits). None: :func:`default_deq`
-            (the MDEQ paper's Broyden forward and implicit Broyden backward, 18 / 20 iterations, tolerance 1e-3).
+            (the MDEQ paper's Broyden forward and implicit Broyden backward, 19 / 20 calls of f, tolerance 1e-3).
         drop_rate: dropout before the classifier (timm's ``drop_rate``).
         drop_path_rate: stochastic depth in every branch block (timm's ``drop_path_rate``; the branches run in
             parallel inside one weight-tied cell, so all get this rate): in training, a sample's residual branch is
             dropped with this probability, one draw per forward pass shared by all solver iterations.
+
+    The stem's output enters branch 0 through a 1x1 conv + BN + ReLU (``injection``) when the stem strides or there
+    are more than two branches, directly otherwise (the authors' ``stage0``). Convolutions without weight
+    normalization start from N(0, 0.01) weights and biases (:data:`PLAIN_CONV_INIT_STD`).
     """
 
     def __init__(
@@ -76,9 +92,13 @@ class MDEQ(nn.Module):
         super().__init__()
         if len(channels) != len(head_channels) or not channels:
             raise ValueError(f"channels {channels} and head_channels {head_channels} need the same, nonzero length.")
+        if num_groups < 2:
+            raise ValueError(f"num_groups must be >= 2 (the GroupNorm after the fusion has num_groups // 2), got "
+                             f"{num_groups}.")  # fmt: skip
         for c in channels:
-            if c % num_groups:
-                raise ValueError(f"every branch width must be divisible by num_groups={num_groups}, got {channels}.")
+            if c % num_groups or c % (num_groups // 2):
+                raise ValueError(f"every branch width must be divisible by num_groups={num_groups} and by "
+                                 f"num_groups // 2, got {channels}.")  # fmt: skip
         if len(stem_strides) != 2:
             raise ValueError(f"stem_strides needs two strides, got {stem_strides}.")
         if not 0.0 <= drop_path_rate < 1.0:
@@ -90,8 +110,12 @@ class MDEQ(nn.Module):
             conv_bn_relu(in_chans, self.channels[0], 3, stem_strides[0]),
             conv_bn_relu(self.channels[0], self.channels[0], 3, stem_strides[1]),
         )
+        strided = any(s != 1 for s in stem_strides)
+        self.injection: nn.Sequential | None = (
+            conv_bn_relu(self.channels[0], self.channels[0], 1) if strided or len(self.channels) > 2 else None
+        )
         self.blocks = nn.ModuleList(
-            BranchBlock(c, expansion, num_groups, dropout, post_gn_affine, drop_path_rate) for c in self.channels
+            BranchBlock(c, expansion, num_groups, dropout, drop_path_rate) for c in self.channels
         )
         self.fusion = Fusion(self.channels, num_groups, post_gn_affine)
         if deq is not None and not isinstance(deq, deq_core.DEQ):
@@ -108,6 +132,18 @@ class MDEQ(nn.Module):
         self.feature_info = [
             dict(num_chs=c, reduction=stride * 2**i, module=f"blocks.{i}") for i, c in enumerate(self.channels)
         ]
+        self._init_plain_convs()
+
+    @torch.no_grad()
+    def _init_plain_convs(self) -> None:
+        """Weights and biases of every convolution without weight normalization (stem, injection, fusion paths,
+        head) drawn from N(0, :data:`PLAIN_CONV_INIT_STD`), as the authors' ``init_weights``; the weight-normalized
+        ones keep PyTorch's default (their ``init_weights`` draw is overwritten by g v / ||v|| in every pass)."""
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d) and not parametrize.is_parametrized(module):
+                module.weight.normal_(0.0, PLAIN_CONV_INIT_STD)
+                if module.bias is not None:
+                    module.bias.normal_(0.0, PLAIN_CONV_INIT_STD)
 
     def cell(self, z: Sequence[Tensor], injection: Tensor) -> tuple[Tensor, ...]:
         """f(z; u): the equilibrium map. z: one (B, C_i, h_i, w_i) per branch; injection: (B, C_0, h_0, w_0)."""
@@ -126,6 +162,8 @@ class MDEQ(nn.Module):
         """Images (B, in_chans, H, W) -> (the state f(z*), one tensor per branch; DEQ statistics). The layer follows
         its step plan when one is set (:func:`deq_core.step_plan`: pretraining unroll, a limit, the Jacobian term)."""
         injection = self.stem(x)
+        if self.injection is not None:
+            injection = self.injection(injection)
         z0 = self.initial_state(injection)
         for block, z in zip(self.blocks, z0):
             block.reset_masks(z)
@@ -230,14 +268,18 @@ class MDEQ(nn.Module):
         """Parameter groups from input to output, as timm's regex matchers (for ``timm.optim``'s layer-wise learning
         rate decay, ``param_groups_layer_decay`` / ``create_optimizer_v2(..., layer_decay=...)``).
 
-        Coarse: stem, the equilibrium cell (branch blocks and fusion: one weight-tied layer), the head's bottlenecks;
-        the classifier comes last (unmatched names go last in timm). Fine: each stem conv, the branch blocks, the
-        fusion, then the head in data-flow order (bottleneck 0, downsample 0, bottleneck 1, ..., final conv).
+        Coarse: stem (with the injection's conv), the equilibrium cell (branch blocks and fusion: one weight-tied
+        layer), the head's bottlenecks; the classifier comes last (unmatched names go last in timm). Fine: each stem
+        conv, the injection's conv, the branch blocks, the fusion, then the head in data-flow order (bottleneck 0,
+        downsample 0, bottleneck 1, ..., final conv).
         """
         if coarse:
-            return dict(stem=r"^stem\.", cell=r"^(?:blocks|fusion)\.", head=r"^head\.(?:increase|downsample|final)\.")
+            return dict(
+                stem=r"^(?:stem|injection)\.", cell=r"^(?:blocks|fusion)\.",
+                head=r"^head\.(?:increase|downsample|final)\.",
+            )  # fmt: skip
         return dict(
-            stem=r"^stem\.(\d+)\.",
+            stem=[(r"^stem\.(\d+)\.", None), (r"^injection\.", (2,))],
             cell=[(r"^blocks\.", (0,)), (r"^fusion\.", (1,))],
             head=[
                 (r"^head\.increase\.(\d+)\.", (0,)),

@@ -2,7 +2,8 @@
 
 After ``import deq_vision`` (timm has no plugin discovery: the models exist in timm's registry once this module is
 imported): ``timm.create_model("mdeq_large_cifar10")``, ``"mdeq_tiny_cifar10"``, ``"mdeq_small_imagenet"``,
-``"mdeq_large_imagenet"``, and the CPU-scale ``"mdeq_mini"`` and ``"resnet_mini"``. Keyword arguments (num_classes,
+``"mdeq_large_imagenet"``, the JR paper's ImageNet variants ``"mdeq_small_imagenet_jr"`` and
+``"mdeq_large_imagenet_jr"``, and the CPU-scale ``"mdeq_mini"`` and ``"resnet_mini"``. Keyword arguments (num_classes,
 in_chans, dropout, drop_path_rate, ...) override the defaults below; ``deq=deq_core.DEQ(...)`` replaces the
 architecture's default DEQ layer (solvers, limits, backward mode), and so does ``deq=dict(...)``, the layer's settings
 as plain data (:func:`layer_settings`; what an exported run's config.json holds). Each model carries a
@@ -32,8 +33,13 @@ from deq_core.train.trust import check_import_paths
 
 from .mdeq import MDEQ, default_deq
 
-# Architectures of the papers' configurations (branch widths, head widths, final width, stem, GroupNorm, dropout).
-# The class count and input channels come from the model's pretrained_cfg (below).
+# Architectures of the papers' configurations (branch widths, head widths, final width, stem, GroupNorm, dropout), as
+# the authors' files give them (locuslab/deq, branch master, MDEQ-Vision/experiments/): cifar/cls_mdeq_TINY.yaml,
+# cifar/cls_mdeq_LARGE.yaml (its JR run, cls_mdeq_LARGE_reg.yaml, changes only the dropout: a preset setting),
+# imagenet/cls_mdeq_SMALL.yaml, cls_mdeq_SMALL_reg.yaml (wider head, no affine after the fusion),
+# cls_mdeq_LARGE.yaml and cls_mdeq_LARGE_reg.yaml (no affine after the fusion). All: 8 GroupNorm groups, expansion 5
+# (the MDEQ's defaults); DOWNSAMPLE_TIMES 0 (CIFAR) or 2 (ImageNet) strided stem convs. The class count and input
+# channels come from the model's pretrained_cfg (below).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "mdeq_tiny_cifar10": dict(
         channels=(24, 24), head_channels=(8, 16), final_channels=200, stem_strides=(1, 1), dropout=0.25,
@@ -46,9 +52,17 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         channels=(32, 64, 128, 256), head_channels=(24, 48, 96, 192), final_channels=2048,
         stem_strides=(2, 2), dropout=0.0, post_gn_affine=True,
     ),
+    "mdeq_small_imagenet_jr": dict(
+        channels=(32, 64, 128, 256), head_channels=(28, 56, 112, 224), final_channels=2048,
+        stem_strides=(2, 2), dropout=0.02, post_gn_affine=False,
+    ),
     "mdeq_large_imagenet": dict(
         channels=(80, 160, 320, 640), head_channels=(32, 64, 128, 256), final_channels=2048,
         stem_strides=(2, 2), dropout=0.0, post_gn_affine=True,
+    ),
+    "mdeq_large_imagenet_jr": dict(
+        channels=(80, 160, 320, 640), head_channels=(32, 64, 128, 256), final_channels=2048,
+        stem_strides=(2, 2), dropout=0.0, post_gn_affine=False,
     ),
     # CPU scale (16x16 digits and glyphs): two narrow branches (16x16, 8x8).
     "mdeq_mini": dict(
@@ -58,13 +72,17 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 # The limits of each architecture's default DEQ layer (deq_vision.models.mdeq.default_deq: the MDEQ paper's Broyden
-# forward and implicit backward), used when no ``deq`` layer is given. The presets in deq_vision.configs build their
-# own layer from the config (the JR presets change the limits per run).
+# forward and implicit backward), used when no ``deq`` layer is given: the files' F_THRES + 1 calls of f forward (their
+# Broyden threshold T evaluates f(z0) and takes T steps) and B_THRES backward (their first backward call, at u = 0,
+# returns the incoming gradient: our starting point). The presets in deq_vision.configs build their own layer from the
+# config.
 DEFAULT_DEQ_LIMITS: dict[str, dict[str, Any]] = {
-    "mdeq_tiny_cifar10": dict(max_iter=18, backward_max_iter=20),
-    "mdeq_large_cifar10": dict(max_iter=18, backward_max_iter=20),
-    "mdeq_small_imagenet": dict(max_iter=26, backward_max_iter=27, stop_mode="abs"),
-    "mdeq_large_imagenet": dict(max_iter=26, backward_max_iter=27, stop_mode="abs"),
+    "mdeq_tiny_cifar10": dict(max_iter=18 + 1, backward_max_iter=20),
+    "mdeq_large_cifar10": dict(max_iter=18 + 1, backward_max_iter=20),
+    "mdeq_small_imagenet": dict(max_iter=26 + 1, backward_max_iter=27, stop_mode="abs"),
+    "mdeq_small_imagenet_jr": dict(max_iter=14 + 1, backward_max_iter=14, stop_mode="abs"),
+    "mdeq_large_imagenet": dict(max_iter=26 + 1, backward_max_iter=27, stop_mode="abs"),
+    "mdeq_large_imagenet_jr": dict(max_iter=14 + 1, backward_max_iter=14, stop_mode="abs"),
     "mdeq_mini": dict(max_iter=12, backward_max_iter=12),
 }
 
@@ -96,8 +114,10 @@ default_cfgs = generate_default_cfgs(
     {
         "mdeq_tiny_cifar10": _cfg(_CIFAR10, (16, 16), "MDEQ-tiny, CIFAR-10 (MDEQ paper)"),
         "mdeq_large_cifar10": _cfg(_CIFAR10, (4, 4), "MDEQ-large, CIFAR-10 (MDEQ and JR papers)"),
-        "mdeq_small_imagenet": _cfg(_IMAGENET, (7, 7), "MDEQ-small, ImageNet (MDEQ and JR papers)"),
-        "mdeq_large_imagenet": _cfg(_IMAGENET, (7, 7), "MDEQ-large, ImageNet (MDEQ and JR papers)"),
+        "mdeq_small_imagenet": _cfg(_IMAGENET, (7, 7), "MDEQ-small, ImageNet (MDEQ paper)"),
+        "mdeq_small_imagenet_jr": _cfg(_IMAGENET, (7, 7), "MDEQ-small as trained with JR, ImageNet (JR paper)"),
+        "mdeq_large_imagenet": _cfg(_IMAGENET, (7, 7), "MDEQ-large, ImageNet (MDEQ paper)"),
+        "mdeq_large_imagenet_jr": _cfg(_IMAGENET, (7, 7), "MDEQ-large as trained with JR, ImageNet (JR paper)"),
         "mdeq_mini": _cfg(_GLYPHS_DIGITS, (8, 8), "CPU-scale MDEQ: 16x16 grayscale digits and glyphs"),
         "resnet_mini": _cfg(
             _GLYPHS_DIGITS, (1, 1), "CPU-scale ResNet twin: 16x16 grayscale digits and glyphs",
@@ -206,9 +226,23 @@ def mdeq_small_imagenet(pretrained: bool = False, **kwargs: Any) -> MDEQ:
 
 
 @register_model
+def mdeq_small_imagenet_jr(pretrained: bool = False, **kwargs: Any) -> MDEQ:
+    """MDEQ-small as the JR paper trains it on 224x224 ImageNet (cls_mdeq_SMALL_reg.yaml): a wider head, dropout
+    0.02, no affine after the fusion (about 19M parameters)."""
+    return _build_mdeq("mdeq_small_imagenet_jr", pretrained, kwargs)
+
+
+@register_model
 def mdeq_large_imagenet(pretrained: bool = False, **kwargs: Any) -> MDEQ:
     """MDEQ-large for 224x224 ImageNet (about 63M parameters)."""
     return _build_mdeq("mdeq_large_imagenet", pretrained, kwargs)
+
+
+@register_model
+def mdeq_large_imagenet_jr(pretrained: bool = False, **kwargs: Any) -> MDEQ:
+    """MDEQ-large as the JR paper trains it on 224x224 ImageNet (cls_mdeq_LARGE_reg.yaml): no affine after the
+    fusion (about 63M parameters)."""
+    return _build_mdeq("mdeq_large_imagenet_jr", pretrained, kwargs)
 
 
 @register_model
