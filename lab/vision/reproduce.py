@@ -307,15 +307,18 @@ def preamble_text(seeds: Sequence[int], quick: bool, evals: dict[str, Any], fixe
     m, j = get_config("glyphs-mdeq"), get_config("glyphs-mdeq-jr")
     j_eval = j.deq.eval_max_iter or j.deq.max_iter
     scale = "QUICK SMOKE RUN (tiny data, a few steps): the numbers mean nothing." if quick else ""
+    stop = {"batch": "the residual of the whole batch (the authors' rule)", "sample": "each sample's own residual"}
     return (
         f"{scale} Data: procedurally drawn 16x16 glyphs (`deq_vision.data.glyphs`), {n_test} test images. Seeds "
         f"{list(seeds)}; numbers are mean ± sample std over seeds. Solver limits are our max_iter (calls of f, the "
         f"one at z0 included; the paper's NFE is one less, see below). MDEQ (`{m.model.name}`): {m.deq.solver}, "
         f"max_iter {m.deq.max_iter} / {m.deq.backward_max_iter} in training (forward / backward), inference to "
-        f"relative residual {m.deq.tol:g} (limit max_iter {m.deq.eval_max_iter}). MDEQ + JR: max_iter "
+        f"relative residual {m.deq.tol:g} (limit max_iter {m.deq.eval_max_iter}); solves stop on "
+        f"{stop[m.deq.stop_over]}. MDEQ + JR: max_iter "
         f"{j.deq.max_iter} / {j.deq.backward_max_iter} in training, hard stop max_iter {j_eval} at inference (paper "
         f"NFE {paper_nfe(j_eval):g}), JR probability "
-        f"{j.deq.jac_prob:g}, gamma as named. The residual figure (`residual_over_training.png`) evaluates every "
+        f"{j.deq.jac_prob:g} with {j.deq.jacobian_samples} Hutchinson probes, gamma as named. The residual figure "
+        "(`residual_over_training.png`) evaluates every "
         f"checkpoint at a fixed max_iter {fixed_t} (paper convention T = {paper_nfe(fixed_t):g}; Fig. 1a uses "
         "T = 14)."
     ).strip()

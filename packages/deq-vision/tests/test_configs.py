@@ -28,10 +28,12 @@ from deq_vision.train import RESUMABLE_CHANGES, VisionTask, main
 def test_paper_presets() -> None:
     large, jr = get_config("cifar10-mdeq-large"), get_config("cifar10-mdeq-large-jr")
     assert large.model.name == jr.model.name == "mdeq_large_cifar10"
-    assert (large.deq.max_iter, large.deq.backward_max_iter, large.deq.jac_weight) == (18, 20, 0.0)
-    assert (jr.deq.max_iter, jr.deq.backward_max_iter, jr.deq.jac_weight, jr.deq.jac_prob) == (8, 7, 0.4, 0.02)
+    # limits in calls of f: the files' Broyden thresholds F_THRES + 1 forward, B_THRES backward (every number against
+    # its file: test_paper_presets.py)
+    assert (large.deq.max_iter, large.deq.backward_max_iter, large.deq.jac_weight) == (19, 20, 0.0)
+    assert (jr.deq.max_iter, jr.deq.backward_max_iter, jr.deq.jac_weight, jr.deq.jac_prob) == (9, 7, 0.4, 0.02)
     assert (
-        get_config("imagenet-mdeq-small-jr").deq.max_iter == 14 and get_config("imagenet-mdeq-small").deq.max_iter == 26
+        get_config("imagenet-mdeq-small-jr").deq.max_iter == 15 and get_config("imagenet-mdeq-small").deq.max_iter == 27
     )
     names = {c.model.name for c in PRESETS.values()}
     assert names >= {"resnet18", "resnet101", "mdeq_tiny_cifar10", "mdeq_large_imagenet"}

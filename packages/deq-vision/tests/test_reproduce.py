@@ -23,6 +23,8 @@ def test_quick_claims_end_to_end_and_rerun_reads_finished_runs(tmp_path: Path, c
     for key in ("Table 2 (CIFAR-10)", "Table 3", "Figure 1a", "NFE=6", "γ = 1.2", "--quick"):
         assert key in text, key
     assert text.count("| **") == 5  # five claims, each with a verdict
+    # the presets' stopping rule and probes, as the authors' code (glyphs-mdeq, glyphs-mdeq-jr)
+    assert "solves stop on the residual of the whole batch" in text and "with 2 Hutchinson probes" in text
     assert (out / "residual_over_training.png").is_file() and (out / "hard_stop.md").is_file()
     results = json.loads((out / "results.json").read_text())
     assert set(results["runs"]) == {r.name for r in plan([0])}
