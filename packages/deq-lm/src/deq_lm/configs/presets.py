@@ -149,12 +149,14 @@ _WT103_TXL_BASE = dict(
 )  # fmt: skip
 # Small models: widths derived from the published counts (138M total, 4.5M non-embedding; no script was released).
 _WT103_SMALL = dict(d_embed=500, d_model=500, n_heads=10, d_head=50, d_ff=2_000, cutoffs=WT103_CUTOFFS, div_val=1)
-# DEQ-TrellisNet, authors' script (locuslab/deq DEQModel/run_wt103_deq_trellisnet.sh, commit 77ec1bb).
+# DEQ-TrellisNet, authors' script (locuslab/deq DEQModel/run_wt103_deq_trellisnet.sh, commit 77ec1bb). Its Broyden
+# threshold 45 is 46 calls of f forward (z0, then 45 steps); the backward's first call, at u = 0, returns the gradient
+# our adjoint solve starts from, so 45 there.
 _WT103_DEQ_TRELLIS = dict(
     **_WT103, model="deq_trellisnet", cutoffs=TRELLIS_WT103_CUTOFFS, div_val=1, d_embed=500, d_model=1_500, kernel=2,
     dilation=1, dropout=0.1, tgt_len=100, batch_size=49, lr=1e-3, warmup_steps=0, steps=300_000, grad_clip=0.07,
     **deq_settings(
-        pretrain_steps=30_000, pretrain_depth=40, solver="broyden", max_iter=45, backward_solver="broyden",
+        pretrain_steps=30_000, pretrain_depth=40, solver="broyden", max_iter=46, backward_solver="broyden",
         backward_max_iter=45, tol=1e-3, backward_tol=1e-4, **REFERENCE_STOP,
     ),
     eval_every=5_000, save_every=5_000, log_every=200,
