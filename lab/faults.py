@@ -11,7 +11,9 @@ points. KILL_AT = 0 never kills.
 :func:`train_with_faults` runs a training command again and again, killing it at chosen save points or at random
 moments of training, resuming each time, until it finishes. :func:`plant_pickle` replaces a file with a pickle that
 runs code when unpickled by a loader that allows it (to show that no loader of a checkpoint does).
-:func:`read_only` makes a folder unwritable for the test's own process, also when it runs as root.
+:func:`read_only` makes a folder unwritable for the test's own process, also when it runs as root; :func:`no_space`
+makes a save point fail as a full device does. :func:`check_export_fault` checks a task package's export against a
+destination that cannot be used (:data:`EXPORT_FAULTS`).
 """
 
 from __future__ import annotations
@@ -36,15 +38,18 @@ from typing import Any
 from deq_core.train import checkpoints
 
 __all__ = [
+    "EXPORT_FAULTS",
     "PAYLOAD_MODULE",
     "TRUSTED_SOLVER_MODULE",
     "Kill",
+    "check_export_fault",
     "check_export_trust",
     "check_installed_solver_module",
     "plant_pickle",
     "plant_solver_path",
     "python_module",
     "random_kills",
+    "no_space",
     "read_only",
     "save_points",
     "train_with_faults",
@@ -236,6 +241,62 @@ def check_installed_solver_module(command: Sequence[str], run: Path, site: Path)
     assert "--trust-solver my_solvers: the module 'my_solvers' is " in line, line
     assert line.endswith("install it, or put it on PYTHONPATH outside the run folder."), line
     assert not (run / "ran").exists()
+
+
+# The faults of an export's destination OUT that :func:`check_export_fault` makes.
+EXPORT_FAULTS = ("read-only folder", "full device", "planted OUT.partial link", "dangling OUT link")
+
+
+def no_space(fragment: str) -> Callable[[str, str], None]:
+    """A save point (:func:`save_points`) that fails the first ``os.fsync`` of a path containing ``fragment`` with
+    ENOSPC, as a device that fills up while the file is written."""
+
+    def point(call: str, path: str) -> None:
+        if call == "fsync" and fragment in path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    return point
+
+
+def check_export_fault(
+    fault: str, export: Callable[[list[str]], int], run: Path, root: Path, stderr: Callable[[], str]
+) -> None:
+    """Check a task package's export command line, ``export([RUN, OUT])`` (its ``main``, run in this process), with
+    the destination ``root/out`` made unusable by ``fault`` (one of :data:`EXPORT_FAULTS`): a folder that cannot be
+    written, a device that fills up while the weights are written, a symbolic link planted at ``OUT.partial`` (where
+    the export writes before renaming) or a dangling link at OUT. Each is one line ``PROG: error: ...`` on stderr
+    (read with ``stderr()``), exit status 2; what the export created is removed, and the folder a link points to is
+    left as it was.
+
+    Raises:
+        AssertionError: the export did otherwise.
+    """
+    root.mkdir(parents=True)
+    out, partial, elsewhere = root / "out", root / "out.partial", root.parent / f"{root.name}-elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("not the export's")
+    context: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if fault == "read-only folder":
+        context, expected = read_only(root), f"cannot write to {root}: "
+    elif fault == "full device":
+        context, expected = save_points(root, no_space(partial.name)), f"no space left on the device of {root} "
+    elif fault == "planted OUT.partial link":
+        partial.symlink_to(elsewhere)
+        expected = f"{partial} is a symbolic link"
+    elif fault == "dangling OUT link":
+        out.symlink_to(root / "missing")
+        expected = f"{out} is a symbolic link"
+    else:
+        raise ValueError(f"unknown export fault {fault!r}; one of {EXPORT_FAULTS}")
+    before = sorted(p.name for p in root.iterdir())
+    with context:
+        code = export([str(run), str(out)])
+    err = stderr()
+    assert code == 2 and "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("python -m ") and ": error: " in line and expected in line, line
+    assert sorted(p.name for p in root.iterdir()) == before  # no OUT, no OUT.partial of the export's own
+    assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"]
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

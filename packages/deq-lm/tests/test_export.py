@@ -17,6 +17,7 @@ from deq_lm import evaluate, export
 from deq_lm.data import copy_memory_split
 from deq_lm.train import evaluate_split
 from deq_lm.train import main as train_main
+from lab.faults import EXPORT_FAULTS, check_export_fault
 
 CPU = torch.device("cpu")
 
@@ -129,3 +130,10 @@ def test_export_refuses_a_folder_in_use_and_a_missing_run(copy_run, tmp_path: Pa
     empty.mkdir()
     assert export.export_run(checkpoint_path(run, 4), empty) == empty  # a checkpoint folder, an empty OUT
     assert (empty / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("fault", EXPORT_FAULTS)
+def test_a_destination_that_cannot_be_used_is_one_line(copy_run, tmp_path: Path, capsys, fault: str) -> None:
+    """A read-only folder, a full device, a link planted at OUT.partial or a dangling link at OUT: one line, exit
+    status 2, nothing of the export left behind and nothing written where a link points."""
+    check_export_fault(fault, export.main, copy_run[0], tmp_path / "dest", lambda: capsys.readouterr().err)

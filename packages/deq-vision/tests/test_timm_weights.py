@@ -24,6 +24,7 @@ from deq_vision import evaluate, export, train
 from deq_vision.configs import Config
 from deq_vision.data import build_datasets, write_cifar_folder
 from deq_vision.train import evaluate_loader, finish_eval
+from lab.faults import EXPORT_FAULTS, check_export_fault
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot name in the offline Hugging Face cache below
 
@@ -205,6 +206,13 @@ def test_export_refuses_a_folder_in_use_and_a_missing_run(exported, tmp_path: Pa
     empty.mkdir()
     assert export.export_run(checkpoint_path(run, 4), empty) == empty  # a checkpoint folder, empty OUT
     assert (empty / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("fault", EXPORT_FAULTS)
+def test_a_destination_that_cannot_be_used_is_one_line(exported, tmp_path: Path, capsys, fault: str) -> None:
+    """A read-only folder, a full device, a link planted at OUT.partial or a dangling link at OUT: one line, exit
+    status 2, nothing of the export left behind and nothing written where a link points."""
+    check_export_fault(fault, export.main, exported[0], tmp_path / "dest", lambda: capsys.readouterr().err)
 
 
 def test_a_resnet_run_exports_too(tmp_path: Path) -> None:

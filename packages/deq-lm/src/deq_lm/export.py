@@ -32,6 +32,7 @@ import deq_core
 from deq_core.train.checkpoints import load_checked, read_json
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.deq_config import DEQConfig
+from deq_core.train.errors import UsageError
 from deq_core.train.files import write_folder
 from deq_core.train.run_config import config_from_dict
 from deq_core.train.trust import check_import_paths
@@ -58,6 +59,7 @@ def export_run(
         FileNotFoundError: ``run`` is not a run or checkpoint folder.
         CheckpointError: (a ValueError) the checkpoint holds something else than tensors and plain data.
         FileExistsError: ``out`` exists and is not an empty folder.
+        OutputError: ``out`` cannot be written (a link there or at ``OUT.partial``, a read-only folder, a full device).
         UntrustedImportError: (a ValueError) the run's config names a solver of a module not in ``trusted_modules``.
     """
     out = Path(out)
@@ -115,7 +117,8 @@ def load_pretrained(folder: str | Path, deq: deq_core.DEQ | None = None) -> Sequ
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The CLI; a user error (not a run, an unreadable checkpoint, OUT not empty) is one line and exit status 2."""
+    """The CLI; a user error (not a run, an unreadable checkpoint, OUT not empty or not writable) is one line and exit
+    status 2."""
     parser = argparse.ArgumentParser(prog="python -m deq_lm.export", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("out", type=Path, help="the folder to write model.safetensors and config.json to")
@@ -124,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = export_run(args.run, args.out, args.data_dir, args.trust_solver)
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
+    except (FileNotFoundError, FileExistsError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
     print(f"wrote {out / WEIGHTS_FILE} and {out / CONFIG_FILE}; load with deq_lm.export.load_pretrained({str(out)!r})")
     return 0

@@ -26,6 +26,7 @@ from timm.data import DEFAULT_CROP_PCT
 from timm.models import save_for_hf
 
 from deq_core.train.cli import add_trust_option, usage_error
+from deq_core.train.errors import UsageError
 from deq_core.train.files import write_folder
 
 from .configs import Config
@@ -58,6 +59,7 @@ def export_run(run: str | Path, out: str | Path, trusted_modules: Collection[str
         FileNotFoundError: ``run`` is not a run or checkpoint folder.
         CheckpointError: (a ValueError) the checkpoint holds something else than tensors and plain data.
         FileExistsError: ``out`` exists and is not an empty folder.
+        OutputError: ``out`` cannot be written (a link there or at ``OUT.partial``, a read-only folder, a full device).
         UntrustedImportError: (a ValueError) the run's config names a solver of a module not in ``trusted_modules``.
     """
     out = Path(out)
@@ -77,7 +79,8 @@ def export_run(run: str | Path, out: str | Path, trusted_modules: Collection[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The CLI; a user error (not a run, an unreadable checkpoint, OUT not empty) is one line and exit status 2."""
+    """The CLI; a user error (not a run, an unreadable checkpoint, OUT not empty or not writable) is one line and exit
+    status 2."""
     parser = argparse.ArgumentParser(prog="python -m deq_vision.export", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("out", type=Path, help="the folder to write model.safetensors and config.json to")
@@ -85,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = export_run(args.run, args.out, args.trust_solver)
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
+    except (FileNotFoundError, FileExistsError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
     print(f"wrote {out / 'model.safetensors'} and {out / 'config.json'}")
     print(f'load with: import deq_vision; timm.create_model("local-dir:{out}", pretrained=True)')

@@ -19,6 +19,7 @@ files inside it are the run's own.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -223,24 +224,58 @@ def write_file(
     return path
 
 
-def write_folder(out: str | Path, write: Callable[[Path], None]) -> Path:
-    """Create the folder ``out`` whole: ``write(partial)`` fills ``OUT.partial`` (emptied first), which is then renamed
-    to ``out``; returns ``out``. A reader never sees a half-written folder.
+def write_folder(out: str | Path, write: Callable[[Path], None], *, option: str = "OUT") -> Path:
+    """Create the folder ``out`` whole: ``write(partial)`` fills ``OUT.partial`` (a leftover of an interrupted write
+    is deleted first), whose files are then flushed to disk and which is renamed to ``out``; returns ``out``. A reader
+    never sees a half-written folder. When anything fails, what this call created (``OUT.partial``, and the folders
+    above it it had to create) is removed.
+
+    Args:
+        out: the folder to create; it may exist as an empty folder.
+        write: writes the folder's files into the folder it is given.
+        option: the command-line argument that names ``out``, named in an error.
 
     Raises:
         FileExistsError: ``out`` exists and is not an empty folder (nothing is written).
+        OutputError: a symbolic link at ``out`` or ``OUT.partial`` (refused: nothing is written or deleted where it
+            points), an ``OUT.partial`` that is not a folder, a folder that cannot be written, or a full device.
     """
     out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    for path in (out, partial):
+        if path.is_symlink():
+            raise OutputError(
+                f"{path} is a symbolic link; an export writes a folder of its own, never through a link: delete the "
+                f"link, or choose another {option}."
+            )
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty folder: write into a new one.")
-    partial = out.with_name(out.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    write(partial)
-    if out.exists():
-        out.rmdir()
-    partial.rename(out)
+    if partial.exists() and not partial.is_dir():
+        raise OutputError(f"{partial} exists and is not a folder: delete it, or choose another {option}.")
+    created = [folder for folder in (partial, *partial.parents) if not folder.exists()]
+    try:
+        if partial.exists():
+            shutil.rmtree(partial)  # the leftover of an interrupted write
+        partial.mkdir(parents=True)
+        created = created or [partial]
+        write(partial)
+        for path in partial.iterdir():
+            _fsync_file(path)
+        _fsync_file(partial)
+        if out.exists():
+            out.rmdir()
+        partial.rename(out)
+    except Exception as err:
+        for folder in created:
+            if folder == partial:
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
+        failure = output_error(out, err, what=f"the folder {out.name}", option=option)
+        if failure is None:
+            raise
+        raise failure from err
     return out
 
 
