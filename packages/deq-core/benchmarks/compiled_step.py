@@ -14,14 +14,10 @@ Measured per solver, all in one process:
   and 10 chained calls of f per repeat; t_f the median over all repeats and solvers);
 - pays off after: compile time / (eager - compiled time per call of f, times the eager NFE), in solves of this
   problem (per call of f: float32 rounding can move a compiled solve's NFE by a few calls);
-- the kernels between two calls of f, each timed alone (eager and compiled, in units of t_f): Anderson's history
-  update and mixing (``_record_and_mix``, with the full history), Broyden's update (``_update_kernel``, with 24
-  stored directions, its mean over a 48-iteration solve; compiled with dynamic shapes as in the solver; with the
-  eager pass that adds the history to the next direction) and the loop's per-iteration statistics
-  (``iteration_statistics``, norms and flags; left eager by ``compile_step`` because compiled it is not faster),
-  and, as the floor of Anderson's step, the time of reading its two histories (m - 1 state-sized rows each) once;
-  the two kernels also with 8 values per sample, where their time is the per-operation cost alone (what compiling
-  can remove; the rest is memory traffic).
+- the kernel between two calls of f, timed alone (eager and compiled, in units of t_f): Anderson's step (``_mix``
+  eager, ``_mix_compiled`` through torch.compile; the history full), and, as its floor, the time of reading its two
+  histories (m - 1 state-sized rows each) once; the kernel also with 8 values per sample, where its time is the
+  per-operation cost alone (what compiling can remove; the rest is memory traffic).
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -39,14 +36,11 @@ import deq_core
 import problems as P
 from deq_core import Anderson, Broyden, FixedPoint
 from deq_core._solvers._compile import Compiler
-from deq_core._solvers._run import iteration_statistics
-from deq_core._solvers.anderson import _record_and_mix
-from deq_core._solvers.broyden import _update_kernel
+from deq_core._solvers.anderson import _mix, _mix_compiled
 
 TOL, MAX_ITER, TARGET = 1e-4, 100, 1.3
 SOLVERS = [("anderson", Anderson()), ("broyden", Broyden()), ("fixed_point", FixedPoint())]
-HAS_KERNEL = {"anderson", "broyden"}  # the solvers that route a kernel through Loop.compiled (the others: eager)
-BROYDEN_ROWS = 24  # Broyden's stored directions for the kernel timed alone: the mean over a 48-iteration solve
+HAS_KERNEL = {"anderson"}  # the solvers that route a kernel through Loop.compiled (the others: eager)
 
 
 class TimedSteps(deq_core.Solver):
@@ -118,62 +112,51 @@ def kernel_time(fn: Callable[[], object], repeats: int = 50) -> float:
 TINY_DIM = 8  # a state this small makes a kernel's time its per-operation cost: dispatch, no memory traffic
 
 
+class _Loop:
+    """What Anderson.init asks of the loop, for building its buffers outside a solve."""
+
+    def __init__(self, max_iter: int, compiling: bool) -> None:
+        self.max_iter, self.compiling = max_iter, compiling
+
+
+def _step_calls(h: Any, like: Tensor) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Anderson's step on the buffers ``h`` (history full, slot 2) between random iterates like ``like`` (B, D): the
+    eager call and the compiled one (what Loop.compiled applies with compile_step=True)."""
+    g_old, base_old, g, base = (torch.randn_like(like) for _ in range(4))
+    compiled = Compiler(True)(_mix_compiled)
+
+    def eager() -> None:
+        _mix(h.dg_rows[2], h.step_rows[2], h.gram_rows[2], h.gram_cols[2], g_old, base_old, g, base, h.dg_t,
+             h.steps, h.gram, h.products, h.new_row, h.rhs, h.ridge, h.system, h.diagonal, h.mixed, h.mixed_rows,
+             h.zero)  # fmt: skip
+
+    def compiled_call() -> None:
+        compiled(h.rows, h.gram, h.slots[2], g_old, base_old, g, base, h.ridge)
+
+    return eager, compiled_call
+
+
 @torch.no_grad()
 def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
-    """Eager and compiled time of the two per-iteration kernels, in units of t_f, on the problem's shapes and again
-    with TINY_DIM values per sample (the per-operation cost, which compiling can remove; the difference is memory
-    traffic), and the time of reading Anderson's two histories once."""
-    batch, dim = problem.z0.reshape(problem.z0.shape[0], -1).shape
-    width = Anderson().m - 1
+    """Eager and compiled time of Anderson's step, in units of t_f, on the problem's shapes and again with TINY_DIM
+    values per sample (the per-operation cost, which compiling can remove; the difference is memory traffic), and
+    the time of reading Anderson's two histories once."""
+    batch = problem.z0.shape[0]
+    dim = problem.z0[0].numel()
+    solver = Anderson()
     rows: list[list[object]] = []
     for size in (dim, TINY_DIM):
         like = problem.z0.new_empty(batch, size)
-        x, fx, g_old = (torch.randn_like(like) for _ in range(3))
-        dg, steps = torch.randn(batch, width + 1, size).to(like), torch.randn(batch, width, size).to(like)
-        gram = torch.bmm(dg[:, :width], dg[:, :width].transpose(1, 2)).double()
-        slot = torch.tensor([2], device=like.device)
-        finite = torch.ones(batch, dtype=torch.bool, device=like.device)
-        best = torch.ones(batch).to(like)
-        n = BROYDEN_ROWS
-        directions = torch.randn(batch, n + 2, size).to(like)  # d_0..d_n, then w
-        w = directions[:, -1]
-        bidiag = torch.rand(batch, n + 1, n, dtype=torch.float64, device=like.device)
-        tri = torch.diag_embed(torch.full((batch, n), 1e3, dtype=torch.float64, device=like.device))
-
-        def broyden_update(
-            kernel: Callable[..., object], directions: Tensor = directions, w: Tensor = w, bidiag: Tensor = bidiag,
-            tri: Tensor = tri, active: Tensor = finite,
-        ) -> object:  # fmt: skip
-            # the kernel, then the in-place second pass of InverseJacobian.update on a copy of w
-            _, _, _, _, scale, coef = kernel(directions, bidiag, tri, None, active, 1e6)
-            out = w.mul(scale[:, None])
-            return out.unsqueeze(1).baddbmm_(coef.unsqueeze(1), directions[:, :-1])
-
-        compiled = Compiler(True)  # what Loop.compiled applies with compile_step=True
-        anderson_args = (dg, steps, gram, slot, g_old, g_old, x, fx, 1e-8)
-        statistics_args = (x, fx, finite, best, TOL, "rel")
-        kernels: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {  # label: (eager call, compiled call)
-            "Anderson _record_and_mix (m = 8)": (
-                partial(_record_and_mix, *anderson_args),
-                partial(compiled(_record_and_mix), *anderson_args),
-            ),
-            f"Broyden _update_kernel ({n} directions)": (
-                partial(broyden_update, _update_kernel),
-                partial(broyden_update, compiled(_update_kernel, dynamic=True)),
-            ),
-            "loop iteration_statistics": (
-                partial(iteration_statistics, *statistics_args),
-                partial(compiled(iteration_statistics), *statistics_args),
-            ),
-        }
+        h = solver.init(like, like, like, _Loop(MAX_ITER, True))  # type: ignore[arg-type]
+        h.rows.normal_()
+        eager_step, compiled_step = _step_calls(h, like)
         if size == dim:  # the memory traffic Anderson's step cannot avoid: both histories read once
-            history = dg[:, :width]
-            floor = kernel_time(lambda: torch.add(history.sum(dim=1), steps.sum(dim=1)))  # noqa: B023 (called here)
+            floor = kernel_time(partial(torch.sum, h.rows, dim=0))
             rows.append(["reading Anderson's two histories once (sum over rows)", P.fmt(floor / t_f), "", ""])
         suffix = "" if size == dim else f", {size} values per sample: per-operation cost"
-        for label, (eager_call, compiled_call) in kernels.items():
-            eager_t, compiled_t = kernel_time(eager_call), kernel_time(compiled_call)
-            rows.append([label + suffix, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f), P.fmt(compiled_t / eager_t)])
+        eager_t, compiled_t = kernel_time(eager_step), kernel_time(compiled_step)
+        rows.append([f"Anderson step (m = {solver.m})" + suffix, P.fmt(eager_t / t_f), P.fmt(compiled_t / t_f),
+                     P.fmt(compiled_t / eager_t)])  # fmt: skip
     return rows
 
 
@@ -232,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         "the overhead beyond 1 is the loop's bookkeeping (residual norms, flags, best iterate) and Python."
     )
     rep.add()
-    for name in ("anderson", "broyden"):
+    for name in ("anderson",):
         met = "met" if overheads[name][1] <= TARGET else "NOT MET"
         rep.add(f"- {name}: compiled overhead {P.fmt(overheads[name][1])} <= {TARGET}: {met}.")
     rep.add()
-    rep.add("### The kernels between two calls of f, each alone (units of t_f)")
+    rep.add("### The solver's kernel between two calls of f, alone (units of t_f)")
     rep.add()
     rep.table(["kernel", "eager", "compiled", "compiled/eager"], kernel_rows(problem, t_f))
     rep.add()

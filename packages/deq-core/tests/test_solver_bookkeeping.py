@@ -1,6 +1,6 @@
-"""The per-iteration bookkeeping of the solvers (``_solvers._run``): row selection by host-indexed copies (CPU) and by
-torch.where (other devices) give identical results, on batches where samples converge, diverge and hit NaN at
-different iterations."""
+"""The per-iteration bookkeeping of the solvers (``_solvers._run``), kept on the device between host checks: the check
+interval changes no result, NaN stays in the rows of the sample that produced it and never reaches f, and the host
+reads the device once per check; on batches where samples converge, diverge and hit NaN at different iterations."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 
 import deq_core
 from conftest import METHODS, Counter
-from deq_core._solvers import _run
 
 
 def _mixed_batch_map(batch: int, dim: int, seed: int = 0):
@@ -32,72 +31,128 @@ def _mixed_batch_map(batch: int, dim: int, seed: int = 0):
     return f
 
 
-def _solve_both(monkeypatch, method, batch, options=None):
-    f = _mixed_batch_map(batch, 6)
+def _solve(method, batch, check_every, options=None, f=None):
+    f = f or _mixed_batch_map(batch, 6)
+    counter = Counter(f)
     z0 = torch.zeros(batch, 6, dtype=torch.float64)
-    out = []
-    for rowwise in (True, False):
-        monkeypatch.setattr(_run, "rowwise_copies", lambda t, rowwise=rowwise: rowwise)
-        counter = Counter(f)
-        res = deq_core.solve(counter, z0, solver=method, max_iter=60, tol=1e-8, stop_mode="abs", **(options or {}))
-        assert res.nfe == counter.calls
-        out.append(res)
-    return out
+    res = deq_core.solve(counter, z0, solver=method, max_iter=60, tol=1e-8, stop_mode="abs", check_every=check_every,
+                         **(options or {}))  # fmt: skip
+    assert res.nfe == counter.calls and res.check_every == check_every
+    return res
 
 
-@pytest.mark.parametrize("batch", [8, 40])  # 40: scattered rows, more runs than row-by-row copies handle
+@pytest.mark.parametrize("check_every", [3, 4, 7])
 @pytest.mark.parametrize("method", METHODS)
-def test_row_copies_and_where_give_identical_results(monkeypatch, method, batch):
-    rows, where = _solve_both(monkeypatch, method, batch)
-    for name in ("z", "fz", "residual", "converged", "nonfinite", "trace", "iterations_per_sample"):
-        assert torch.equal(getattr(rows, name), getattr(where, name)), name
-    assert rows.nfe == where.nfe and rows.iterations == where.iterations
-    assert torch.isfinite(rows.z).all() and torch.isfinite(rows.fz).all()
-    assert rows.nonfinite.any() and rows.converged.any() and not rows.converged.all()
-    torch.testing.assert_close(rows.residual, rows.trace.min(dim=0).values, rtol=0, atol=0)
+def test_checking_less_often_changes_no_result(method, check_every):
+    """On a batch whose samples converge, oscillate and hit NaN at different iterations, checking every 3, 4 or 7
+    iterations gives the results of checking every iteration: the same z, f(z), residuals, flags and per-sample
+    iterations of the converged samples (the others report the solve's iterations); the solve only runs on, by fewer
+    than check_every iterations, to the first check after its last sample finished, and those iterations evaluate every
+    sample at its best iterate (their trace rows are its residual)."""
+    every = _solve(method, 8, 1)
+    fewer = _solve(method, 8, check_every)
+    for name in ("z", "fz", "residual", "converged", "nonfinite"):
+        assert torch.equal(getattr(fewer, name), getattr(every, name)), name
+    done = every.converged
+    assert torch.equal(fewer.iterations_per_sample[done], every.iterations_per_sample[done])
+    assert bool((fewer.iterations_per_sample[~done] == fewer.iterations).all())
+    assert every.nonfinite.any() and every.converged.any() and not every.converged.all()
+    assert torch.isfinite(every.z).all() and torch.isfinite(every.fz).all()
+    assert method == "fixed_point" or every.iterations < 60  # Anderson and Broyden stop before the limit
+    extra = fewer.iterations - every.iterations
+    assert 0 <= extra < check_every and (fewer.iterations % check_every == 0 or fewer.iterations == 60)
+    assert fewer.nfe - every.nfe == extra  # one call of f per iteration
+    assert torch.equal(fewer.trace[: every.iterations], every.trace)
+    assert bool((fewer.trace[every.iterations :] == every.residual).all())
+    torch.testing.assert_close(every.residual, every.trace.min(dim=0).values, rtol=0, atol=0)
 
 
-def test_broyden_line_search_rows_and_where_agree(monkeypatch):
-    rows, where = _solve_both(monkeypatch, "broyden", 8, {"line_search": True})
-    assert torch.equal(rows.z, where.z) and rows.nfe == where.nfe
-    assert torch.equal(rows.trace, where.trace)
-
-
-@pytest.mark.parametrize("rows", [[], [0], [2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 7], list(range(0, 40, 2)), [1, 5, 39]])
-def test_copy_rows_matches_where(rows):
-    dst = torch.randn(40, 5)
-    src = torch.randn(40, 5)
-    src[torch.tensor([i not in rows for i in range(40)])] = float("nan")  # rows not copied must not be read
-    mask = torch.zeros(40, dtype=torch.bool)
-    mask[rows] = True
-    expected = torch.where(mask[:, None], src, dst)
-    assert torch.equal(_run.copy_rows(dst.clone(), src, rows), expected)
-
-
-def test_runs_groups_consecutive_rows():
-    assert _run._runs([0, 1, 2, 5, 7, 8]) == [(0, 3), (5, 6), (7, 9)]
-    assert _run._runs([]) == []
+@pytest.mark.parametrize("check_every", [1, 4])
+def test_broyden_line_search_under_both_intervals(check_every):
+    every = _solve("broyden", 8, 1, {"line_search": True})
+    fewer = _solve("broyden", 8, check_every, {"line_search": True})
+    assert torch.equal(fewer.z, every.z) and torch.equal(fewer.converged, every.converged)
+    assert torch.equal(fewer.trace[: every.iterations], every.trace)
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_one_host_transfer_per_iteration(monkeypatch, method):
-    """The loop condition and every per-sample decision come from one .tolist() of the flags per iteration."""
-    calls = []
-    original = torch.Tensor.tolist
+def test_f_never_sees_a_non_finite_input(method):
+    """The samples that drift to NaN are frozen at their best finite iterate: f is never called with a NaN or Inf,
+    whatever the solver proposed for them."""
+    inner = _mixed_batch_map(8, 6)
+    seen = []
 
-    def counting_tolist(self):
-        calls.append(tuple(self.shape))
-        return original(self)
+    def f(z):
+        seen.append(bool(torch.isfinite(z).all()))
+        return inner(z)
 
+    res = _solve(method, 8, 4, f=f)
+    assert res.nonfinite.any() and all(seen) and len(seen) == res.nfe
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_failing_sample_changes_no_other_sample(method):
+    """The other samples' results are those of the batch without the failing samples (3 and 7): no NaN crosses from
+    one sample's rows to another's, in the loop or in a solver's history."""
+    full = _solve(method, 8, 4)
+    keep = torch.tensor([i not in (3, 7) for i in range(8)])
+    inner = _mixed_batch_map(8, 6)
+
+    def f_kept(z):  # the same map restricted to the kept samples (its per-sample constants indexed alike)
+        out = torch.zeros(8, 6, dtype=z.dtype)
+        out[keep] = z
+        return inner(out)[keep]
+
+    counter = Counter(f_kept)
+    alone = deq_core.solve(counter, torch.zeros(6, 6, dtype=torch.float64), solver=method, max_iter=60, tol=1e-8,
+                           stop_mode="abs", check_every=4)  # fmt: skip
+    assert full.nonfinite[~keep].all() and not alone.nonfinite.any()
+    for name in ("z", "fz", "residual", "converged", "iterations_per_sample"):
+        torch.testing.assert_close(getattr(full, name)[keep], getattr(alone, name), rtol=1e-12, atol=1e-14, msg=name)
+
+
+class _Reads:
+    """Counts host reads of tensor values (tolist, item, bool, float, int) while installed."""
+
+    NAMES = ("tolist", "item", "__bool__", "__float__", "__int__")
+
+    def __init__(self, monkeypatch) -> None:
+        self.count = 0
+        for name in self.NAMES:
+            real = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, self._counted(real))
+
+    def _counted(self, real):
+        def method(tensor, *args, **kwargs):
+            self.count += 1
+            return real(tensor, *args, **kwargs)
+
+        return method
+
+
+@pytest.mark.parametrize("check_every", [1, 4, 5])
+@pytest.mark.parametrize("method", METHODS)
+def test_the_host_reads_once_per_check(monkeypatch, method, check_every):
+    """Reads of the device: one check that z0 is finite, then one per check_every iterations (none after the last
+    iteration when it is max_iter's: the solve ends anyway)."""
     f = _mixed_batch_map(8, 6)
     z0 = torch.zeros(8, 6, dtype=torch.float64)
-    monkeypatch.setattr(torch.Tensor, "tolist", counting_tolist)
-    res = deq_core.solve(f, z0, solver=method, max_iter=30, tol=1e-8, stop_mode="abs")
+    reads = _Reads(monkeypatch)
+    res = deq_core.solve(f, z0, solver=method, max_iter=60, tol=1e-8, stop_mode="abs", check_every=check_every)
     monkeypatch.undo()
-    flags = [c for c in calls if c == (3, 8)]
-    assert len(flags) == res.iterations
-    # Broyden adds one (B,) transfer per update for the rows to zero on the CPU; nothing else syncs
-    assert len(calls) - len(flags) <= (res.iterations if method == "broyden" else 0)
+    checks = res.iterations // check_every - (res.iterations == 60 and res.iterations % check_every == 0)
+    assert reads.count == 1 + checks
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4"])
+def test_bad_check_every_raises(bad):
+    error = ValueError if isinstance(bad, int) and not isinstance(bad, bool) else TypeError
+    with pytest.raises(error, match="check_every must be an int >= 1 or None"):
+        deq_core.solve(torch.cos, torch.zeros(2, 3), check_every=bad)
+
+
+def test_check_every_defaults_to_one_on_the_cpu():
+    assert deq_core.solve(torch.cos, torch.zeros(2, 3)).check_every == 1
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -105,16 +160,16 @@ def test_one_host_transfer_per_iteration(monkeypatch, method):
 # --------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rowwise", [True, False])
+@pytest.mark.parametrize("check_every", [1, 4])
 @pytest.mark.parametrize("method", METHODS)
-def test_states_at_are_the_best_iterates_of_shorter_solves(monkeypatch, method, rowwise):
+def test_states_at_are_the_best_iterates_of_shorter_solves(method, check_every):
     """On the mixed batch (samples converging at different iterations, one failing with NaN), the state kept after
     iteration i is the z of the same solve stopped at max_iter=i, for every sample; past the stop it is the z."""
-    monkeypatch.setattr(_run, "rowwise_copies", lambda t: rowwise)
     f = _mixed_batch_map(8, 6)
     z0 = torch.zeros(8, 6, dtype=torch.float64)
     keep = (1, 2, 5, 13, 30, 60)
-    res = deq_core.solve(f, z0, solver=method, max_iter=60, tol=1e-8, stop_mode="abs", states_at=keep)
+    res = deq_core.solve(f, z0, solver=method, max_iter=60, tol=1e-8, stop_mode="abs", states_at=keep,
+                         check_every=check_every)  # fmt: skip
     assert res.iterations > 13 and res.nonfinite.any() and res.converged.any()
     assert method == "fixed_point" or res.iterations < 30  # Anderson and Broyden stop before 30 and 60
     assert len(res.states) == len(keep) and torch.equal(res.states[0], z0)  # iteration 1 evaluates z0
@@ -155,3 +210,27 @@ def test_states_at_keeps_state_sized_copies_whatever_max_iter(max_iter):
     kept, peak_kept = deq_core.peak_live_bytes(lambda: run(states_at=(3, 6, 9)))
     assert kept.iterations == plain.iterations > 9
     assert peak_kept - peak <= 3 * 8 * 256 * 4  # three float32 states
+
+
+def test_the_layer_passes_its_intervals_to_both_solves():
+    """DEQ(check_every=...) sets the forward solve's interval, Implicit(check_every=...) the adjoint solve's; the
+    gradients are those of checking every iteration (only the calls made after the last sample finished differ)."""
+    torch.manual_seed(0)
+    w = (0.5 * torch.randn(6, 6, dtype=torch.float64) / 6**0.5).requires_grad_()
+    x = torch.randn(5, 6, dtype=torch.float64)
+    grads, infos = [], []
+    for every in (1, 4):
+        backward = deq_core.Implicit("broyden", max_iter=40, tol=1e-10, check_every=every)
+        deq = deq_core.DEQ("anderson", max_iter=40, tol=1e-10, check_every=every, backward=backward)
+        z, info = deq(lambda z: torch.tanh(z @ w.T + x), torch.zeros(5, 6, dtype=torch.float64))
+        (grad,) = torch.autograd.grad(z.square().sum(), w)
+        grads.append(grad)
+        infos.append(info)
+    assert infos[1].forward.check_every == 4 and infos[1].backward.check_every == 4
+    assert infos[0].forward.check_every == 1 and infos[0].backward.check_every == 1
+    assert infos[1].nfe >= infos[0].nfe and infos[1].nfe_backward >= infos[0].nfe_backward
+    assert torch.equal(grads[1], grads[0])
+    with pytest.raises(ValueError, match="check_every must be an int >= 1 or None"):
+        deq_core.DEQ(check_every=0)
+    with pytest.raises(TypeError, match="check_every must be an int >= 1 or None"):
+        deq_core.Implicit(check_every=1.5)

@@ -126,17 +126,19 @@ def as_rows(t: Tensor) -> Tensor:
 
 
 def flatten(state: State, dtype: torch.dtype) -> Tensor:
-    """State -> Tensor (B, D) of ``dtype`` (a copy when the dtype or layout requires one)."""
+    """State -> Tensor (B, D) of ``dtype`` (a copy when the dtype or layout requires one; else the state itself or a
+    view of it)."""
     tensors = as_tensors(state)
     if len(tensors) == 1:
-        return as_rows(tensors[0]).to(dtype)
+        t = tensors[0]
+        return (t if t.dim() == 2 else as_rows(t)).to(dtype)
     return torch.cat([as_rows(t).to(dtype) for t in tensors], dim=1)
 
 
 def unflatten(flat: Tensor, spec: StateSpec) -> State:
     """Tensor (B, D) -> state with ``spec``'s structure, shapes and dtypes."""
-    parts = torch.split(flat, spec.sizes, dim=1) if len(spec.sizes) > 1 else (flat,)
-    tensors = tuple(p.reshape(s).to(d) for p, s, d in zip(parts, spec.shapes, spec.dtypes))
+    parts = _parts(flat, spec)
+    tensors = tuple((p if p.shape == s else p.reshape(s)).to(d) for p, s, d in zip(parts, spec.shapes, spec.dtypes))
     if spec.kind is Tensor:
         return tensors[0]
     return spec.kind(tensors)
@@ -194,30 +196,55 @@ def check_output(out: object, spec: StateSpec, f: object, what: str = "f(z)") ->
             )
 
 
-def flat_map(f: Callable[[State], State], spec: StateSpec, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
-    """Wrap ``f`` (state -> state) as a map on flat (B, D) tensors of ``dtype``. f's output (structure, shapes,
-    dtypes, device) is checked at the first call only, so that the solver loop pays nothing for it."""
-    checked = False
+class FlatMap:
+    """``f`` (state -> state) as a map on flat (B, D) tensors of the solver's ``dtype``. f's output (structure,
+    shapes, dtypes, device) is checked at its first call only, so that the solver loop pays nothing for it.
 
-    def check(out: State) -> None:
-        nonlocal checked
-        if not checked:
-            check_output(out, spec, f)
-            checked = True
+    ``flat(x)`` returns f(x) as a new (B, D) tensor. :meth:`bind` ties f to two (B, D) buffers of the loop, so that a
+    call reads its input from one and writes f's result into the other with the views between the flat buffers and
+    the state's shapes made once, not at every call (for a state of one tensor of shape (B, D) in the solver's dtype:
+    no view at all, one copy of f's result).
+    """
 
-    if spec.kind is Tensor:  # one tensor: a view in and out (a cast only when its dtype differs)
-        shape, own_dtype, batch, dim = spec.shapes[0], spec.dtypes[0], spec.batch_size, spec.dim
+    def __init__(self, f: Callable[[State], State], spec: StateSpec, dtype: torch.dtype) -> None:
+        self.f = f
+        self.spec = spec
+        self.dtype = dtype
+        self._checked = False
 
-        def g_tensor(x: Tensor) -> Tensor:
-            out = f(x.view(shape).to(own_dtype))
-            check(out)
-            return out.reshape(batch, dim).to(dtype)
+    def _call(self, state: State) -> State:
+        out = self.f(state)
+        if not self._checked:
+            check_output(out, self.spec, self.f)
+            self._checked = True
+        return out
 
-        return g_tensor
+    def __call__(self, x: Tensor) -> Tensor:
+        """f at the flat x (B, D), as a new flat tensor (B, D)."""
+        return flatten(self._call(unflatten(x, self.spec)), self.dtype)
 
-    def g(x: Tensor) -> Tensor:
-        out = f(unflatten(x, spec))
-        check(out)
-        return flatten(out, dtype)
+    def bind(self, x: Tensor, out: Tensor) -> Callable[[], None]:
+        """A call ``run()`` that evaluates f at the buffer ``x`` (B, D) and copies f's result into the buffer ``out``
+        (B, D), both in the solver's dtype; casts to and from the state's dtypes happen in the call and the copy."""
+        spec = self.spec
+        inputs = tuple(_shaped(p, s) for p, s in zip(_parts(x, spec), spec.shapes))
+        outputs = tuple(_shaped(p, s) for p, s in zip(_parts(out, spec), spec.shapes))
+        casts = tuple(d if d != self.dtype else None for d in spec.dtypes)
 
-    return g
+        def run() -> None:
+            args = tuple(t if d is None else t.to(d) for t, d in zip(inputs, casts))
+            result = self._call(args[0] if spec.kind is Tensor else spec.kind(args))
+            for target, value in zip(outputs, as_tensors(result)):
+                target.copy_(value)
+
+        return run
+
+
+def _parts(flat: Tensor, spec: StateSpec) -> tuple[Tensor, ...]:
+    """The (B, d_i) column blocks of a flat (B, D) tensor, one per tensor of the state (views)."""
+    return torch.split(flat, spec.sizes, dim=1) if len(spec.sizes) > 1 else (flat,)
+
+
+def _shaped(part: Tensor, shape: torch.Size) -> Tensor:
+    """A (B, d) view in ``shape`` (the view itself when the shapes agree: no operation)."""
+    return part if part.shape == shape else part.view(shape)

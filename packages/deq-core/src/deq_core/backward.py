@@ -19,7 +19,7 @@ from ._solvers._options import check_int, check_number
 from ._solvers.resolve import SolverLike
 from ._state import State, as_tensors, flatten, rebuild, solver_dtype, state_spec, unflatten
 from .jacobian import vector_jacobian
-from .solve import SolverResult, check_limits, solve
+from .solve import SolverResult, check_interval, check_limits, solve
 
 if TYPE_CHECKING:
     from .info import DEQInfo
@@ -38,8 +38,8 @@ class Implicit:
 
     Args:
         solver: the adjoint solver: a :class:`~deq_core.Solver` or a name (shorthand or import path).
-        max_iter, tol, stop_mode, stop_over: its limits and stopping rule (see :func:`deq_core.solve`); the result
-            lands in ``info.backward``.
+        max_iter, tol, stop_mode, stop_over, check_every: its limits, stopping rule and host-check interval (see
+            :func:`deq_core.solve`); the result lands in ``info.backward``.
     """
 
     solver: Solver = _ADJOINT_SOLVER
@@ -47,16 +47,18 @@ class Implicit:
     tol: float = 1e-6
     stop_mode: str = "rel"
     stop_over: str = "sample"
+    check_every: int | None = None
 
     def __init__(
         self, solver: SolverLike = _ADJOINT_SOLVER, max_iter: int = 30, tol: float = 1e-6, stop_mode: str = "rel",
-        stop_over: str = "sample",
+        stop_over: str = "sample", check_every: int | None = None,
     ) -> None:
         object.__setattr__(self, "solver", resolve_solver(solver))
         object.__setattr__(self, "max_iter", max_iter)
         object.__setattr__(self, "tol", tol)
         object.__setattr__(self, "stop_mode", stop_mode)
         object.__setattr__(self, "stop_over", stop_over)
+        object.__setattr__(self, "check_every", check_interval(check_every))
         check_limits(max_iter, tol, stop_mode, stop_over)
 
     def _output(self, f: Callable[[State], State], z0: State, z_star: tuple[Tensor, ...], fz: tuple[Tensor, ...],
@@ -141,7 +143,7 @@ class _Adjoint:
 
         s = self.strategy
         res = solve(lambda u: vjp(u) + grad, grad, s.solver, max_iter=s.max_iter, tol=s.tol, stop_mode=s.stop_mode,
-                    stop_over=s.stop_over, compile_step=self.compile_step)  # fmt: skip
+                    stop_over=s.stop_over, check_every=s.check_every, compile_step=self.compile_step)  # fmt: skip
         self.info.backward = res
         if bool(res.nonfinite.any()):
             raise FloatingPointError(

@@ -21,7 +21,7 @@ from .backward import Backward, resolve_backward
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph
 from .plan import Plan
-from .solve import SolverResult, check_limits, solve
+from .solve import SolverResult, check_interval, check_limits, solve
 
 __all__ = ["DEQ", "UNCONVERGED_WARNING"]
 
@@ -56,6 +56,9 @@ class DEQ(nn.Module):
             the other samples get the gradients of the batch without them (for f whose samples do not interact).
         warn_unconverged: a RuntimeWarning with the solve's summary when a forward or implicit-backward solve stops
             with samples above its tol: "once" (per layer and direction, the default), "always" or "never".
+        check_every: iterations between the forward solve's host checks of whether a sample is still active (see
+            :func:`deq_core.solve`; None: 1 on the CPU, 4 elsewhere); the implicit backward has its own
+            (``Implicit(check_every=...)``).
         compile_step: run the solvers' tensor work between calls of f (forward and implicit backward solves)
             through torch.compile, f eagerly (see :func:`deq_core.solve`); False (the default): all eager.
 
@@ -90,6 +93,7 @@ class DEQ(nn.Module):
         on_nonfinite: str = "raise",
         warn_unconverged: str = "once",
         compile_step: bool = False,
+        check_every: int | None = None,
     ) -> None:
         super().__init__()
         self.solver = resolve_solver(solver)
@@ -110,6 +114,7 @@ class DEQ(nn.Module):
         if not isinstance(compile_step, bool):
             raise TypeError(f"compile_step must be True or False, got {compile_step!r}.")
         self.compile_step = compile_step
+        self.check_every = check_interval(check_every)
         self._warned: set[str] = set()  # directions ("forward", "backward") already warned about, for "once"
         self.plan: Plan | None = None  # set for one step by deq_core.step_plan
 
@@ -185,6 +190,7 @@ class DEQ(nn.Module):
             tol=tolerance if tol is None else tol,
             stop_mode=self.stop_mode,
             stop_over=self.stop_over,
+            check_every=self.check_every,
             compile_step=self.compile_step,
             states_at=sampled,
         )

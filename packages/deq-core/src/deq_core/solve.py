@@ -11,9 +11,9 @@ from torch import Tensor
 
 from ._solvers import Solver, resolve_solver
 from ._solvers._compile import Compiler
-from ._solvers._run import SolveRun, iterate, residual_norms
+from ._solvers._run import SolveRun, check_every_default, iterate, residual_norms
 from ._solvers.resolve import SolverLike
-from ._state import State, StateSpec, flat_map, flatten, solver_dtype, state_spec, unflatten
+from ._state import FlatMap, State, StateSpec, flatten, solver_dtype, state_spec, unflatten
 
 __all__ = ["SolverResult", "solve"]
 
@@ -29,18 +29,25 @@ class SolverResult:
         z: the best iterate found (lowest residual), in the structure, shapes and dtypes of z0.
         fz: f(z) as computed by the solver (one step further than z), same structure.
         nfe: number of calls of f made by the solver.
-        iterations: number of iterations (entries of ``trace``); <= max_iter.
+        iterations: number of iterations (entries of ``trace``); <= max_iter. The loop checks on the host whether a
+            sample is still active every ``check_every`` iterations, so a solve may run up to ``check_every - 1``
+            iterations past the one where its last sample finished (counted here and in nfe; they change no other
+            result: finished samples are frozen).
         residual: residual of ``z`` per sample, in ``stop_mode`` (inf for a sample whose first f(z) was non-finite).
             For a state of lower precision than the solver's (e.g. bfloat16), that of z as returned (rounded), from
             one more call of f; ``trace`` holds the residuals of the solver's own iterates.
         converged: per sample, residual <= tol (``stop_over="sample"``); with ``stop_over="batch"``, whether the
             batch's residual met tol (the same for every finite sample; False for a non-finite one).
-        nonfinite: per sample, whether f produced a NaN or Inf (the sample was frozen at its best finite iterate).
-        trace: (iterations, B) residual of the iterate of every iteration, in ``stop_mode``.
+        nonfinite: per sample, whether its residual became NaN: f produced a NaN or Inf (or, with "abs", ||f(z) - z||
+            overflowed). The sample was frozen at its best finite iterate.
+        trace: (iterations, B) residual of the iterate of every iteration, in ``stop_mode`` (inf where it was NaN).
+            A finished sample is evaluated at its best iterate from then on: its entries repeat that residual.
         iterations_per_sample: (B,) int64, the iteration at which each sample converged (counting from 1), or
             ``iterations`` for a sample that did not: the per-sample cost, independent of the rest of the batch
-            (with ``stop_over="batch"`` every sample iterates until the batch stops: ``iterations`` for all).
-        solver, stop_mode, stop_over, tol, max_iter: the settings of the solve (``solver``: the Solver object used).
+            (with ``stop_over="batch"`` every sample iterates until the batch stops: the iteration where the batch's
+            residual met tol for all, else ``iterations``).
+        solver, stop_mode, stop_over, tol, max_iter, check_every: the settings of the solve (``solver``: the Solver
+            object used).
         states: with ``solve(..., states_at=...)``, the best iterate after each of those iterations (structured like
             z); else None.
     """
@@ -60,6 +67,7 @@ class SolverResult:
     max_iter: int
     states: list[State] | None = None
     stop_over: str = "sample"
+    check_every: int = 1
 
     @property
     def all_converged(self) -> bool:
@@ -96,6 +104,17 @@ def check_limits(max_iter: int, tol: float, stop_mode: str, stop_over: str = "sa
         raise ValueError(f"unknown stop_over {stop_over!r}; choose one of {list(_STOP_OVER)}.")
 
 
+def check_interval(check_every: int | None) -> int | None:
+    """``check_every`` if it is None or an int >= 1; TypeError / ValueError otherwise."""
+    if check_every is None:
+        return None
+    if isinstance(check_every, bool) or not isinstance(check_every, int):
+        raise TypeError(f"check_every must be an int >= 1 or None, got {check_every!r}.")
+    if check_every < 1:
+        raise ValueError(f"check_every must be an int >= 1 or None, got {check_every!r}.")
+    return check_every
+
+
 def check_states_at(states_at: Sequence[int], max_iter: int) -> tuple[int, ...]:
     """``states_at`` as a tuple; TypeError / ValueError unless it is a sequence of strictly increasing ints in
     1..max_iter."""
@@ -118,6 +137,7 @@ def solve(
     stop_mode: str = "rel",
     *,
     stop_over: str = "sample",
+    check_every: int | None = None,
     compile_step: bool = False,
     states_at: Sequence[int] | None = None,
     **options: object,
@@ -138,6 +158,12 @@ def solve(
             stops changing while the others iterate. "batch": the residual of the whole batch, one norm over all its
             finite samples (||f(Z) - Z|| / ||f(Z)|| for "rel"), as the reference DEQ code stops; every sample iterates
             until it does. ``residual`` and ``trace`` stay per sample in both.
+        check_every: iterations between two checks on the host of whether a sample is still active (the solve's only
+            host synchronisations besides one check that z0 is finite; in between, convergence, freezing and the best
+            iterate are kept on the device). A solve stops at the first check that finds no active sample, so up to
+            ``check_every - 1`` iterations (and calls of f) may follow the last sample's convergence: the price of
+            fewer synchronisations, worth it on a GPU where each one stalls the queue of kernels. None (the default):
+            1 on the CPU (a check costs nothing there), 4 on other devices.
         compile_step: run the solver's tensor work between two calls of f (the kernels a solver routes through
             :meth:`~deq_core.Loop.compiled`: Anderson's history update and mixing; Broyden and FixedPoint have none
             yet) through ``torch.compile``; f and the loop's bookkeeping run eagerly. The same iterates up to rounding;
@@ -168,13 +194,14 @@ def solve(
     keep = None if states_at is None else check_states_at(states_at, max_iter)
     compiler = Compiler(compile_step)
     spec = state_spec(z0)
+    interval = check_interval(check_every) or check_every_default(spec.device)
     dtype = solver_dtype(spec.dtypes)
-    settings = dict(solver=solver, stop_mode=stop_mode, stop_over=stop_over, tol=float(tol), max_iter=max_iter)
+    settings = dict(solver=solver, stop_mode=stop_mode, stop_over=stop_over, tol=float(tol), max_iter=max_iter,
+                    check_every=interval)  # fmt: skip
     with torch.no_grad():
-        x0 = flatten(z0, dtype).clone()  # never alias the caller's z0 (results would change if it did)
-        if not bool(torch.isfinite(x0).all()):
-            raise ValueError("z0 contains NaN or Inf; start the solver from a finite state (e.g. zeros).")
+        x0 = flatten(z0, dtype)  # may be z0 itself: only read (the loop copies it into its buffers)
         if spec.batch_size == 0:  # nothing to solve (e.g. an empty last batch): f is not called
+            x0 = x0.clone()
             empty = x0.new_zeros(0)
             kept = None if keep is None else [unflatten(x0, spec) for _ in keep]
             return SolverResult(
@@ -182,17 +209,15 @@ def solve(
                 converged=empty.bool(), nonfinite=empty.bool(), trace=x0.new_zeros(0, 0),
                 iterations_per_sample=empty.long(), states=kept, **settings,
             )  # fmt: skip
-        run = SolveRun(flat_map(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode,
-                       compiler=compiler, keep=keep or (), stop_over=stop_over)  # fmt: skip
-        iterate(solver, run, x0)
-        z, fz, residual, nonfinite = _returned(run, spec, dtype)
-        converged = residual <= float(tol) if stop_over == "sample" else run.converged & ~nonfinite
-        trace = torch.stack(run.trace) if run.trace else x0.new_zeros(0, spec.batch_size)
-        reached = trace <= float(tol)  # (iterations, B)
-        first = reached.to(torch.int64).argmax(dim=0) + 1
-        per_sample = torch.where(reached.any(dim=0) & converged, first, torch.full_like(first, run.iterations))
-        if stop_over == "batch":  # no sample stops before the batch does
-            per_sample = torch.full_like(first, run.iterations)
+        if not float(torch.linalg.vector_norm(x0, ord=math.inf)) < math.inf:  # NaN or inf: one host read
+            raise ValueError("z0 contains NaN or Inf; start the solver from a finite state (e.g. zeros).")
+        run = SolveRun(FlatMap(f, spec, dtype), x0, max_iter=max_iter, tol=float(tol), stop_mode=stop_mode,
+                       stop_over=stop_over, check_every=interval, compiler=compiler, keep=keep or ())  # fmt: skip
+        iterate(solver, run)
+        trace = torch.stack(run.trace).view(run.iterations, spec.batch_size).nan_to_num_(nan=math.inf)
+        nonfinite = run.best_residual.view(-1).isnan()
+        z, fz, residual, nonfinite = _returned(run, spec, dtype, trace.amin(dim=0), nonfinite)
+        converged, per_sample = _convergence(run, trace, residual, nonfinite)
         states = None if keep is None else [z if i not in run.kept else unflatten(run.kept[i], spec) for i in keep]
         return SolverResult(
             z=z, fz=fz, nfe=run.nfe, iterations=run.iterations, residual=residual, converged=converged,
@@ -200,8 +225,30 @@ def solve(
         )  # fmt: skip
 
 
-def _returned(run: SolveRun, spec: StateSpec, dtype: torch.dtype) -> tuple[State, State, Tensor, Tensor]:
-    """(z, f(z), residual, nonfinite) of the iterate returned to the user.
+def _convergence(run: SolveRun, trace: Tensor, residual: Tensor, nonfinite: Tensor) -> tuple[Tensor, Tensor]:
+    """(converged, iterations_per_sample), both (B,), from the trace (iterations, B) and the residual of z (B,).
+
+    Sample rule: converged where the residual is <= tol, at the first iteration whose residual was (the iterations
+    whose residual stayed above tol, counted up to the first that did not, plus that one). Batch rule: where the
+    batch's residual met tol (finite samples only), all at the first iteration where it did (else ``iterations``).
+    """
+    tol = run.tol
+    if run.stop_over == "batch":
+        reached = torch.stack(run.batch_trace) <= tol  # (iterations,)
+        stopped = reached.any()
+        first = reached.to(torch.int64).argmax() + 1
+        per_sample = torch.where(stopped, first, run.iterations).expand_as(nonfinite)
+        return stopped & ~nonfinite, per_sample
+    converged = residual <= tol
+    above = (trace > tol).cumprod(dim=0).sum(dim=0)  # iterations before the first at or below tol
+    return converged, above + converged
+
+
+def _returned(
+    run: SolveRun, spec: StateSpec, dtype: torch.dtype, residual: Tensor, nonfinite: Tensor
+) -> tuple[State, State, Tensor, Tensor]:
+    """(z, f(z), residual, nonfinite) of the iterate returned to the user, from the solver's best iterate, its
+    ``residual`` and ``nonfinite`` flags (B,).
 
     When a tensor of the state has a lower precision than the solver's dtype (bfloat16 / float16 states, or the
     float32 part of a mixed float32 / float64 tuple), the returned z is the best iterate rounded to the state's
@@ -210,8 +257,8 @@ def _returned(run: SolveRun, spec: StateSpec, dtype: torch.dtype) -> tuple[State
     """
     z = unflatten(run.best_x, spec)
     if all(d == dtype for d in spec.dtypes):
-        return z, unflatten(run.best_fx, spec), run.best_residual, run.nonfinite
+        return z, unflatten(run.best_fx, spec), residual, nonfinite
     x = flatten(z, dtype)
     fx = run.call(x)
-    _, residual, good = residual_norms(x, fx, run.stop_mode)
-    return z, unflatten(fx, spec), torch.where(good, residual, math.inf), run.nonfinite | ~good
+    _, rounded, good = residual_norms(x, fx, run.stop_mode)
+    return z, unflatten(fx, spec), torch.where(good, rounded, math.inf), nonfinite | ~good

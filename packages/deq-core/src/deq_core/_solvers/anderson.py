@@ -8,13 +8,13 @@ With g(z) = f(z) - z and the last n <= m - 1 differences dZ_i = z_{i+1} - z_i, d
 The least-squares problem is solved through its normal equations with a ridge term ``reg`` relative to each
 column's scale (reg diag(dG^T dG), the ridge reg I of the system with columns scaled to unit norm; not an absolute
 constant), so the regularization neither dominates at small residuals nor depends on the units of z. The small
-n x n systems are solved in float64. A sample whose system is singular or gives non-finite weights takes a plain
-damped step instead (gamma = 0).
+n x n systems are solved in float64. A sample whose system gives non-finite weights (singular, or NaN in its history)
+takes a plain damped step instead (gamma = 0).
 
-With ``compile_step=True`` the same update runs as one kernel of fixed shapes (:func:`_record_and_mix`, compiled
-through :meth:`~deq_core.Loop.compiled`): all m - 1 columns every iteration (a column not yet filled is zero and gets
-a zero weight) and the slot of the new difference as a tensor, so that torch compiles it once. The eager step keeps
-the sliced form, which costs fewer operations without a compiler.
+One step is a fixed sequence of kernels of fixed shapes (``_mix``; 18 operations, no view made in the loop): the
+history always holds m - 1 columns (a column not filled yet is zero and gets a zero weight), written in turn; one
+batched product of the new difference and g with the history gives the new row and column of the Gram matrix (kept,
+float64) and the right-hand side. The same function is what ``compile_step=True`` compiles, as one graph.
 """
 
 from __future__ import annotations
@@ -33,39 +33,65 @@ _TINY = torch.finfo(torch.float64).tiny
 
 def _mixing_weights(gram: Tensor, rhs: Tensor, reg: float) -> Tensor:
     """gamma (B, n) solving the normal equations (gram + reg diag(gram)) gamma = rhs; gram (B, n, n), rhs (B, n),
-    float64.
+    float64: what one step of :func:`_mix` solves, for a Gram matrix given whole.
 
-    The ridge reg diag(gram) is the ridge reg I of the system whose columns are scaled to unit norm (Jacobi scaling:
+    The ridge reg diag(G) is the ridge reg I of the system whose columns are scaled to unit norm (Jacobi scaling:
     S (A + reg diag(A)) S = S A S + reg I with S = diag(A)^(-1/2)), so ``reg`` is relative to the scale of each
-    difference, without forming the scaled system. A zero column (a difference of a frozen sample) gets a tiny
-    diagonal and a zero weight.
+    difference, without forming the scaled system. A zero column (a difference not made yet, or of a frozen sample)
+    gets the smallest normal number as its diagonal, and a zero weight.
     """
-    system = gram.clone()
-    system.diagonal(dim1=1, dim2=2).mul_(1 + reg).add_(_TINY)
-    gamma, info = torch.linalg.solve_ex(system, rhs.unsqueeze(2))
-    gamma = gamma.squeeze(2)
-    ok = (info == 0) & (gamma.sum(dim=1).abs() < float("inf"))  # the sum is NaN or Inf if any weight is
-    return torch.where(ok[:, None], gamma, 0.0)
+    ridge = torch.eye(gram.shape[1], dtype=gram.dtype, device=gram.device) * reg
+    system = torch.addcmul(gram, ridge, gram)
+    system.diagonal(dim1=1, dim2=2).clamp_min_(_TINY)
+    return _solved(system, rhs.unsqueeze(1), gram.new_zeros(())).squeeze(1)
+
+
+def _solved(system: Tensor, rhs: Tensor, zero: Tensor) -> Tensor:
+    """gamma (B, 1, n) with gamma system = rhs (B, 1, n) (row vectors: one solve from the right of the symmetric
+    system, no transpose), or ``zero`` (0-d) for a sample whose gamma is not finite (a singular system, NaN or Inf in
+    the history): it takes a plain damped step."""
+    gamma, _ = torch.linalg.solve_ex(system, rhs, left=False)
+    total = gamma.sum(dim=2, keepdim=True)  # NaN or Inf if any weight is
+    return torch.where(total.abs() < float("inf"), gamma, zero)
 
 
 @dataclass
 class _History:
-    """Anderson's state. Rows 0..slots-1 of ``dg``: the differences dG_i; row ``width``: the current g, so that one
-    batched product over the rows gives both the new row of the Gram matrix (dG_new . dG_j) and the next right-hand
-    side (g . dG_j). ``steps``: dZ_i + beta dG_i, differences of z + beta g (of f(z) when beta = 1), the columns the
-    step subtracts. ``gram``: dG_i . dG_j (float64), ``rhs``: dG_j . g. ``g``, ``base``: g and z + beta g of the
-    last iterate (None before the first step); ``k``: differences stored so far. ``index``: for the compiled kernel,
-    the int64 tensors [0], [1], ... naming the slots (empty when the solve does not compile)."""
+    """Anderson's buffers, all made once per solve, with every view a step uses.
 
-    slots: int
-    dg: Tensor
+    ``rows`` (2 width, B, D): the differences dG_0 .. dG_{width-1}, then those of z + beta g (of f(z) when beta = 1),
+    the columns the step subtracts; ``dg_rows`` / ``step_rows``: their rows (B, D); ``dg_t`` (B, D, width) and
+    ``steps`` (B, width, D): the same as batched matrices. ``gram`` (B, width, width, float64): dG_i . dG_j, with its
+    rows and columns as views; ``products`` (B, 2, width, float64): the new difference's row of the Gram matrix
+    (``new_row``) and the right-hand side g . dG_j (``rhs``, (B, 1, width)) of the step; ``ridge`` (width, width):
+    reg on the diagonal; ``system`` (B, width, width): the ridge system solved, with its ``diagonal``; ``mixed``
+    (B, D) the step's output (``mixed_rows``: the same as (B, 1, D)). ``g``, ``base``: g and z + beta g of the last
+    iterate (None before the first step); ``k``: differences stored so far; ``slots``: for the compiled step, the
+    int64 tensors [0], [1], ... naming the slots (empty when the solve does not compile).
+    """
+
+    width: int
+    dg_rows: tuple[Tensor, ...]
+    step_rows: tuple[Tensor, ...]
+    dg_t: Tensor
     steps: Tensor
     gram: Tensor
+    gram_rows: tuple[Tensor, ...]
+    gram_cols: tuple[Tensor, ...]
+    products: Tensor
+    new_row: Tensor
     rhs: Tensor
+    ridge: Tensor
+    system: Tensor
+    diagonal: Tensor
+    mixed: Tensor
+    mixed_rows: Tensor
+    zero: Tensor
+    rows: Tensor
+    slots: tuple[Tensor, ...] = ()
     g: Tensor | None = None
     base: Tensor | None = None
     k: int = 0
-    index: tuple[Tensor, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,75 +116,89 @@ class Anderson(Solver):
         if not check_number(self.name, "reg", self.reg) >= 0.0:
             raise ValueError(f"{self.name}: reg must be >= 0, got {self.reg}.")
 
-    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _History:
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _History | None:
+        width = min(self.m, loop.max_iter) - 1  # a solve stores at most max_iter - 1 differences
+        if width == 0:  # m = 1 (or a one-iteration solve): damped steps, no history
+            return None
         batch, dim = z.shape
-        slots = min(self.m, loop.max_iter) - 1  # a solve stores at most max_iter - 1 differences
-        width = max(slots, 1)
-        gram = torch.zeros(batch, width, width, dtype=torch.float64, device=z.device)
-        index = tuple(torch.tensor([i], device=z.device) for i in range(width)) if loop.compiling else ()
-        return _History(slots, z.new_zeros(batch, width + 1, dim), z.new_zeros(batch, width, dim), gram,
-                        gram.new_zeros(batch, 0), index=index)  # fmt: skip
+        small = dict(dtype=torch.float64, device=z.device)
+        rows = z.new_zeros(2 * width, batch, dim)
+        each = rows.unbind(0)
+        gram = torch.zeros(batch, width, width, **small)
+        products = torch.empty(batch, 2, width, **small)
+        system = torch.empty(batch, width, width, **small)
+        mixed = z.new_empty(batch, dim)
+        return _History(
+            width=width, dg_rows=each[:width], step_rows=each[width:], dg_t=rows[:width].permute(1, 2, 0),
+            steps=rows[width:].transpose(0, 1), gram=gram, gram_rows=gram.unbind(1), gram_cols=gram.unbind(2),
+            products=products, new_row=products[:, 0], rhs=products[:, 1:], ridge=torch.eye(width, **small) * self.reg,
+            system=system, diagonal=system.diagonal(dim1=1, dim2=2), mixed=mixed, mixed_rows=mixed.view(batch, 1, dim),
+            zero=gram.new_zeros(()), rows=rows,
+            slots=tuple(torch.tensor([i], device=z.device) for i in range(width)) if loop.compiling else (),
+        )  # fmt: skip
 
-    def step(self, state: _History, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+    def step(self, state: _History | None, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
         base = fz if self.beta == 1.0 else torch.add(z, g, alpha=self.beta)  # z + beta g: the step before mixing
-        if loop.compiling:
-            return self._compiled_step(state, g, base, loop)
-        if state.base is not None and state.slots > 0:
-            _record(state, g, base)
-        state.g, state.base = g, base
-        n = min(state.k, state.slots)
-        if n == 0:
-            return Step(base, state)  # base may be fz, referenced as the best f(z): not temporary
-        gamma = _mixing_weights(state.gram[:, :n, :n], state.rhs, self.reg).to(z.dtype).unsqueeze(1)  # (B, 1, n)
-        mixed = torch.baddbmm(base.unsqueeze(1), gamma, state.steps[:, :n], alpha=-1).squeeze(1)
-        return Step(mixed, state, temporary=True)
-
-    def _compiled_step(self, state: _History, g: Tensor, base: Tensor, loop: Loop) -> Step:
-        """The step of :meth:`step` through the compiled fixed-width kernel (``compile_step=True``)."""
-        g_old, base_old = state.g, state.base
-        state.g, state.base = g, base
-        if g_old is None or base_old is None or state.slots == 0:  # no difference yet (or m = 1): a damped step
+        if state is None:
             return Step(base, state)
-        slot = state.k % state.slots
+        g_old, base_old = state.g, state.base
+        state.g, state.base = g, base  # rows of the loop's buffer: valid for the next step, which is all we need
+        if g_old is None or base_old is None:  # no difference yet: a damped step
+            return Step(base, state)
+        slot = state.k % state.width
         state.k += 1
-        mix = loop.compiled(_record_and_mix)
-        mixed = mix(state.dg, state.steps, state.gram, state.index[slot], g_old, base_old, g, base, self.reg)
-        return Step(mixed, state, temporary=True)
+        if loop.compiling:
+            mix_compiled = loop.compiled(_mix_compiled)
+            mixed = mix_compiled(state.rows, state.gram, state.slots[slot], g_old, base_old, g, base, state.ridge)
+            return Step(mixed, state)
+        mix = _mix
+        mix(state.dg_rows[slot], state.step_rows[slot], state.gram_rows[slot], state.gram_cols[slot], g_old, base_old,
+            g, base, state.dg_t, state.steps, state.gram, state.products, state.new_row, state.rhs, state.ridge,
+            state.system, state.diagonal, state.mixed, state.mixed_rows, state.zero)  # fmt: skip
+        return Step(state.mixed, state)
 
 
-def _record(state: _History, g: Tensor, base: Tensor) -> None:
-    """Store the differences from the previous iterate to the current one (g, base) and update gram and rhs."""
-    assert state.g is not None and state.base is not None
-    slots, width = state.slots, state.dg.shape[1] - 1
-    slot = state.k % slots
-    torch.sub(g, state.g, out=state.dg[:, slot])
-    torch.sub(base, state.base, out=state.steps[:, slot])
-    state.dg[:, width].copy_(g)
-    state.k += 1
-    n = min(state.k, slots)
-    pair = state.dg[:, slot :: width - slot]  # rows slot and width: (B, 2, D), no copy
-    prod = torch.bmm(pair, state.dg[:, :n].transpose(1, 2)).double()  # (B, 2, n)
-    state.gram[:, slot, :n] = prod[:, 0]
-    state.gram[:, :n, slot] = prod[:, 0]
-    state.rhs = prod[:, 1]
+def _mix(
+    dg_slot: Tensor, step_slot: Tensor, gram_row: Tensor, gram_col: Tensor, g_old: Tensor, base_old: Tensor, g: Tensor,
+    base: Tensor, dg_t: Tensor, steps: Tensor, gram: Tensor, products: Tensor, new_row: Tensor, rhs: Tensor,
+    ridge: Tensor, system: Tensor, diagonal: Tensor, mixed: Tensor, mixed_rows: Tensor, zero: Tensor,
+) -> None:  # fmt: skip
+    """One Anderson step on the buffers of :class:`_History` (written in place): store the differences from
+    (g_old, base_old) to (g, base), (B, D) each, in the slot's rows ``dg_slot`` and ``step_slot``; one batched product
+    of [dG_new, g] with the history gives the slot's row and column of the Gram matrix and the right-hand side; solve
+    the ridge system for the weights and write base - steps^T gamma into ``mixed`` (B, D)."""
+    torch.sub(g, g_old, out=dg_slot)
+    torch.sub(base, base_old, out=step_slot)
+    pair = torch.stack((dg_slot, g), dim=1)  # (B, 2, D)
+    if products.dtype == pair.dtype:
+        torch.bmm(pair, dg_t, out=products)
+    else:
+        products.copy_(torch.bmm(pair, dg_t))
+    gram_row.copy_(new_row)
+    gram_col.copy_(new_row)
+    torch.addcmul(gram, ridge, gram, out=system)  # G + reg diag(G)
+    diagonal.clamp_min_(_TINY)  # a zero column (not filled yet): a tiny diagonal, a zero weight
+    gamma = _solved(system, rhs, zero)
+    torch.bmm(gamma.to(steps.dtype), steps, out=mixed_rows)
+    torch.sub(base, mixed, out=mixed)
 
 
-def _record_and_mix(
-    dg: Tensor, steps: Tensor, gram: Tensor, slot: Tensor, g_old: Tensor, base_old: Tensor, g: Tensor, base: Tensor,
-    reg: float,
-) -> Tensor:  # fmt: skip
-    """:func:`_record` and the mixing step as one kernel of fixed shapes, for torch.compile: store the differences
-    from (g_old, base_old) to (g, base), all (B, D), in slot ``slot`` (int64, (1,)) of ``dg`` (B, width + 1, D; its
-    last row is not used here) and ``steps`` (B, width, D), update ``gram`` (B, width, width) in place, and return
-    base - steps^T gamma (B, D) with gamma over all width columns (zero for the columns not filled yet).
-    """
-    width = steps.shape[1]
+def _mix_compiled(
+    rows: Tensor, gram: Tensor, slot: Tensor, g_old: Tensor, base_old: Tensor, g: Tensor, base: Tensor, ridge: Tensor
+) -> Tensor:
+    """The step of :func:`_mix` for torch.compile, from the whole buffers ``rows`` (2 width, B, D) and ``gram``
+    (B, width, width), updated in place, and the ``slot`` as an int64 tensor (1,): a compiled graph must not get
+    views of one buffer as separate inputs (it would write to the first call's views), and a slot given as a Python
+    int would compile once per value. Returns base - steps^T gamma (B, D)."""
+    width = gram.shape[1]
     dg_new = g - g_old
-    dg.index_copy_(1, slot, dg_new.unsqueeze(1))
-    steps.index_copy_(1, slot, (base - base_old).unsqueeze(1))
-    history = dg[:, :width]
-    prod = torch.bmm(torch.stack([dg_new, g], dim=1), history.transpose(1, 2)).double()  # (B, 2, width)
-    gram.index_copy_(1, slot, prod[:, :1])
-    gram.index_copy_(2, slot, prod[:, :1].transpose(1, 2))
-    gamma = _mixing_weights(gram, prod[:, 1], reg).to(g.dtype).unsqueeze(1)  # (B, 1, width)
-    return torch.baddbmm(base.unsqueeze(1), gamma, steps, alpha=-1).squeeze(1)
+    rows.index_copy_(0, slot, dg_new.unsqueeze(0))
+    rows.index_copy_(0, slot + width, (base - base_old).unsqueeze(0))
+    products = torch.bmm(torch.stack((dg_new, g), dim=1), rows[:width].permute(1, 2, 0)).to(gram.dtype)
+    gram.index_copy_(1, slot, products[:, :1])
+    gram.index_copy_(2, slot, products[:, :1].mT)
+    system = torch.addcmul(gram, ridge, gram)
+    system.diagonal(dim1=1, dim2=2).clamp_min_(_TINY)
+    gamma, _ = torch.linalg.solve_ex(system, products[:, 1:], left=False)
+    gamma = torch.where(gamma.sum(dim=2, keepdim=True).abs() < float("inf"), gamma, 0.0)  # as _solved does
+    return base - torch.bmm(gamma.to(rows.dtype), rows[width:].transpose(0, 1)).squeeze(1)

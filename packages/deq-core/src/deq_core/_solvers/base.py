@@ -26,14 +26,13 @@ class Step(NamedTuple):
     """What :meth:`Solver.step` returns.
 
     Attributes:
-        z: (B, D) the proposed next iterate. The loop keeps the current iterate for finished samples (converged or
-            non-finite), so a solver may propose anything in their rows.
+        z: (B, D) the proposed next iterate. The loop copies it into its own buffer, with the rows of finished samples
+            (converged or non-finite) set to their best iterate, so a solver may propose anything in those rows and
+            may reuse the memory of z in its next step.
         state: the solver's state for the next step (the same object, updated in place, is fine).
         fz: f(z) when the solver already evaluated it through :meth:`Loop.trial` (z then being the iterate that
             call returned), else None: the loop calls f.
-        temporary: z is a new tensor that nothing else references, so the loop may overwrite rows of it in place
-            (saves a copy when some samples are finished). Leave False when z is, or shares memory with, an input
-            of the step or a tensor kept in the state.
+        temporary: kept for compatibility, without effect (the loop always copies z).
     """
 
     z: Tensor
@@ -46,11 +45,10 @@ class Loop:
     """The view of the running solve that a solver's ``init`` and ``step`` get: limits, the samples still iterating,
     and counted calls of f for solvers that evaluate trial points (e.g. a line search). Not constructed by users."""
 
-    __slots__ = ("_run", "_z")
+    __slots__ = ("_run",)
 
     def __init__(self, run: SolveRun) -> None:
         self._run = run
-        self._z: Tensor | None = None
 
     @property
     def max_iter(self) -> int:
@@ -64,8 +62,9 @@ class Loop:
 
     @property
     def active(self) -> Tensor:
-        """Bool (B,): samples still iterating (neither converged nor stopped by NaN / Inf)."""
-        return self._run.active
+        """Bool (B,): samples still iterating (neither converged nor stopped by NaN / Inf), on the device (reading it
+        on the host waits for the device)."""
+        return self._run.active.view(-1)
 
     @property
     def compiling(self) -> bool:
@@ -83,11 +82,10 @@ class Loop:
         return self._run.compiler(kernel, dynamic)
 
     def trial(self, z: Tensor, *, temporary: bool = False) -> tuple[Tensor, Tensor]:
-        """Evaluate f at a trial point: returns (z', f(z')), z' being ``z`` with the rows of finished samples reset
-        to the current iterate (their f is not recomputed differently). Counted in the solve's NFE; not an iteration
-        (the loop records only the iterate a step returns). ``temporary``: z may be overwritten in place."""
-        assert self._z is not None, "Loop.trial is only available inside Solver.step"
-        z = self._run.freeze(z, self._z, owned=temporary)
+        """Evaluate f at a trial point: returns (z', f(z')), z' being ``z`` with the rows of finished samples set to
+        their best iterate (new tensors). Counted in the solve's NFE; not an iteration (the loop records only the
+        iterate a step returns). ``temporary``: kept for compatibility, without effect."""
+        z = self._run.freeze(z)
         return z, self._run.call(z)
 
 
@@ -102,8 +100,11 @@ class Solver(abc.ABC):
     - ``step(state, z, fz, g, loop) -> Step``: from the current iterate z, f(z), g = f(z) - z, propose the next one.
 
     The loop calls f, counts calls, computes residuals, keeps the best iterate per sample, stops finished samples and
-    isolates NaN / Inf; a step never evaluates f except through ``loop.trial``. The tensors passed in must not be
-    modified in place (the loop may keep them as the best iterate).
+    isolates NaN / Inf; a step never evaluates f except through ``loop.trial``. The tensors passed in are rows of the
+    loop's buffers: never modify them in place, and keep them for one step at most (the iteration after next
+    overwrites them: copy what a solver needs for longer). In the iteration where a sample fails, its rows may hold
+    NaN / Inf; whatever the step computes for that sample is discarded, so keep samples independent (no reduction
+    over the batch).
     """
 
     @property
