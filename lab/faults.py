@@ -39,12 +39,14 @@ from deq_core.train import checkpoints
 
 __all__ = [
     "EXPORT_FAULTS",
+    "WEIGHT_FAULTS",
     "PAYLOAD_MODULE",
     "TRUSTED_SOLVER_MODULE",
     "Kill",
     "check_export_fault",
     "check_export_trust",
     "check_installed_solver_module",
+    "damage_weights",
     "plant_pickle",
     "plant_solver_path",
     "python_module",
@@ -52,6 +54,7 @@ __all__ = [
     "no_space",
     "read_only",
     "save_points",
+    "set_saved_setting",
     "train_with_faults",
 ]
 
@@ -144,6 +147,47 @@ def plant_pickle(path: Path, marker: Path) -> None:
 
     Path(path).unlink(missing_ok=True)
     torch.save(_Planted(str(marker)), path)
+
+
+# How :func:`damage_weights` changes a checkpoint's weights.
+WEIGHT_FAULTS = ("other shapes", "nan")
+
+
+def damage_weights(run: Path, fault: str) -> Path:
+    """Rewrite the ``model.safetensors`` of the newest complete checkpoint of ``run`` (its manifest still valid):
+    ``fault`` "other shapes" makes its first tensor one larger in every dimension (a file of another model), "nan"
+    puts a NaN in its first floating-point tensor (a run that diverged). Returns the file."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = checkpoints.latest_complete_checkpoint(run)
+    assert folder is not None, f"{run} has no complete checkpoint"
+    path = folder / checkpoints.WEIGHTS_FILE
+    tensors = load_file(str(path))
+    if fault == "other shapes":
+        name = sorted(tensors)[0]
+        tensors[name] = torch.zeros([size + 1 for size in tensors[name].shape], dtype=tensors[name].dtype)
+    elif fault == "nan":
+        name = sorted(k for k, t in tensors.items() if t.is_floating_point())[0]
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1)[0] = float("nan")
+    else:
+        raise ValueError(f"unknown weight fault {fault!r}; one of {WEIGHT_FAULTS}")
+    save_file(tensors, str(path))
+    return path
+
+
+def set_saved_setting(run: Path, key: str, value: Any) -> None:
+    """Change the setting ``key`` (dotted, ``model.width``) of the config ``run/config.json`` saved, as a user editing
+    the file after training would."""
+    path = run / checkpoints.CONFIG_FILE
+    data = json.loads(path.read_text())
+    *sections, name = key.split(".")
+    node = data["config"]
+    for section in sections:
+        node = node[section]
+    node[name] = value
+    path.write_text(json.dumps(data, indent=2))
 
 
 # A module a test plants in a run folder: imported, it writes "ran" beside itself (what must never happen).

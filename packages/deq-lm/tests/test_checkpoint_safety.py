@@ -10,7 +10,7 @@ from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main
-from lab.faults import plant_pickle
+from lab.faults import damage_weights, plant_pickle
 
 ARGS = ["--config", "tiny-lm-deq-transformer", "steps=2", "eval_every=2"]
 
@@ -68,3 +68,33 @@ def test_files_of_older_checkpoints_are_never_read(finished_run: Path, tmp_path:
         plant_pickle(folder / name, tmp_path / f"ran-{name}")
     assert main([*ARGS, "--output-dir", str(run), "--resume"]) == 0
     assert not any((tmp_path / f"ran-{name}").exists() for name in names)
+
+
+MISFIT = "does not fit the model that config.json describes ("  # and the first difference torch names
+
+
+@pytest.mark.parametrize(
+    ("fault", "command", "expected"),
+    [
+        ("other shapes", "evaluate", MISFIT),
+        ("other shapes", "resume", MISFIT),
+        ("nan", "evaluate", "holds NaN or inf in "),
+        ("nan", "resume", "holds NaN or inf in "),
+    ],
+)
+def test_weights_that_do_not_fit_the_model_or_hold_nan_are_one_line(
+    finished_run: Path, tmp_path: Path, capsys, fault: str, command: str, expected: str
+) -> None:
+    """A weights file of other shapes, NaN in the weights: one line naming the file, exit status 2, on --resume and in
+    evaluate."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    damage_weights(run, fault)
+    capsys.readouterr()
+    if command == "resume":
+        code = main([*ARGS, "--output-dir", str(run), "--resume"])
+    else:
+        code = evaluate_main(["--checkpoint", str(run), "--no-sweep"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert expected in err and "model.safetensors" in err, err

@@ -8,7 +8,7 @@ import pytest
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_toy import evaluate, train
-from lab.faults import plant_pickle
+from lab.faults import damage_weights, plant_pickle, set_saved_setting
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2"]
 
@@ -54,3 +54,38 @@ def test_a_planted_pickle_in_any_file_never_runs(stopped_run: Path, tmp_path: Pa
         code = evaluate.main(["--checkpoint", str(run)])
         assert code == (2 if planted.name in ("model.safetensors", "train_state.json", "checkpoint.json") else 0)
         assert not marker.exists(), planted.name
+
+
+MISFIT = "does not fit the model that config.json describes ("  # and the first difference torch names
+
+
+@pytest.mark.parametrize(
+    ("fault", "command", "expected"),
+    [
+        ("model.width=20", "evaluate", MISFIT),
+        ("other shapes", "evaluate", MISFIT),
+        ("other shapes", "resume", MISFIT),
+        ("nan", "evaluate", "holds NaN or inf in "),
+        ("nan", "resume", "holds NaN or inf in "),
+    ],
+)
+def test_weights_that_do_not_fit_the_model_or_hold_nan_are_one_line(
+    stopped_run: Path, tmp_path: Path, capsys, fault: str, command: str, expected: str
+) -> None:
+    """config.json naming another model size, a weights file of other shapes, NaN in the weights: one line naming
+    the file, exit status 2, on --resume and in evaluate."""
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    if "=" in fault:
+        key, value = fault.split("=")
+        set_saved_setting(run, key, int(value))
+    else:
+        damage_weights(run, fault)
+    capsys.readouterr()
+    if command == "resume":
+        code = train.main([*ARGS, "--output-dir", str(run), "--resume"])
+    else:
+        code = evaluate.main(["--checkpoint", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert expected in err and "model.safetensors" in err, err

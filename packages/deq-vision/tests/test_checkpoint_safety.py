@@ -9,7 +9,7 @@ import pytest
 from conftest import learnable_images, write_cifar_folder
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_vision import evaluate, train
-from lab.faults import plant_pickle
+from lab.faults import damage_weights, plant_pickle, set_saved_setting
 
 ARGS = ["--config", "tiny-mdeq", "steps=2", "ema_decay=0.9", "augment=true", "mixup=0.2"]
 
@@ -65,3 +65,37 @@ def test_files_of_older_checkpoints_are_never_read(finished_run: Path, tmp_path:
         plant_pickle(folder / name, tmp_path / f"ran-{name}")
     assert train.main([*ARGS, "--output-dir", str(run), "--resume"]) == 0
     assert not any((tmp_path / f"ran-{name}").exists() for name in names)
+
+
+MISFIT = "does not fit the model that config.json describes ("  # and the first difference torch names
+
+
+@pytest.mark.parametrize(
+    ("fault", "command", "expected"),
+    [
+        ("model.name=mdeq_tiny_cifar10", "evaluate", MISFIT),
+        ("other shapes", "evaluate", MISFIT),
+        ("other shapes", "resume", MISFIT),
+        ("nan", "evaluate", "holds NaN or inf in "),
+        ("nan", "resume", "holds NaN or inf in "),
+    ],
+)
+def test_weights_that_do_not_fit_the_model_or_hold_nan_are_one_line(
+    finished_run: Path, tmp_path: Path, capsys, fault: str, command: str, expected: str
+) -> None:
+    """config.json naming another model of the registry, a weights file of other shapes, NaN in the weights: one line
+    naming the file, exit status 2, on --resume and in evaluate."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    if "=" in fault:
+        set_saved_setting(run, *fault.split("="))
+    else:
+        damage_weights(run, fault)
+    capsys.readouterr()
+    if command == "resume":
+        code = train.main([*ARGS, "--output-dir", str(run), "--resume"])
+    else:
+        code = evaluate.main(["--checkpoint", str(run), "--data-dir", ARGS[-1], "--no-sweep"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert expected in err and "model.safetensors" in err, err

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model as load_safetensors
 
-from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
+from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_json
@@ -41,7 +40,8 @@ def load_model(
 
     Raises:
         FileNotFoundError: not a run / checkpoint folder.
-        ValueError: a config or checkpoint that cannot be used, among them an UntrustedImportError.
+        ValueError: a config or checkpoint that cannot be used, among them an UntrustedImportError and a
+            CheckpointError (also weights that do not fit the model config.json describes, or that hold NaN).
     """
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
     _, cfg = load_config(run_dir, Config, trusted_modules)
@@ -50,7 +50,7 @@ def load_model(
     weights = checkpoint_weights(folder)
     task = build_task(cfg, offline=offline)
     model = build_model(cfg, task.vocab_size)
-    load_checked(weights, lambda path: load_safetensors(model, str(path)))  # restores tied weights, stored once
+    load_weights(model, weights)  # restores tied weights, stored once
     return cfg, task, model.eval(), run_dir
 
 

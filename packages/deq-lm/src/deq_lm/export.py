@@ -25,11 +25,10 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_model as load_safetensors
 from safetensors.torch import save_model
 
 import deq_core
-from deq_core.train.checkpoints import load_checked, read_json
+from deq_core.train.checkpoints import load_weights, read_json
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.deq_config import DEQConfig
 from deq_core.train.errors import UsageError
@@ -112,7 +111,7 @@ def load_pretrained(folder: str | Path, deq: deq_core.DEQ | None = None) -> Sequ
     model = build_model(cfg, int(config["vocab_size"]))
     if deq is not None and cfg.is_deq:
         model.body.deq = deq  # type: ignore[union-attr]
-    load_checked(folder / WEIGHTS_FILE, lambda path: load_safetensors(model, str(path)))
+    load_weights(model, folder / WEIGHTS_FILE)
     return model.eval()
 
 

@@ -16,7 +16,8 @@ from deq_core.train.state import STATE_FILE
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The newest complete checkpoint of a run directory, or a checkpoint folder, as {"step", "config" (a dict),
-    "model" (the state dict), "run_dir" (the run's folder)}, for evaluation.
+    "model" (the state dict), "run_dir" (the run's folder), "weights_file" (the file "model" was read from)}, for
+    evaluation.
 
     Raises:
         UsageError: no checkpoint there, or a file that is not tensors and plain data.
@@ -24,8 +25,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         run_dir, folder = resolve_checkpoint(Path(path))
         state = read_json(folder / STATE_FILE)
-        weights = load_checked(checkpoint_weights(folder), lambda p: load_file(str(p)))
+        weights_file = checkpoint_weights(folder)
+        weights = load_checked(weights_file, lambda p: load_file(str(p)))
         config = read_json(run_dir / CONFIG_FILE)["config"]
-        return {"step": int(state["step"]), "config": config, "model": weights, "run_dir": run_dir}
+        return {"step": int(state["step"]), "config": config, "model": weights, "run_dir": run_dir,
+                "weights_file": weights_file}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UsageError(f"no usable checkpoint at {path}: {err}") from None

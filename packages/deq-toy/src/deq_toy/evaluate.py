@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from deq_core.train.checkpoints import load_weights
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
@@ -37,12 +38,13 @@ def load_task(
     path (none else is imported).
 
     Raises:
-        UsageError: no usable checkpoint, or (UntrustedImportError) a solver of a module not in ``trusted_modules``.
+        UsageError: no usable checkpoint (CheckpointError: also weights that do not fit the model config.json
+            describes, or that hold NaN), or (UntrustedImportError) a solver of a module not in ``trusted_modules``.
     """
     state = load_checkpoint(checkpoint)
     config = replace_config(config_from_dict(state["config"], trusted_modules, state["run_dir"]), changes or {})
     task = build_task(config, Path(data_dir))
-    task.model.load_state_dict(state["model"])
+    load_weights(task.model, state["weights_file"], lambda: task.model.load_state_dict(state["model"]))
     task.model.eval()
     return config, task
 

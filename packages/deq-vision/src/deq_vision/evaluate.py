@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader
 
-from deq_core.train.checkpoints import checkpoint_weights, load_checked, resolve_checkpoint
+from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_json
@@ -46,13 +45,15 @@ def load_model(checkpoint: Path, trusted_modules: Collection[str] = ()) -> tuple
 
     Raises:
         FileNotFoundError: not a run / checkpoint folder, or the checkpoint has no model.safetensors.
+        CheckpointError: (a ValueError) weights that cannot be read, do not fit the model config.json describes, or
+            hold NaN or inf.
         UntrustedImportError: (a ValueError) the config names a solver of a module not in ``trusted_modules``.
     """
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
     _, cfg = load_config(run_dir, Config, trusted_modules)
     weights = checkpoint_weights(folder)
     model = build_model(cfg)
-    model.load_state_dict(load_checked(weights, lambda path: load_file(str(path))))
+    load_weights(model, weights)
     return cfg, model.eval(), run_dir
 
 

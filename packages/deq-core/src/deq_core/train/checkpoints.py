@@ -21,6 +21,7 @@ tensors.
   :func:`clean_partial_checkpoints`, :func:`resolve_checkpoint`, :func:`checkpoint_weights`: the complete checkpoints
   of a run.
 - :func:`safe_load`, :func:`read_json`, :func:`load_checked`: read checkpoint files, nothing executable;
+  :func:`load_weights`: a weights file into the model its config.json describes (names, shapes, finite values);
   :func:`save_states` / :func:`load_states`: the state dicts of optimizers, schedules and the like.
 """
 
@@ -52,6 +53,7 @@ __all__ = [
     "list_checkpoints",
     "load_checked",
     "load_states",
+    "load_weights",
     "prune_checkpoints",
     "read_json",
     "resolve_checkpoint",
@@ -81,12 +83,52 @@ def load_checked(path: str | Path, loader: Callable[[Path], Any]) -> Any:
         raise CheckpointError(f"{path} is missing: the checkpoint is incomplete or not one of this project.")
     try:
         return loader(path)
+    except CheckpointError:  # the loader's own one line, naming the file
+        raise
     except Exception as err:  # torch, pickle, safetensors and json raise many types for a foreign file
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(
             f"{path} cannot be read as tensors and plain data ({type(err).__name__}: {reason[:200]}); it was not "
             "written by this project's training, or it was modified. Nothing in it was run."
         ) from None
+
+
+def load_weights(model: Any, path: str | Path, load: Callable[[], Any] | None = None) -> None:
+    """Load the weights file ``path`` of a checkpoint or an export (safetensors) into ``model``, the model its
+    config.json describes: with safetensors' ``load_model`` (which restores tied weights, stored once), or by
+    ``load()`` when given (e.g. ``lambda: model.load_state_dict(tensors)`` for tensors already read from ``path``).
+    Then every floating-point tensor of the model must be finite.
+
+    Raises:
+        CheckpointError: one line naming the file: it is missing or cannot be read as tensors; its tensors do not fit
+            the model (other names or shapes: config.json or the file was changed after training); or a weight holds
+            NaN or inf (the run diverged before the checkpoint was saved, or the file was damaged).
+    """
+    import torch
+    from safetensors.torch import load_model
+
+    def read(file: Path) -> None:
+        try:
+            load() if load is not None else load_model(model, str(file))
+        except RuntimeError as err:  # what torch's load_state_dict raises for other names or shapes
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            if not lines or not lines[0].startswith("Error(s) in loading state_dict"):
+                raise
+            detail = lines[1][:200] if len(lines) > 1 else lines[0]
+            raise CheckpointError(
+                f"{file} does not fit the model that config.json describes ({detail}): config.json or this file was "
+                "changed after training; restore them, so that both are the run's."
+            ) from None
+
+    path = Path(path)
+    load_checked(path, read)
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(
+                f"{path} holds NaN or inf in {name}: the run diverged before this checkpoint was saved, or the file "
+                "was damaged; use an earlier checkpoint of the run (RUN/checkpoints/step_N; a resume takes the newest, "
+                "so delete this one first), or train again."
+            )
 
 
 def safe_load(path: str | Path) -> Any:

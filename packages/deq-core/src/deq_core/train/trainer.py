@@ -44,13 +44,13 @@ from accelerate.utils import (
     send_to_device,
     set_seed,
 )
-from safetensors.torch import load_model, save_file, save_model
+from safetensors.torch import save_file, save_model
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .. import DEQ, Plan, step_plan
 from ..layer import UNCONVERGED_WARNING
-from .checkpoints import CONFIG_FILE, clean_partial_checkpoints, prune_checkpoints, read_json
+from .checkpoints import CONFIG_FILE, clean_partial_checkpoints, load_weights, prune_checkpoints, read_json
 from .errors import UsageError
 from .files import write_file, write_json
 from .launch import (
@@ -317,7 +317,7 @@ def setup_run(
     if found is not None:
         extra_state = load_training_checkpoint(
             found, run.state, run.objects(), rank=accelerator.process_index, processes=accelerator.num_processes,
-            read_weights=lambda path: load_model(run.raw, str(path)),  # read on the CPU, copied into the parameters
+            read_weights=lambda path: load_weights(run.raw, path),  # read on the CPU, copied into the parameters
             per_process=list(task.process_state()),
         )  # fmt: skip
         task.load_process_state(extra_state, accelerator.device)
