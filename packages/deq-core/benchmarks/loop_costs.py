@@ -9,12 +9,13 @@ Anderson (both m = 6, beta / tau = 1) and Broyden (each library's defaults: ever
 
 Measured (``SolveCosts``):
 
-- operations: every ATen operation dispatched during a solve of ``ITERATIONS`` iterations (seen by a
-  ``TorchDispatchMode``: views, copies and kernels alike; on a GPU each kernel is one launch), except those inside f.
-  ``per iteration``: the median over the iterations of the operations between two calls of f (the steady state; a
-  buffer's occasional growth is not an iteration's cost); ``set-up``: the rest, total - iterations x per iteration
-  (checks, buffers, the result, less what the first iterations cost below the steady state); also the operations
-  outside the iterations: before the first call of f and after the last;
+- operations: every ATen operation dispatched during a solve (seen by a ``TorchDispatchMode``: views, copies and
+  kernels alike; on a GPU each kernel is one launch), except those inside f. ``per iteration``: the median over the
+  ``ITERATIONS`` iterations of a long solve of the operations between two calls of f (the steady state; Broyden's
+  buffers, which double as updates arrive, dispatch a few dozen more operations once at each growth, 16 and 32 ...
+  updates); ``set-up``: what a solve of ``SETUP_ITERATIONS`` iterations dispatches beyond that many iterations'
+  worth (checks, buffers, the result, less what the first iterations cost below the steady state); also the
+  operations outside the iterations: before the first call of f and after the last;
 - host synchronisations: reads of a tensor's value on the host (``.item()``, ``bool(t)``, ``float(t)``, ``.tolist()``,
   ops whose output size depends on values such as ``nonzero``), per iteration: all of a solve's divided by its
   iterations; for deq-core with its default ``check_every`` and with ``check_every=4``;
@@ -41,7 +42,8 @@ import deq_core
 import problems as P
 
 DIM, BATCH = 64, 8
-ITERATIONS = 32  # the iteration limit of the solves counted
+ITERATIONS = 32  # the iteration limit of the solves whose operations per iteration and host syncs are counted
+SETUP_ITERATIONS = 10  # and of those whose set-up is
 TOL = 1e-30  # never met: every solve runs to its limit
 # (label, our solver, our options, TorchDEQ's solver, its options)
 SOLVERS: list[tuple[str, str, dict[str, object], str, dict[str, object]]] = [
@@ -161,14 +163,14 @@ class SolveCosts:
     syncs_per_iteration: float
 
 
-def solve_costs(run: Callable[[Callable[[Tensor], Tensor], Tensor], object]) -> SolveCosts:
-    """The costs of the solve ``run(f, z0)`` (one call of f per iteration)."""
-    counter = count(run)
-    marks = counter.at_calls
+def solve_costs(make: Callable[[int], Callable[[Callable[[Tensor], Tensor], Tensor], object]]) -> SolveCosts:
+    """The costs of the solves ``make(max_iter)(f, z0)`` (one call of f per iteration) of ``ITERATIONS`` and
+    ``SETUP_ITERATIONS`` iterations."""
+    long, short = count(make(ITERATIONS)), count(make(SETUP_ITERATIONS))
+    marks = long.at_calls
     per_iteration = statistics.median(b - a for a, b in zip(marks, marks[1:]))
-    iterations = len(marks)
-    return SolveCosts(per_iteration, counter.ops - iterations * per_iteration, counter.outside_iterations,
-                      counter.syncs / iterations)  # fmt: skip
+    return SolveCosts(per_iteration, short.ops - len(short.at_calls) * per_iteration, short.outside_iterations,
+                      long.syncs / len(marks))  # fmt: skip
 
 
 def time_ratio_at(iterations: int, repeats: int) -> float:
@@ -197,17 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     rep.add()
     rep.add(
         f"torch {torch.__version__}, CPU, {torch.get_num_threads()} thread(s); f(z) = tanh(z W^T + x), D {DIM}, "
-        f"batch {BATCH}, float32, tol {TOL:g}, {ITERATIONS} iterations. Operations: ATen operations dispatched "
-        "beyond f's own (views, copies and kernels); per iteration = median between two calls of f, set-up = the "
-        "rest. Host syncs (.item(), bool(), .tolist() and value-dependent ops) per iteration = a solve's / its "
-        "iterations."
+        f"batch {BATCH}, float32, tol {TOL:g}. Operations: ATen operations dispatched beyond f's own (views, "
+        f"copies and kernels); per iteration = median between two calls of f in a solve of {ITERATIONS} iterations, "
+        f"set-up = the rest of a solve of {SETUP_ITERATIONS}. Host syncs (.item(), bool(), .tolist() and "
+        f"value-dependent ops) per iteration = a solve's / its iterations ({ITERATIONS})."
     )
     rep.add()
     rows, costs = [], {}
     for label, name, opts, t_name, t_opts in SOLVERS:
-        mine = solve_costs(ours(name, opts, ITERATIONS))
-        checked = solve_costs(ours(name, opts, ITERATIONS, check_every=CHECK_EVERY))
-        theirs = solve_costs(tdeq(t_name, t_opts, ITERATIONS))
+        mine = solve_costs(lambda n, name=name, opts=opts: ours(name, opts, n))
+        checked = solve_costs(lambda n, name=name, opts=opts: ours(name, opts, n, check_every=CHECK_EVERY))
+        theirs = solve_costs(lambda n, t_name=t_name, t_opts=t_opts: tdeq(t_name, t_opts, n))
         costs[label] = (mine, checked, theirs)
         rows.append([label, P.fmt(mine.ops_per_iteration), P.fmt(theirs.ops_per_iteration), P.fmt(mine.setup_ops),
                      P.fmt(theirs.setup_ops), f"{mine.outside_ops} / {theirs.outside_ops}",

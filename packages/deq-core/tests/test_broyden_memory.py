@@ -93,7 +93,7 @@ def _dense_good_broyden_residuals(f, x0: Tensor, iters: int, line_search: bool =
 
 
 def _roundoff_floor(trace: Tensor) -> float:
-    """The absolute residual below which the stored pairs and the dense method may differ by rounding alone: float64
+    """The absolute residual below which the product form and the dense method may differ by rounding alone: float64
     eps times the first residual, amplified by at most 1e3 over the iterations (both are the same method, so their
     iterates differ only by rounding; measured: at most about 1e-16 x ||g_0|| on the runs of these tests)."""
     return 1e3 * torch.finfo(torch.float64).eps * float(trace[0].max())
@@ -108,7 +108,7 @@ def _tanh_map(dim: int, batch: int, radius: float, seed: int = 0):
 
 
 @pytest.mark.parametrize("memory", [30, 7])
-def test_iterates_follow_the_dense_good_broyden_update(memory: int) -> None:
+def test_product_form_follows_the_dense_good_broyden_update(memory: int) -> None:
     """With the memory never full (30), every iterate is the textbook dense method's (residual norms equal to 1e-9
     relative, or to the round-off floor _roundoff_floor, over up to 25 iterations of a non-contractive map); with
     memory 7 the iterations up to the first rank reduction are, and later ones differ: the reduction is what changes
@@ -125,9 +125,9 @@ def test_iterates_follow_the_dense_good_broyden_update(memory: int) -> None:
         assert not torch.allclose(res.trace[exact:], dense[exact:], rtol=1e-6, atol=0)
 
 
-def test_line_search_iterates_follow_the_dense_update() -> None:
-    """Shortened steps (lam < 1) enter the update through u = (q + (lam - 1) d) / (|d|^2 - d.q): the iterates equal the
-    dense method's with the same Armijo backtracking, on a map where the full step often fails the test."""
+def test_product_form_with_line_search_follows_the_dense_update() -> None:
+    """Shortened steps (lam < 1) enter the update through b0 = lam - 1: the iterates equal the dense method's with
+    the same Armijo backtracking, on a map where the full step often fails the test."""
     f = _tanh_map(dim=12, batch=1, radius=2.5, seed=3)
     x0 = torch.zeros(1, 12, dtype=torch.float64)
     iters = 20
@@ -145,9 +145,9 @@ def _truncated(mat: Tensor, rank: int) -> Tensor:
 
 
 def test_reduction_keeps_the_best_low_rank_part_of_the_dense_inverse_jacobian() -> None:
-    """Two reductions (the second on top of the pairs the first kept): each time the kept pairs give
-    I + U^T V = I + the best rank-3 approximation of H - I, H the dense inverse Jacobian that the same steps give from
-    the previous H, and the next direction is that H applied to g."""
+    """Two reductions (the second on top of a base of rank 3, where the cross terms with the base matter): each time
+    the new base I + U^T V equals I + the best rank-3 approximation of H - I, H the dense inverse Jacobian that the
+    same steps give from the previous base, and the next direction is that base applied to g."""
     dim = 16
     f = _tanh_map(dim=dim, batch=1, radius=1.2, seed=5)
     x = torch.zeros(1, dim, dtype=torch.float64)
@@ -156,7 +156,7 @@ def test_reduction_keeps_the_best_low_rank_part_of_the_dense_inverse_jacobian() 
     dense = torch.eye(dim, dtype=torch.float64)
     for _ in range(2):
         while not inverse.full:
-            x_new = x + inverse.d
+            x_new = x + inverse.direction
             g_new = f(x_new) - x_new
             s, y = (x_new - x)[0], (g - g_new)[0]
             h_y = dense @ y
@@ -164,12 +164,11 @@ def test_reduction_keeps_the_best_low_rank_part_of_the_dense_inverse_jacobian() 
             inverse.update(g_new, None)
             x, g = x_new, g_new
         inverse.reduce(g)
-        assert inverse.n == 3
-        u, v = inverse.u[0, :3], inverse.v[0, :3]
+        u, v = inverse.base_u[0], inverse.base_v[0]
         eye = torch.eye(dim, dtype=torch.float64)
         torch.testing.assert_close(u.T @ v, _truncated(dense - eye, 3), rtol=1e-8, atol=1e-10)
-        torch.testing.assert_close(inverse.d[0], (eye + u.T @ v) @ g[0], rtol=1e-10, atol=1e-12)
-        dense = eye + u.T @ v  # the next updates build on the reduced H
+        torch.testing.assert_close(inverse.direction[0], (eye + u.T @ v) @ g[0], rtol=1e-10, atol=1e-12)
+        dense = eye + u.T @ v  # the next updates build on the reduced base
 
 
 @pytest.mark.parametrize("memory", [1, 2, 3])
@@ -192,9 +191,9 @@ def test_tiny_memories_still_solve_a_contraction(memory: int) -> None:
 
 
 def test_a_sample_with_overflowed_directions_restarts_alone_at_the_reduction() -> None:
-    """An Inf in one sample's stored rows (float32 overflow) must neither reach LAPACK (whose eigh raises on it for the
-    whole batch) nor the other samples: at the reduction that sample keeps no pairs (H restarts from I) and the other
-    sample's pairs are what they are without the Inf."""
+    """An Inf in one sample's stored directions (float32 overflow) must neither reach LAPACK (whose eigh raises on it
+    for the whole batch) nor the other samples: at the reduction that sample's base is zero (H restarts from I) and
+    the other sample's base is what it is without the Inf."""
     f = _tanh_map(dim=16, batch=2, radius=1.2, seed=5)
 
     def run(poison: bool) -> _InverseJacobian:
@@ -202,29 +201,26 @@ def test_a_sample_with_overflowed_directions_restarts_alone_at_the_reduction() -
         g = f(x) - x
         inverse = _InverseJacobian(g, memory=6)
         while not inverse.full:
-            x = x + inverse.d
+            x = x + inverse.direction
             g = f(x) - x
             inverse.update(g, None)
         if poison:
-            inverse.u[1, 2, 3] = float("inf")
+            inverse.dirs[1, 2, 3] = float("inf")
         inverse.reduce(g)
         return inverse
 
     clean, poisoned = run(False), run(True)
-    kept = poisoned.n
-    u, v = poisoned.u[:, :kept], poisoned.v[:, :kept]
-    assert torch.isfinite(u).all() and torch.isfinite(v).all()
-    assert bool((u[1] == 0).all()) and bool((v[1] == 0).all())
-    torch.testing.assert_close(u[0], clean.u[0, :kept])
-    torch.testing.assert_close(v[0], clean.v[0, :kept])
-    assert torch.isfinite(poisoned.d).all()
+    assert torch.isfinite(poisoned.base_u).all() and torch.isfinite(poisoned.base_v).all()
+    assert bool((poisoned.base_u[1] == 0).all()) and bool((poisoned.base_v[1] == 0).all())
+    torch.testing.assert_close(poisoned.base_u[0], clean.base_u[0])
+    torch.testing.assert_close(poisoned.base_v[0], clean.base_v[0])
+    assert torch.isfinite(poisoned.direction).all()
 
 
 @pytest.mark.parametrize("options", [{}, {"memory": 6}, {"memory": 6, "line_search": True}], ids=str)
 def test_no_unwritten_row_of_the_direction_buffer_is_read(monkeypatch, options: dict) -> None:
-    """The buffers of update pairs are allocated uninitialized (zeroing 2 max_iter state-sized rows cost ~0.1 t_f per
-    iteration on the conv benchmark), as are the loop's: filled with NaN instead, the solve must be bit for bit the
-    same, so every row the method reads was written first (also through rank reductions and line searches)."""
+    """Buffers allocated uninitialized (the loop's, Anderson's output) are written before they are read: filled with
+    NaN instead, the solve must be bit for bit the same (also through rank reductions and line searches)."""
     gen = torch.Generator().manual_seed(11)
     w = torch.randn(24, 24, generator=gen, dtype=torch.float64)
     w = 0.95 * w / torch.linalg.eigvals(w).abs().max()  # near-critical: the solve runs through several reductions
@@ -291,8 +287,8 @@ def test_the_implicit_backward_allocates_by_use_too() -> None:
 
 
 def test_a_long_solve_grows_its_storage_to_the_same_iterates() -> None:
-    """A solve of about 40 iterations grows its buffers several times (from 12 pairs); at max_iter = its own iteration
-    count the buffers stop at max_iter pairs, at max_iter 3000 they grow past it: the iterates are the same."""
+    """A solve of about 40 iterations grows its buffers several times (from 16 factors); at max_iter = its own iteration
+    count the buffers stop at max_iter factors, at max_iter 3000 they double past it: the iterates are the same."""
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
     w = 2.5 * w / torch.linalg.matrix_norm(w, ord=2)  # not a contraction: Broyden needs tens of iterations

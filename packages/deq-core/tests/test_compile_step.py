@@ -98,8 +98,8 @@ def test_compiled_anderson_float32_matches_eager(compile_calls):
 
 
 def test_compiled_broyden_through_the_growth_of_its_buffers():
-    """Broyden's update pairs are allocated 12 at first and grown by half when the updates fill them: a solve of more
-    than 12 updates with compile_step=True grows its buffers and gives the eager iterates. The problem: tanh(z W^T + x)
+    """Broyden's buffers have room for 16 factors at first and double when the updates fill them: a solve of more
+    than 16 updates with compile_step=True grows its buffers and gives the eager iterates. The problem: tanh(z W^T + x)
     with W = 0.9 Q (Q orthogonal), whose rotating Jacobian takes Broyden 21 updates to reach 1e-10."""
     gen = torch.Generator().manual_seed(7)
     w = 0.9 * torch.linalg.qr(torch.randn(DIM, DIM, generator=gen, dtype=torch.float64))[0]
