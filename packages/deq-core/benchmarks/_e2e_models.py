@@ -21,6 +21,9 @@ Models (the benchmark's sizes in ``SIZES``):
   next-token cross-entropy from a linear head.
 - ``gru``: the GRU-cell DEQ of deq-toy: x = Linear(one-hot tokens), z0 = GRU0(one-hot) without gradient,
   f(z) = tanh(GRU(z + x)); a linear readout of the flattened state; binary cross-entropy.
+- ``quickstart``: the model of ``examples/quickstart.py``: u = Linear(x) (16 -> 64), f(z) = tanh(W z + u) (64 x 64,
+  without the example's weight normalization, so that f is the same code in both libraries), a linear head (64 -> 4),
+  mean squared error on random targets; batch 256, a small state (D = 64) where the solvers' own buffers weigh most.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ SIZES = {
     "conv": (Sizes(16, 16), Sizes(4, 8)),  # (full, --quick)
     "transformer": (Sizes(8, 32), Sizes(2, 8)),
     "gru": (Sizes(32, 12), Sizes(4, 6)),
+    "quickstart": (Sizes(256, 1), Sizes(32, 1)),
 }
 
 
@@ -159,6 +163,30 @@ class GRUModel(nn.Module):
         return F.binary_cross_entropy_with_logits(self.readout(z[0].flatten(1)).squeeze(1), labels)
 
 
+class QuickstartModel(nn.Module):
+    """The quickstart example's regressor on (B, 16) inputs, (B, 4) targets (see the module docstring)."""
+
+    def __init__(self, n_in: int = 16, width: int = 64, n_out: int = 4) -> None:
+        super().__init__()
+        self.n_in, self.n_out = n_in, n_out
+        self.inject = nn.Linear(n_in, width)
+        self.cell = nn.Linear(width, width, bias=False)
+        self.head = nn.Linear(width, n_out)
+
+    def batch(self, sizes: Sizes, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        return torch.randn(sizes.batch, self.n_in, generator=gen), torch.randn(sizes.batch, self.n_out, generator=gen)
+
+    def prepare(self, x: Tensor) -> tuple[Tensor, State]:
+        u = self.inject(x)
+        return u, (torch.zeros_like(u),)
+
+    def f(self, z: State, u: Tensor) -> State:
+        return (torch.tanh(self.cell(z[0]) + u),)
+
+    def loss(self, z: State, targets: Tensor) -> Tensor:
+        return F.mse_loss(self.head(z[0]), targets)
+
+
 def build(name: str, quick: bool, seed: int) -> tuple[nn.Module, Sizes]:
     """The model ``name`` (parameters from ``seed``) and its batch sizes."""
     sizes = SIZES[name][1 if quick else 0]
@@ -167,4 +195,6 @@ def build(name: str, quick: bool, seed: int) -> tuple[nn.Module, Sizes]:
         return ConvModel(), sizes
     if name == "transformer":
         return TransformerModel(), sizes
+    if name == "quickstart":
+        return QuickstartModel(), sizes
     return GRUModel(length=sizes.length), sizes

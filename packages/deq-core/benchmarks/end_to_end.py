@@ -3,9 +3,10 @@
 Run: ``python packages/deq-core/benchmarks/end_to_end.py [--quick] [--out FILE] [--steps N] [--device cpu]``.
 
 Models (``_e2e_models.py``, self-contained mirrors of the task packages' DEQs): ``conv`` (MDEQ-like, two resolutions,
-GroupNorm), ``transformer`` (a DEQ-Transformer layer: attention + FFN + LayerNorm) and ``gru`` (deq-toy's GRU-cell
-DEQ). Each model is built once; two copies with identical weights are trained, one through each library, with the same
-optimizer (Adam, lr 1e-3) on the same batches (a cycle of 4 random batches).
+GroupNorm), ``transformer`` (a DEQ-Transformer layer: attention + FFN + LayerNorm), ``gru`` (deq-toy's GRU-cell
+DEQ) and ``quickstart`` (the quickstart example's tanh layer, D = 64, batch 256). Each model is built once; two
+copies with identical weights are trained, one through each library, with the same optimizer (Adam, lr 1e-3) on the
+same batches (a cycle of 4 random batches).
 
 Settings, identical for both libraries, for each forward/backward solver pair (Anderson/Anderson, Broyden/Broyden):
 forward max_iter 30, tol 1e-3 (relative residual); implicit backward (TorchDEQ: ``ift=True``) max_iter 30, tol 1e-4
@@ -55,7 +56,7 @@ from torch import Tensor, nn
 import deq_core
 import problems as P
 
-MODELS = ("conv", "transformer", "gru")
+MODELS = ("conv", "transformer", "gru", "quickstart")
 SOLVERS = ("anderson", "broyden")
 N_BATCHES = 4
 WARMUP = 2
@@ -379,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     rep.add(
         f"Geometric mean of the time ratios: {P.fmt(statistics.geometric_mean(ratios))}; target <= 0.8: "
         f"{'met' if max(ratios) <= 0.8 else 'not met'} on {sum(r <= 0.8 for r in ratios)} of {len(ratios)} rows."
+    )
+    peaks = [float(r[10]) for r in rows]
+    worst = max(range(len(rows)), key=lambda i: peaks[i])
+    rep.add(
+        f"- Peak memory of a training step at or below TorchDEQ's on every model and solver: "
+        f"{'MET' if max(peaks) <= 1.0 else 'NOT MET'} (ours / TorchDEQ {P.fmt(min(peaks))} to {P.fmt(max(peaks))}, "
+        f"the largest on {rows[worst][0]} / {rows[worst][1]})."
     )
     words = ["OMP_NUM_THREADS=1", "python", "packages/deq-core/benchmarks/end_to_end.py", *(argv or sys.argv[1:])]
     command = " ".join(words)

@@ -47,7 +47,7 @@ def test_meter_counts_what_deq_core_reports(e2e: ModuleType) -> None:
     assert theirs.record.autograd_calls == [2] and theirs.record.nfe[0] > 1 and theirs.record.vjps[0] >= 1
 
 
-@pytest.mark.parametrize("name", ["conv", "transformer", "gru"])
+@pytest.mark.parametrize("name", ["conv", "transformer", "gru", "quickstart"])
 def test_both_libraries_compute_the_same_gradients(e2e: ModuleType, name: str) -> None:
     """Same weights, batch, f and loss: in float64, with both solves converged to a relative residual of 1e-10, the
     gradients differ by the solves' errors only. Those are about tol / (1 - rho) relative, rho < 0.9 here (both converge
@@ -62,7 +62,7 @@ def test_quick_run_reports_finite_ratios_and_counts(e2e: ModuleType, tmp_path: P
     header, rows = lines[0], lines[1:]
     assert "time ours/TorchDEQ" in header
     assert {(r.split("|")[1].strip(), r.split("|")[2].strip()) for r in rows} == {
-        (m, s) for m in ("conv", "transformer", "gru") for s in ("anderson", "broyden")
+        (m, s) for m in ("conv", "transformer", "gru", "quickstart") for s in ("anderson", "broyden")
     }
     for r in rows:
         cells = [c.strip() for c in r.split("|")[1:-1]]

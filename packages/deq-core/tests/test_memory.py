@@ -114,3 +114,30 @@ def test_saved_bytes_independent_of_iterations_with_tuple_state():
         (out[0].sum() + out[1].sum()).backward()
     assert iterations[0] < iterations[1]  # counted, not assumed: Broyden may stop before 30 on some CPUs
     assert sizes[0] == sizes[1] > 0
+
+
+def test_the_implicit_output_is_no_copy_of_the_tracked_call():
+    """The layer's output under the implicit backward shares the memory of the tracked call f(z*), which the adjoint
+    keeps for its vector-Jacobian products anyway: no state-sized copy (JFB returns the tracked call itself). Outside
+    the solve the forward dispatches no clone; its gradient is unchanged (the same as through an explicit copy)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Clones(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func.overloadpacket is torch.ops.aten.clone
+            return func(*args, **(kwargs or {}))
+
+    f, (w, x) = make_cell()
+    deq = deq_core.DEQ("anderson", max_iter=40, tol=1e-5)
+    clones = Clones()
+    with clones:
+        z, info = deq(f, torch.zeros(BATCH, DIM))
+    assert clones.count == 0 and info.forward.all_converged
+    (grad,) = torch.autograd.grad(z.square().sum(), w)
+    z_copy, _ = deq(f, torch.zeros(BATCH, DIM))
+    (grad_copy,) = torch.autograd.grad(z_copy.clone().square().sum(), w)
+    assert torch.equal(grad, grad_copy)

@@ -164,7 +164,7 @@ class _ImplicitGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, adjoint: _Adjoint, *fz: Tensor) -> tuple[Tensor, ...]:
         ctx.adjoint = adjoint
-        return tuple(t.clone() for t in fz)
+        return tuple(t.view_as(t) for t in fz)  # a view: no copy of f(z*), whose graph the adjoint keeps anyway
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Any, ...]:

@@ -67,8 +67,9 @@ class DEQ(nn.Module):
     :func:`deq_core.step_plan`, so that models need not pass these arguments down; arguments given in a call win.
 
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
-    does not grow with the number of solver iterations. In eval mode z_out is still differentiable when autograd
-    is enabled; under torch.no_grad() no extra call of f is made.
+    does not grow with the number of solver iterations. With the implicit backward z_out is a view of that call's
+    result (no copy): modify a copy of z_out, not z_out itself, in place (autograd raises on the latter). In eval mode
+    z_out is still differentiable when autograd is enabled; under torch.no_grad() no extra call of f is made.
 
     Gradients: the layer holds no list of f's parameters; it learns what f depends on from the autograd graph of the
     tracked call f(z*). When that graph reaches no tensor that requires grad besides z* itself (f's parameters are
