@@ -88,6 +88,9 @@ def test_resume_refuses_a_different_model(tmp_path):
         train(replace_config(cfg, {"model.d_model": 16}), tmp_path / "r", resume=True)
 
 
+INT_MAX = "2**31 - 1 = 2147483647, got 1e+30"  # the largest integer setting, and how 1e30 is shown
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -106,6 +109,12 @@ def test_resume_refuses_a_different_model(tmp_path):
         (["--config", "tiny-lstm", "batch_size=9", "grad_accum=2"], "optim.batch_size (9) must be divisible by"),
         (["--config", "tiny-lstm", "head=adaptive"], "data.task=copy_memory uses model.head=linear without model.tie"),
         (["--config", "tiny-lstm", "steps"], "not of the form key=value"),
+        (["--config", "tiny-lstm", "model.d_model=1e30"], f"model.d_model must be an integer from 1 to {INT_MAX}"),
+        (["--config", "tiny-lstm", "batch_size=1e30"], f"optim.batch_size must be an integer from 1 to {INT_MAX}"),
+        (["--config", "tiny-lstm", "data.T=1e30"], f"data.T must be an integer from 1 to {INT_MAX}"),
+        (["--config", "tiny-lstm", "dist_timeout=1e30"], "run.dist_timeout must be at most 604800 seconds (a week)"),
+        (["--config", "tiny-lstm", "--threads", "100000"], "--threads must be a number of threads from 1 to "),
+        (["--config", "tiny-lstm", "--threads", "-1"], "--threads must be a number of threads from 1 to "),
     ],
 )
 def test_config_errors_are_clear(tmp_path, capsys, args, message):
@@ -125,6 +134,30 @@ def test_evaluate_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert evaluate_main(["--checkpoint", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("python -m deq_lm.evaluate: error: ") and "neither a run directory" in err, err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--max-iters", "0"), ("--max-iters", "-1"), ("--tols", "0"), ("--tols", "-1"), ("--tols", "nan"),
+     ("--tols", "inf")],
+)  # fmt: skip
+def test_evaluate_refuses_limits_and_tolerances_that_mean_nothing(tmp_path, capsys, option, value):
+    out = tmp_path / "r"
+    assert main(["--config", "tiny-deq-transformer", "--output-dir", str(out), "steps=1"]) == 0
+    capsys.readouterr()
+    assert evaluate_main(["--checkpoint", str(out), f"{option}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m deq_lm.evaluate: error: {option} takes comma-separated "), err
+    assert err.count("\n") == 1 and f"got {value!r}" in err, err
+
+
+def test_a_run_that_diverges_stops_with_one_line(tmp_path, capsys):
+    """optim.lr=1e30: the first step gives NaN, which the DEQ solve reports as a FloatingPointError."""
+    out = tmp_path / "r"
+    assert main(["--config", "tiny-deq-transformer", "--output-dir", str(out), "steps=2", "optim.lr=1e30"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m deq_lm.train: error: training diverged at step "), err
+    assert err.count("\n") == 1 and "a lower optim.lr (it is 1e+30)" in err, err
 
 
 def test_cli_resume_with_changed_settings_is_a_clear_error(tmp_path, capsys):

@@ -106,6 +106,9 @@ def test_reproduce_synthetic_table(tmp_path):
     assert (tmp_path / "figure5.png").exists()
 
 
+INT_MAX = "2**31 - 1 = 2147483647, got 1e+30"  # the largest integer setting, and how 1e30 is shown
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -135,6 +138,12 @@ def test_reproduce_synthetic_table(tmp_path):
         (["--config", "synthetic-tiny", "run.dist_timeout=0"], "run.dist_timeout must be a number of seconds > 0"),
         (["--config", "synthetic-tiny", "run.dist_timeout=nan"], "run.dist_timeout must be a finite number, got nan"),
         (["--config", "synthetic-tiny", "run.mixed_precision=fp8"], "Invalid value 'fp8', expected one of ['no', "),
+        (["--config", "synthetic-tiny", "model.width=1e30"], f"model.width must be an integer from 1 to {INT_MAX}"),
+        (["--config", "synthetic-tiny", "data.n_train=1e30"], f"data.n_train must be an integer from 1 to {INT_MAX}"),
+        (["--config", "synthetic-tiny", "run.threads=1e30"], f"run.threads must be an integer from 1 to {INT_MAX}"),
+        (["--config", "synthetic-tiny", "run.threads=100000"], "run.threads must be a number of threads from 1 to "),
+        (["--config", "synthetic-tiny", "run.dist_timeout=1e30"], "run.dist_timeout must be at most 604800 seconds"),
+        (["--config", "synthetic-tiny", "--stop-after", "-1"], "--stop-after must be a whole number >= 0, got -1"),
     ],
 )
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):
@@ -142,6 +151,21 @@ def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("python -m deq_toy.train: error: ") and message in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--max-iters", "0"), ("--max-iters", "-1"), ("--max-iters", "5,x"), ("--tols", "0"), ("--tols", "-1"),
+     ("--tols", "nan"), ("--tols", "inf")],
+)  # fmt: skip
+def test_evaluate_refuses_limits_and_tolerances_that_mean_nothing(tmp_path, capsys, option, value):
+    out = tmp_path / "run"
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", str(out), "--no-progress", "--stop-after=1"]) == 0
+    capsys.readouterr()
+    assert evaluate.main(["--checkpoint", str(out), f"{option}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m deq_toy.evaluate: error: {option} takes comma-separated "), err
+    assert err.count("\n") == 1 and f"got {value!r}" in err, err
 
 
 def test_malformed_data_file_gives_clear_error(tmp_path, capsys):

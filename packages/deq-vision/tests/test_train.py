@@ -113,11 +113,15 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ("model.dropout=1.5", "model.dropout must be in [0, 1) or None, got 1.5."),
         ("optim.lr=abc", "'optim.lr=abc': Value 'abc' of type 'str' could not be converted to Float."),
         ("run.log_every=0", "run.log_every must be a number >= 1, got 0."),
+        ("data.image_size=1e30", "data.image_size must be an integer from 1 to 2**31 - 1 = 2147483647, got 1e+30."),
+        ("deq.pretrain_depth=1e30", "deq.pretrain_depth must be an integer from 1 to 2**31 - 1 = 2147483647, got 1e"),
+        ("run.dist_timeout=1e30", "run.dist_timeout must be at most 604800 seconds (a week), got 1e+30."),
+        ("--threads 100000", "--threads must be a number of threads from 1 to "),
     ],
 )
 def test_bad_settings_are_one_line_errors(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown key or a bad value in a section: one line naming the dotted key, exit status 2, before any data."""
-    code = train.main(["--config", "tiny-mdeq", override])
+    code = train.main(["--config", "tiny-mdeq", *override.split()])
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
 
@@ -132,3 +136,27 @@ def test_no_progress_bar_redraws_in_a_log_file_and_tqdm_disable_is_honoured(cifa
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "\r" not in proc.stderr and "it/s" not in proc.stderr, proc.stderr[-500:]
     assert "step 2: eval" in proc.stdout and "step 4: eval" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--batch-size", "0"), ("--batch-size", "-1"), ("--max-steps", "0"), ("--threads", "100000")]
+)
+def test_evaluate_refuses_numbers_that_mean_nothing(
+    cifar_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    run = tmp_path / "run"
+    assert train.main(["--config", "tiny-mdeq", "steps=1", "--data-dir", str(cifar_dir), "--output-dir", str(run)]) == 0
+    capsys.readouterr()
+    code = evaluate.main(["--checkpoint", str(run), "--data-dir", str(cifar_dir), option, value])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"python -m deq_vision.evaluate: error: {option} must be a "), err
+    assert err.count("\n") == 1 and f"got {value}" in err, err
+
+
+def test_a_run_that_diverges_stops_with_one_line(cifar_dir: Path, tmp_path: Path, capsys) -> None:
+    """optim.lr=1e30: the first step gives NaN, which the DEQ solve reports as a FloatingPointError."""
+    args = ["--config", "tiny-mdeq", "steps=2", "optim.lr=1e30", "--data-dir", str(cifar_dir)]
+    assert train.main([*args, "--output-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m deq_vision.train: error: training diverged at step "), err
+    assert err.count("\n") == 1 and "a lower optim.lr (it is 1e+30)" in err, err

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
-from deq_core.train.cli import add_trust_option, usage_error
+from deq_core.train.cli import add_trust_option, counts, tolerances, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_json
 from deq_core.train.plots import write_figure
@@ -94,19 +94,12 @@ def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path:
     return write_figure(fig, out_path)
 
 
-def _numbers(text: str, kind: type) -> list[Any]:
-    try:
-        return [kind(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__}s, got {text!r}") from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deq_lm.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("--split", default="test", choices=["valid", "test"])
-    parser.add_argument("--max-iters", type=lambda s: _numbers(s, int), default=[1, 2, 4, 8, 16, 32])
-    parser.add_argument("--tols", type=lambda s: _numbers(s, float), default=[1e-1, 1e-2, 1e-3, 1e-4])
+    parser.add_argument("--max-iters", default="1,2,4,8,16,32", help="comma-separated inference limits to sweep")
+    parser.add_argument("--tols", default="1e-1,1e-2,1e-3,1e-4", help="comma-separated tolerances to sweep")
     parser.add_argument("--no-sweep", action="store_true", help="only the metric at the config's eval limits")
     parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
     parser.add_argument("--offline", action="store_true", help="language modeling: a Hugging Face corpus from the "
@@ -117,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        max_iters = counts(args.max_iters, "--max-iters") or [1]
+        tols = tolerances(args.tols, "--tols")
         cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir, args.offline, args.trust_solver)
     except (FileNotFoundError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
@@ -131,14 +126,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_writable(out)  # before the sweep, not after it
     except UsageError as err:
         return usage_error(parser.prog, err)
-    rows = sweep(cfg, task, model, args.split, args.max_iters, args.tols)
+    rows = sweep(cfg, task, model, args.split, max_iters, tols)
     print(f"{'max_iter':>8} {'tol':>8} {'loss':>10} {task.metric:>8} {'nfe':>6} {'residual':>10}")
     for r in rows:
         line = f"{r['max_iter']:>8} {r['tol']:>8.0e} {r['loss']:>10.4g} {r[task.metric]:>8.4f}"
         print(line + f" {r['nfe_forward']:>6.1f} {r['residual']:>10.3g}")
     try:
         write_json(out / SWEEP_FILE, {"split": args.split, "rows": rows})
-        plot_sweep(rows, task.metric, len(args.max_iters), out / "sweep.png")
+        plot_sweep(rows, task.metric, len(max_iters), out / "sweep.png")
     except UsageError as err:  # a folder that cannot be written, a full disk: one line
         return usage_error(parser.prog, err)
     print(f"wrote {out / SWEEP_FILE} and {out / 'sweep.png'}")

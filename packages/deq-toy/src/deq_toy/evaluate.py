@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from deq_core.train.checkpoints import load_weights
-from deq_core.train.cli import add_trust_option, usage_error
+from deq_core.train.cli import add_trust_option, counts, tolerances, usage_error
 from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
 from deq_core.train.files import write_json
@@ -87,13 +87,6 @@ def sweep(
     return rows
 
 
-def _numbers(text: str, kind: type) -> list[Any]:
-    try:
-        return [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"expected comma-separated {kind.__name__} values, got {text!r}.") from None
-
-
 def markdown(rows: list[dict[str, Any]], keys: Sequence[str]) -> str:
     """A Markdown table of ``keys`` (missing entries shown as '-')."""
     cells = [[f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, "-")) for k in keys] for row in rows]
@@ -113,13 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     trusted = args.trust_solver
     try:
         torch.set_num_threads(1)
+        max_iters, tols = counts(args.max_iters, "--max-iters"), tolerances(args.tols, "--tols")
         result: dict[str, Any] = {"metrics": evaluate_run(args.checkpoint, args.data_dir, args.split, None, trusted)}
         print(json.dumps(result["metrics"], indent=2))
-        if args.max_iters or args.tols:
+        if max_iters or tols:
             state = load_checkpoint(args.checkpoint)
             config = config_from_dict(state["config"], trusted, state["run_dir"])
-            max_iters = _numbers(args.max_iters, int) or [config.deq.max_iter]
-            tols = _numbers(args.tols, float) or [config.deq.tol]
+            max_iters = max_iters or [config.deq.max_iter]
+            tols = tols or [config.deq.tol]
             rows = sweep(args.checkpoint, args.data_dir, args.split, max_iters, tols, trusted)
             result["sweep"] = rows
             keys = ["max_iter", "tol"] + [k for k in rows[0] if k not in ("max_iter", "tol")]

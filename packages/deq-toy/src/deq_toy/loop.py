@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from deq_core.train.cli import set_threads
 from deq_core.train.run_config import replace_config
 from deq_core.train.schedules import cosine_lr_factor
 from deq_core.train.task import Forward, Parts, StepPlan, Task
@@ -110,10 +111,10 @@ def run_training(
     Raises:
         UsageError: a bad folder (locked, holding a run without ``resume``, nothing to resume: RunDirError), a
             checkpoint that is not tensors and plain data (CheckpointError), another config on resume
-            (ResumeConfigError), a saved solver of a module not in ``trusted_modules`` (UntrustedImportError), or
-            bad data.
+            (ResumeConfigError), a saved solver of a module not in ``trusted_modules`` (UntrustedImportError), more
+            ``run.threads`` than this machine's cores allow (:func:`~deq_core.train.cli.set_threads`), or bad data.
     """
-    torch.set_num_threads(config.run.threads)
+    set_threads(config.run.threads, "run.threads")
     if stop_after is not None:
         config = replace_config(config, {"run.stop_after": stop_after})
     summary = train(

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from deq_core.train.cli import run_training_cli, training_parser
+from deq_core.train.cli import check_count, run_training_cli, training_parser
 
 from .configs import PRESETS, Config, load_config
 from .loop import run_training
@@ -37,9 +37,16 @@ def _train(config: Config, output_dir: Path, args: argparse.Namespace) -> None:
         print(json.dumps(results, indent=2))
 
 
+def _configure(args: argparse.Namespace) -> Config:
+    """The preset with the overrides; ``--stop-after`` checked (it sets ``run.stop_after`` when training starts)."""
+    if args.stop_after is not None:
+        check_count(args.stop_after, "--stop-after", minimum=0)
+    return load_config(args.config, args.overrides)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 for a user error, printed on one line)."""
-    return run_training_cli(build_parser(), argv, lambda args: load_config(args.config, args.overrides), _train)
+    return run_training_cli(build_parser(), argv, _configure, _train)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
-from deq_core.train.cli import add_trust_option, usage_error
+from deq_core.train.cli import add_trust_option, check_count, set_threads, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_json
 from deq_core.train.plots import write_figure
@@ -115,8 +115,9 @@ def _evaluate(argv: Sequence[str] | None) -> int:
         "--output-dir", type=Path, default=None, help="where hard_stop.json and .png go (default: the run folder)"
     )
     args = parser.parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    check_count(args.max_steps, "--max-steps")
+    check_count(args.batch_size, "--batch-size")
+    set_threads(args.threads)
     try:
         cfg, model, run_dir = load_model(args.checkpoint, args.trust_solver)
         if args.limit is not None:

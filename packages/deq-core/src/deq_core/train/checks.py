@@ -1,8 +1,8 @@
 """Validation of a training config dataclass with messages that name the key and the valid values:
 :func:`check_finite` (every float setting a finite number, the first check of every section), :func:`check_choice`,
-:func:`check_at_least`, :func:`check_fraction`, :func:`check_seed`, and :func:`in_section`, which names the config
-section in front of the key (used by the config sections, :mod:`deq_core.train.sections` and
-:mod:`deq_core.train.deq_config`, and by the task packages' own sections)."""
+:func:`check_at_least` (an integer also below :data:`INT_LIMIT`), :func:`check_fraction`, :func:`check_seed`, and
+:func:`in_section`, which names the config section in front of the key (used by the config sections,
+:mod:`deq_core.train.sections` and :mod:`deq_core.train.deq_config`, and by the task packages' own sections)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["SEED_LIMIT", "check_at_least", "check_choice", "check_finite", "check_fraction", "check_seed", "in_section"]
+__all__ = [
+    "INT_LIMIT",
+    "SEED_LIMIT",
+    "check_at_least",
+    "check_choice",
+    "check_finite",
+    "check_fraction",
+    "check_seed",
+    "in_section",
+]
 
 SEED_LIMIT = 2**32
 """Seeds are ints in [0, SEED_LIMIT): what every generator a run seeds accepts (NumPy's legacy ``np.random.seed``,
 called by Accelerate's ``set_seed``, refuses 2**32 and above; torch accepts up to 2**64 - 1)."""
+
+
+INT_LIMIT = 2**31
+"""Integer settings (counts and sizes: steps, rows, widths, image sizes, iterations, threads) are below INT_LIMIT:
+torch, PIL and the C libraries under them take many of them as C ints, which a larger value overflows (``1e30`` on
+the command line is a whole number), and no count or size of a run comes near it. Seeds have their own limit."""
 
 
 def _float_fields(config: Any) -> list[str]:
@@ -79,13 +94,17 @@ def check_choice(config: Any, *keys: str) -> None:
 
 
 def check_at_least(config: Any, minimum: float, *keys: str) -> None:
-    """Raise ValueError unless each field in ``keys`` is a finite number (not a bool, NaN or inf) >= ``minimum``."""
+    """Raise ValueError unless each field in ``keys`` is a finite number (not a bool, NaN or inf) >= ``minimum``; an
+    integer must also be below :data:`INT_LIMIT`."""
     for key in keys:
         value = getattr(config, key)
         if isinstance(value, float) and not math.isfinite(value):
             raise _not_finite(key, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
             raise ValueError(f"{key} must be a number >= {minimum}, got {value!r}.")
+        if isinstance(value, int) and value >= INT_LIMIT:
+            shown = f"{value:.3g}" if value >= 10**12 else value  # 1e30 on the command line: 1e+30, not 31 digits
+            raise ValueError(f"{key} must be an integer from {minimum} to 2**31 - 1 = {INT_LIMIT - 1}, got {shown}.")
 
 
 def check_fraction(config: Any, *keys: str, closed: bool = True) -> None:

@@ -11,11 +11,16 @@ answering (:class:`~deq_core.train.launch.ProcessTimeoutError`, whose line the s
 :func:`usage_error` prints that line and gives that status, also for the task packages' ``evaluate`` and
 ``reproduce`` command lines. :func:`add_trust_option` adds ``--trust-solver MODULE``, the modules whose solvers a
 run's saved config.json may name by import path (on ``--resume`` and in ``evaluate``; :mod:`~deq_core.train.trust`).
+The numbers of the command lines are checked by :func:`set_threads` (``--threads``, bounded by the machine's cores),
+:func:`counts` (``--max-iters``), :func:`tolerances` (``--tols``) and :func:`check_count` (``--batch-size``, ...), each
+a :class:`~deq_core.train.errors.UsageError` naming the option.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -23,11 +28,23 @@ from typing import Any
 
 import torch
 
+from .checks import INT_LIMIT
 from .errors import UsageError
 from .launch import ProcessTimeoutError
 from .trust import TRUST_OPTION, import_trusted
 
-__all__ = ["add_trust_option", "module_name", "run_training_cli", "training_parser", "usage_error"]
+__all__ = [
+    "THREADS_PER_CORE",
+    "add_trust_option",
+    "check_count",
+    "counts",
+    "module_name",
+    "run_training_cli",
+    "set_threads",
+    "tolerances",
+    "training_parser",
+    "usage_error",
+]
 
 _OVERRIDES_HELP = (
     "settings by dotted name, e.g. optim.steps=200 optim.lr=3e-4 deq.max_iter=12; a name only one section has may "
@@ -52,8 +69,8 @@ def training_parser(
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
     if threads:
         parser.add_argument(
-            "--threads", type=int, default=0, help="torch threads per process (default: torch's choice); 1 is "
-            "often fastest for small models on a busy machine",
+            "--threads", type=int, default=0, help="torch threads per process (default: torch's choice; at most "
+            f"{THREADS_PER_CORE} per core); 1 is often fastest for small models on a busy machine",
         )  # fmt: skip
     add_trust_option(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help=_OVERRIDES_HELP)
@@ -68,7 +85,8 @@ def run_training_cli(
 ) -> int:
     """Parse ``argv``, import the ``--trust-solver`` modules (as installed, never from the output folder:
     :func:`~deq_core.train.trust.import_trusted`), build the config with ``configure(args)`` (the preset with the
-    overrides and the task's options applied), set ``--threads``, and call ``train(config, output_dir, args)``.
+    overrides and the task's options applied), set ``--threads`` (:func:`set_threads`), and call
+    ``train(config, output_dir, args)``.
     Returns the exit status: 0, or 2 after printing ``PROG: error: MESSAGE`` (one line, no traceback) for a
     ValueError from ``configure`` or a UsageError from either (argparse itself exits with status 2 on an unknown
     option), or 1 when another process of the run stopped answering
@@ -78,10 +96,9 @@ def run_training_cli(
     try:
         import_trusted(getattr(args, "trust_solver", []), output_dir)  # before the config imports one
         config = configure(args)
+        set_threads(getattr(args, "threads", 0))
     except (ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
-    if getattr(args, "threads", 0) > 0:
-        torch.set_num_threads(args.threads)
     try:
         train(config, output_dir, args)
     except UsageError as err:
@@ -96,6 +113,71 @@ def usage_error(prog: str, err: Exception | str) -> int:
     status 2, for a command line's ``main()`` to return: ``return usage_error(parser.prog, err)``."""
     print(f"{prog}: error: {err}", file=sys.stderr)
     return 2
+
+
+THREADS_PER_CORE = 4
+"""The most torch threads :func:`set_threads` allows per core of the machine: more only slow a run down, and a count
+far beyond the cores (``--threads 100000``) makes OpenMP fail (a MemoryError, an abort or a segfault)."""
+
+
+def set_threads(threads: int, option: str = "--threads") -> None:
+    """Set torch's intra-op thread count to ``threads`` (0: leave torch's choice).
+
+    Raises:
+        UsageError: a negative count, or more than :data:`THREADS_PER_CORE` per core of this machine
+            (``os.cpu_count()``); ``option`` names the setting in the message.
+    """
+    cores = os.cpu_count() or 1
+    most = THREADS_PER_CORE * cores
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= most:
+        raise UsageError(
+            f"{option} must be a number of threads from 1 to {most} (at most {THREADS_PER_CORE} per core; this machine "
+            f"has {cores}), got {threads}."
+        )
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def counts(text: str, option: str) -> list[int]:
+    """The comma-separated integers >= 1 of a command-line option (``--max-iters 5,10,50``); empty text: [].
+
+    Raises:
+        UsageError: anything else, naming ``option``.
+    """
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = [0]
+    if any(not 1 <= value < INT_LIMIT for value in values):
+        raise UsageError(f"{option} takes comma-separated whole numbers >= 1 (e.g. 5,10,50), got {text!r}.")
+    return values
+
+
+def tolerances(text: str, option: str) -> list[float]:
+    """The comma-separated finite numbers > 0 of a command-line option (``--tols 1e-2,1e-3``); empty text: [].
+
+    Raises:
+        UsageError: anything else (0, a negative number, nan, inf, a word), naming ``option``.
+    """
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = [0.0]
+    if any(not (math.isfinite(value) and value > 0) for value in values):
+        raise UsageError(f"{option} takes comma-separated finite numbers > 0 (e.g. 1e-2,1e-3), got {text!r}.")
+    return values
+
+
+def check_count(value: int, option: str, minimum: int = 1) -> int:
+    """``value``, a command-line option's whole number (``--batch-size 64``), if it is >= ``minimum`` (and below
+    :data:`~deq_core.train.checks.INT_LIMIT`).
+
+    Raises:
+        UsageError: it is not, naming ``option``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value < INT_LIMIT:
+        raise UsageError(f"{option} must be a whole number >= {minimum}, got {value}.")
+    return value
 
 
 def module_name(text: str) -> str:

@@ -147,6 +147,8 @@ def _check_deq_config(config: DEQConfig) -> None:
             raise ValueError(f"{key} must be > 0{' or None' if optional else ''}, got {value}.")
     if config.eval_max_iter is not None and (isinstance(config.eval_max_iter, bool) or config.eval_max_iter < 1):
         raise ValueError(f"eval_max_iter must be >= 1 or None, got {config.eval_max_iter}.")
+    if config.eval_max_iter is not None:
+        check_at_least(config, 1, "eval_max_iter")  # below INT_LIMIT
     if config.max_iter_jitter >= config.max_iter:
         raise ValueError(f"max_iter_jitter must be < max_iter ({config.max_iter}), got {config.max_iter_jitter}.")
     if not 0.0 < config.phantom_damping <= 1.0:

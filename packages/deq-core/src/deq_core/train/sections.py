@@ -18,9 +18,13 @@ from typing import Any, Literal, TypeVar
 from .checks import check_at_least, check_choice, check_finite, check_seed, in_section
 from .trackers import check_project, check_tracker_names
 
-__all__ = ["OptimConfig", "RunConfig", "section"]
+__all__ = ["MAX_DIST_TIMEOUT", "OptimConfig", "RunConfig", "section"]
 
 S = TypeVar("S")
+
+MAX_DIST_TIMEOUT = 7 * 24 * 3600
+"""The longest ``run.dist_timeout``, in seconds: a week. A collective that waits longer waits on a process that is
+gone; a timeout of 1e30 s overflowed the ``timedelta`` torch is given."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class RunConfig:
     tensorboard, wandb, mlflow, aim, comet_ml, ...; ``run.log_with=tensorboard,wandb``), writing under
     OUTPUT_DIR/trackers/; project: the trackers' project name (None: the preset's name).
     dist_timeout: seconds a collective operation of several processes waits for the others before the run stops with
-    a line naming the ranks that did not answer (torch's default would be 30 minutes).
+    a line naming the ranks that did not answer (torch's default would be 30 minutes); at most a week.
     """
 
     seed: int = 0
@@ -95,6 +99,8 @@ def _check_run(config: RunConfig) -> None:
     timeout = config.dist_timeout
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"dist_timeout must be a number of seconds > 0, got {timeout!r}.")
+    if timeout > MAX_DIST_TIMEOUT:
+        raise ValueError(f"dist_timeout must be at most {MAX_DIST_TIMEOUT} seconds (a week), got {timeout!r}.")
 
 
 def _check_optim(config: OptimConfig) -> None:

@@ -86,7 +86,9 @@ __all__ = [
     "THREADS_KEY",
     "Run",
     "StepStats",
+    "TrainingDivergedError",
     "build_accelerator",
+    "diverged_line",
     "evaluate",
     "final_line",
     "log_record",
@@ -542,6 +544,8 @@ def train(
         UsageError: a tracker of ``run.log_with`` whose package is not installed.
         ProcessTimeoutError: a collective operation of several processes timed out (``run.dist_timeout``); the
             message, also printed, names the ranks that did not answer.
+        TrainingDivergedError: (a UsageError and FloatingPointError) the loss or a solve gave NaN or inf; the last
+            complete checkpoint is kept.
 
     The trackers are ended (``accelerator.end_training()``) when training ends, and also when it fails.
     """
@@ -554,11 +558,30 @@ def train(
                 summary = _loop(run)
         except BaseException as error:
             line = _end_after_failure(run, error)
+            if isinstance(error, FloatingPointError):
+                raise TrainingDivergedError(diverged_line(run, error)) from error
             if line is None:
                 raise
             raise ProcessTimeoutError(line) from error
         run.accelerator.end_training()
         return summary
+
+
+class TrainingDivergedError(UsageError, FloatingPointError):
+    """Training produced NaN or inf (the loss, or a DEQ solve that found no finite iterate): one line saying at which
+    step, why, and which settings to change (:func:`diverged_line`)."""
+
+
+def diverged_line(run: Run, error: BaseException) -> str:
+    """The line of a run that diverged with ``error`` (a FloatingPointError) in step ``run.state.step + 1``."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    if len(reason) > 200:
+        reason = reason[:200] + " ..."
+    return (
+        f"training diverged at step {run.state.step + 1} ({reason}); the run stops: train again, in another "
+        f"--output-dir, with a lower optim.lr (it is {run.config.optim.lr:g}) or with gradient clipping "
+        "(optim.grad_clip)."
+    )
 
 
 def _end_after_failure(run: Run, error: BaseException) -> str | None:
