@@ -17,7 +17,9 @@ Measured per solver, all in one process:
 - the kernel between two calls of f, timed alone (eager and compiled, in units of t_f): Anderson's step (``_mix``
   eager, ``_mix_compiled`` through torch.compile; the history full), and, as its floor, the time of reading its two
   histories (m - 1 state-sized rows each) once; the kernel also with 8 values per sample, where its time is the
-  per-operation cost alone (what compiling can remove; the rest is memory traffic).
+  per-operation cost alone (what compiling can remove; the rest is memory traffic);
+- the target of the GPU loop: ``compile_step=True`` no slower than eager on a cheap f (``loop_costs.tanh_map``: D 64,
+  batch 8, tol 1e-30 so that every solve makes 30 iterations), per solver, the median ratio of interleaved solves.
 """
 
 from __future__ import annotations
@@ -160,6 +162,23 @@ def kernel_rows(problem: P.Problem, t_f: float) -> list[list[object]]:
     return rows
 
 
+def small_problem_ratios(repeats: int) -> dict[str, float]:
+    """compile_step=True / eager wall time of 30-iteration solves of loop_costs' tanh map (D 64, batch 8), per solver:
+    the median ratio over interleaved repeats (the compiled kernels are compiled before)."""
+    from loop_costs import BATCH, DIM, tanh_map
+
+    f, z0 = tanh_map(), torch.zeros(BATCH, DIM)
+    ratios = {}
+    for name, solver in SOLVERS:
+        def run(compile_step: bool, solver: deq_core.Solver = solver) -> object:
+            return deq_core.solve(f, z0, solver, max_iter=30, tol=1e-30, compile_step=compile_step)
+
+        run(True)
+        times = P.interleaved({"eager": partial(run, False), "compiled": partial(run, True)}, repeats=repeats, warmup=3)
+        ratios[name] = P.median_ratio(times["compiled"], times["eager"])
+    return ratios
+
+
 def payoff(compile_s: float, eager_s: float, compiled_s: float, nfe_eager: int, nfe_compiled: int) -> str:
     """Solves after which ``compile_s`` is paid back, comparing the time per call of f (rounding can change a compiled
     solve's NFE by a few calls, which says nothing about the speed of its step) over the eager solve's NFE."""
@@ -218,6 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("anderson",):
         met = "met" if overheads[name][1] <= TARGET else "NOT MET"
         rep.add(f"- {name}: compiled overhead {P.fmt(overheads[name][1])} <= {TARGET}: {met}.")
+    rep.add()
+    small = small_problem_ratios(10 if args.quick else 60)
+    rep.add("### A cheap f: 30 iterations of tanh(W z + x), D 64, batch 8")
+    rep.add()
+    rep.table(["solver", "time compile_step=True / eager"], [[name, P.fmt(r)] for name, r in small.items()])
+    rep.add()
+    ok = max(small.values()) <= 1.0
+    rep.add(f"- compile_step=True no slower than eager at 30 iterations on this CPU, every solver: "
+            f"{'MET' if ok else 'NOT MET'} ({', '.join(f'{k} {P.fmt(v)}' for k, v in small.items())}).")  # fmt: skip
     rep.add()
     rep.add("### The solver's kernel between two calls of f, alone (units of t_f)")
     rep.add()

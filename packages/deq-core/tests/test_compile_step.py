@@ -75,6 +75,7 @@ def compile_calls(monkeypatch) -> list[tuple[str, object]]:
     """(kernel name, ``dynamic``) of every torch.compile call made while the test runs."""
     calls: list[tuple[str, object]] = []
     real_compile = torch.compile
+    _compile._compiled.cache_clear()  # compiled kernels are kept per process: make this test's solve compile them
 
     def spy(fn, **kwargs):
         calls.append((fn.__name__, kwargs.get("dynamic")))
@@ -205,3 +206,16 @@ def test_one_host_read_per_iteration(monkeypatch, solver, compile_step):
     monkeypatch.undo()
     assert res.iterations > 10
     assert reads.count == res.iterations + 1  # + the check that z0 is finite
+
+
+def test_anderson_step_is_one_graph():
+    """Anderson's compiled step traces as one graph, without a break (what compile_step=True compiles)."""
+    from deq_core._solvers.anderson import _mix_compiled
+
+    width, batch, dim = 4, 3, 6
+    rows = torch.randn(2 * width, batch, dim, dtype=torch.float64)
+    gram = torch.zeros(batch, width, width, dtype=torch.float64)
+    iterates = [torch.randn(batch, dim, dtype=torch.float64) for _ in range(4)]
+    ridge = torch.eye(width, dtype=torch.float64) * 1e-8
+    explained = torch._dynamo.explain(_mix_compiled)(rows, gram, torch.tensor([1]), *iterates, ridge)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0

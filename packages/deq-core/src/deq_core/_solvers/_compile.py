@@ -16,6 +16,7 @@ with the flag checks it once on a tiny kernel, warns why, and runs eagerly (same
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import TypeVar
@@ -34,10 +35,16 @@ def _probe_kernel(x: Tensor) -> Tensor:
 
 
 def compiler_error() -> str | None:
-    """None when torch.compile works here (checked on a tiny kernel, cached by torch after the first call), else a
-    one-line reason."""
+    """None when torch.compile works here (checked on a tiny kernel), else a one-line reason."""
+    return _probe(BACKEND)
+
+
+@functools.cache
+def _probe(backend: str | Callable[..., object]) -> str | None:
+    """:func:`compiler_error` for one backend, worked out once per process: a fact of the installation, not a setting
+    (a probe per solve cost 0.24 ms, a few percent of a 30-iteration solve of a small problem)."""
     try:
-        torch.compile(_probe_kernel, backend=BACKEND, dynamic=False, fullgraph=True)(torch.zeros(2))
+        torch.compile(_probe_kernel, backend=backend, dynamic=False, fullgraph=True)(torch.zeros(2))
     except Exception as error:  # no compiler, unsupported platform, backend failure: all mean "run eagerly"
         error = getattr(error, "inner_exception", None) or error  # a backend's failure, wrapped by dynamo
         first = (str(error).strip().splitlines() or [""])[0]
@@ -45,30 +52,41 @@ def compiler_error() -> str | None:
     return None
 
 
-class Compiler:
-    """Compiles kernels for one solve (``enabled``) or hands them back unchanged (eager).
+@functools.cache
+def _compiled(fn: Callable[..., object], dynamic: bool, backend: str | Callable[..., object]) -> Callable[..., object]:
+    """``torch.compile(fn, dynamic=dynamic, fullgraph=True)``, one wrapper per kernel for the process (torch caches
+    the compiled code itself; a new wrapper per solve only added the cost of making it)."""
+    return torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)
 
-    ``compiler(fn, dynamic)`` returns ``torch.compile(fn, dynamic=dynamic, fullgraph=True)`` (cached per kernel for
-    this solve; torch caches the compiled code itself across solves), or ``fn`` when disabled or when torch.compile
-    does not work here (then a RuntimeWarning says why, once per solve).
+
+class Compiler:
+    """Compiles kernels for one solve (``compile_step=True``) or hands them back unchanged (eager).
+
+    ``compiler(fn, dynamic)`` returns ``torch.compile(fn, dynamic=dynamic, fullgraph=True)``, or ``fn`` when compiling
+    was not asked for or when torch.compile does not work here (then a RuntimeWarning says why, once per solve).
+    Whether it works is only looked up when a solver first asks (``enabled``): a solve whose solver compiles nothing
+    pays nothing for the flag.
     """
 
-    __slots__ = ("enabled", "_cache")
+    __slots__ = ("requested", "_enabled")
 
     def __init__(self, enabled: bool) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"compile_step must be True or False, got {enabled!r}.")
-        self._cache: dict[tuple[Callable[..., object], bool], Callable[..., object]] = {}
-        self.enabled = enabled and _available()
+        self.requested = enabled
+        self._enabled: bool | None = None if enabled else False
+
+    @property
+    def enabled(self) -> bool:
+        """Whether kernels are compiled: asked for and torch.compile works here (warns once per solve if not)."""
+        if self._enabled is None:
+            self._enabled = _available()
+        return self._enabled
 
     def __call__(self, fn: Fn, dynamic: bool = False) -> Fn:
         if not self.enabled:
             return fn
-        compiled = self._cache.get((fn, dynamic))
-        if compiled is None:
-            compiled = torch.compile(fn, backend=BACKEND, dynamic=dynamic, fullgraph=True)
-            self._cache[(fn, dynamic)] = compiled
-        return compiled  # type: ignore[return-value]
+        return _compiled(fn, dynamic, BACKEND)  # type: ignore[return-value]
 
 
 def _available() -> bool:
@@ -79,6 +97,6 @@ def _available() -> bool:
         f"compile_step=True: torch.compile does not work here ({reason}); the solver runs eagerly (same results, "
         "no speed-up). Install a C++ compiler for inductor (e.g. gcc) or pass compile_step=False to silence this.",
         RuntimeWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
     return False
