@@ -81,3 +81,14 @@ def test_counting_changes_no_result(costs: ModuleType) -> None:
     with counter, counter.tolist_counted():
         counted = deq_core.solve(counter.excluded(f), z0, "anderson", max_iter=15, tol=1e-6)
     assert torch.equal(plain.z, counted.z) and plain.nfe == counted.nfe
+
+
+def test_the_report_prints_every_target_beside_its_figure(costs: ModuleType, tmp_path: Path) -> None:
+    out = tmp_path / "costs.md"
+    assert costs.main(["--quick", "--out", str(out)]) == 0
+    text = out.read_text()
+    for target in ("fixed point <= 10", "Anderson <= 30", "Broyden <= 40", "Set-up of a solve <= 30",
+                   "at most one every 4 iterations", "at 10 iterations no slower than TorchDEQ's"):  # fmt: skip
+        line = next(line for line in text.splitlines() if target in line)
+        assert ": MET (" in line or ": NOT MET (" in line, line
+    assert text.startswith("Command: `OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/loop_costs.py --quick")
