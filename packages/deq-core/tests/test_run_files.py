@@ -384,6 +384,21 @@ def test_a_metrics_file_that_is_not_a_log_is_one_line_on_resume(tmp_path: Path, 
     assert (out / "metrics.jsonl").read_bytes() == content  # left as it was
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_metrics_file_that_is_a_folder_is_one_line_and_left_as_it_is(tmp_path: Path, capsys, resume: bool) -> None:
+    """A folder named metrics.jsonl in a new run's folder, or in place of a stopped run's log."""
+    out = tmp_path / "run"
+    if resume:
+        _stopped_run(out)
+        (out / "metrics.jsonl").unlink()
+    (out / "metrics.jsonl").mkdir(parents=True)
+    (out / "metrics.jsonl" / "notes.txt").write_text("a user's file")
+    capsys.readouterr()
+    assert _cli(out, *(["--resume"] if resume else [])) == 2
+    _one_line(capsys, f"{out / 'metrics.jsonl'} is not a regular file (a folder, ", "move it away")
+    assert [p.name for p in (out / "metrics.jsonl").iterdir()] == ["notes.txt"]
+
+
 # ------------------------------------------------------------------------------------ one run in a folder, its past
 
 

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import subprocess_env, write_tiny_corpus
 from deq_core.train.metrics import read_metrics
@@ -49,6 +50,36 @@ def test_a_split_too_short_for_one_batch_is_one_line_before_training(
         assert "batch_size=4 columns x tgt_len=8 (it needs at least 33): lower batch_size or tgt_len" in err
     else:
         assert "eval_batch_size=2 columns (it needs at least 3): lower eval_batch_size to 1 or less" in err
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "damage", "expected"),
+    [
+        (["--tokenizer", "word"], "ids", "its train split holds ids from 0 to 10000, outside the vocabulary's 0 .. "),
+        (["--tokenizer", "sentencepiece", "--vocab-size", "24"], "model", ".model is not a SentencePiece model ("),
+    ],
+)
+def test_a_damaged_corpus_cache_is_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tokenizer: list[str], damage: str, expected: str
+) -> None:
+    """Token ids beyond the vocabulary in the cached splits, a SentencePiece model that is not one: one line naming
+    the file, which deleting rebuilds."""
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    args = ["--data-dir", str(corpus), *tokenizer, "steps=1"]
+    assert main(["--config", "tiny-lm-transformer-xl", "--output-dir", str(tmp_path / "first"), *args]) == 0
+    cache = corpus / ".deq_lm_cache"
+    if damage == "ids":
+        (path,) = cache.glob("*.pt")
+        saved = torch.load(path, weights_only=True)
+        saved["train"][::3] = 10_000
+        torch.save(saved, path)
+    else:
+        (path,) = cache.glob("*.model")
+        path.write_bytes(b"not a model")
+    capsys.readouterr()
+    err = _fails_before_training(capsys, tmp_path / "run", *args)
+    assert err.startswith(("corpus cache ", str(path))) and str(path) in err and expected in err, err
+    assert err.rstrip().endswith("delete it, and it is built again from the text.") or "trained again" in err, err
 
 
 def test_min_freq_that_removes_every_word_says_what_to_lower(

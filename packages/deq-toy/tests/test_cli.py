@@ -168,15 +168,23 @@ def test_evaluate_refuses_limits_and_tolerances_that_mean_nothing(tmp_path, caps
     assert err.count("\n") == 1 and f"got {value!r}" in err, err
 
 
-def test_malformed_data_file_gives_clear_error(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"expression\tvalue\tlabel\n1+2\n", "line 2: expected 3 tab-separated fields, got 1"),
+        (b"expression\tvalue\tlabel\n1+2\t3\t1\xff\n", "line 2: not UTF-8 text (byte 30)"),
+    ],
+)
+def test_malformed_data_file_gives_clear_error(tmp_path, capsys, content, message):
     data = tmp_path / "data"
     bad = data / "arith-seed0" / "four-train-len31.tsv"
     bad.parent.mkdir(parents=True)
-    bad.write_text("expression\tvalue\tlabel\n1+2\n")
+    bad.write_bytes(content)
     code = train.main(["--config", "arith-fc-tiny", "--data-dir", str(data), "--output-dir", str(tmp_path / "o")])
     assert code == 2
     err = capsys.readouterr().err
-    assert "malformed arithmetic data file" in err and "line 2" in err and "delete it" in err
+    assert err.startswith(f"python -m deq_toy.train: error: malformed arithmetic data file {bad}, {message}. "), err
+    assert err.count("\n") == 1 and "delete it" in err, err
 
 
 def test_existing_run_needs_resume_and_resume_needs_same_config(tmp_path, capsys):

@@ -145,6 +145,47 @@ def test_a_planted_batch_stops_train_and_evaluate_in_one_line(
     assert not marker.exists()
 
 
+_reconstruct = np.zeros(0).__reduce__()[0]  # numpy's own array reconstruction, as its pickles name it
+
+
+class _Allocates:
+    """Unpickling it asks numpy for an array of 2**40 bytes before reading any data: by ``_reconstruct``'s shape, by
+    calling ``ndarray``, or by the state of an array of Python objects (``how``)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __reduce__(self) -> tuple[object, ...]:
+        if self.how == "reconstruct":
+            return _reconstruct, (np.ndarray, (2**40,), b"B")
+        if self.how == "ndarray":
+            return np.ndarray, ((2**40,), "B")
+        return _reconstruct, (np.ndarray, (0,), b"B"), (1, (2**40,), np.dtype(object), False, [0])
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("reconstruct", "it asks numpy for an array of shape (1099511627776,) before reading its data"),
+        ("ndarray", "it calls numpy.ndarray, which would allocate an array of the size the file names"),
+        ("object state", "it holds an array of Python objects (dtype object)"),
+    ],
+)
+def test_a_batch_asking_for_a_huge_array_is_refused_before_allocating(
+    cifar_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str, reason: str
+) -> None:
+    run, clean = cifar_run
+    data = tmp_path / "cifar"
+    shutil.copytree(clean, data)
+    planted = data / "cifar-10-batches-py" / "test_batch"
+    _plant(planted, _Allocates(how))
+    capsys.readouterr()
+    assert train.main([*CIFAR_RUN, "--data-dir", str(data), "--output-dir", str(tmp_path / "run")]) == 2
+    assert f"{planted} is not a CIFAR-10 python batch ({reason})." in _one_line(capsys, "train")
+    assert evaluate.main(["--checkpoint", str(run), "--data-dir", str(data), "--no-sweep"]) == 2
+    assert f"{planted} is not a CIFAR-10 python batch ({reason})." in _one_line(capsys, "evaluate")
+
+
 def _val_classes(root: Path) -> dict[str, int]:
     return {name: i for i, name in enumerate(sorted(p.name for p in (root / "train").iterdir()))}
 

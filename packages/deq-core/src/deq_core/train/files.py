@@ -7,7 +7,8 @@ and nothing outside the folder is ever written.
   reader sees the old file or the new one, never half of one.
 - :func:`append_text`: append to a file (``metrics.jsonl``) opened in place by :func:`open_in_place`: a symbolic
   link, a hard link (a file that also has a name elsewhere) or anything but a regular file there is refused.
-- :func:`read_bytes`: read a run's own file, refusing a symbolic link.
+- :func:`read_bytes`: read a run's own file, refusing a symbolic link and anything but a regular file
+  (:func:`not_regular`: a folder, a FIFO).
 - :func:`check_writable`: fail at once, before a long computation, when its outputs could not be written.
 - :class:`OutputError` (a :class:`~deq_core.train.errors.UsageError` and an ``OSError``): a write that failed, one
   line saying why (no space left, with the space needed; a read-only or missing folder; a symbolic link) and what to
@@ -32,8 +33,8 @@ from typing import Any, overload
 
 from .errors import UsageError
 
-__all__ = ["OutputError", "append_text", "check_writable", "open_in_place", "output_error", "read_bytes", "write_bytes",
-           "write_file", "write_folder", "write_json", "write_text"]  # fmt: skip
+__all__ = ["OutputError", "append_text", "check_writable", "not_regular", "open_in_place", "output_error", "read_bytes",
+           "write_bytes", "write_file", "write_folder", "write_json", "write_text"]  # fmt: skip
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 on Windows, which has no such flag (links there need privileges)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -325,6 +326,15 @@ def write_json(path: str | Path, data: Any, *, indent: int = 1, option: str = "-
     return write_text(path, json.dumps(data, indent=indent) + "\n", option=option)
 
 
+def not_regular(path: str | Path, option: str = "--output-dir") -> OutputError:
+    """The one-line error of a run's own file ``path`` that is not a regular file (a folder, a FIFO, a device, a
+    socket), which a run neither reads, writes nor deletes."""
+    return OutputError(
+        f"{path} is not a regular file (a folder, a FIFO, a device, a socket): move it away, or choose another "
+        f"{option}."
+    )
+
+
 def open_in_place(path: str | Path, flags: int, *, what: str | None = None, option: str = "--output-dir") -> int:
     """A descriptor of ``path``, a file of the run that is written in place (``.lock``, ``metrics.jsonl``), opened
     with ``flags`` (``os.O_CREAT`` to create it) and ``O_NOFOLLOW``, checked before anything is written: a symbolic
@@ -336,13 +346,11 @@ def open_in_place(path: str | Path, flags: int, *, what: str | None = None, opti
             names the file in the message (default: its name).
     """
     path = Path(path)
-    irregular = OutputError(
-        f"{path} is not a regular file (a FIFO, a device, a socket): delete it, or choose another {option}."
-    )
+    irregular = not_regular(path, option)
     try:
         fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _BINARY, 0o666)
     except OSError as err:
-        if err.errno == errno.ENXIO:  # a FIFO opened for writing that nobody reads
+        if err.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO opened for writing that nobody reads; a folder
             raise irregular from err
         raise output_error(path, err, what=what, option=option) from err
     info = os.fstat(fd)
@@ -382,15 +390,19 @@ def read_bytes(path: str | Path, *, option: str = "--output-dir") -> bytes:
     ``O_NOFOLLOW``.
 
     Raises:
-        OutputError: ``path`` is a symbolic link.
+        OutputError: ``path`` is a symbolic link, or not a regular file (:func:`not_regular`).
         FileNotFoundError: ``path`` does not exist.
     """
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _BINARY)
     except OSError as err:
         if err.errno in (errno.ELOOP, errno.EMLINK) and path.is_symlink():
             raise output_error(path, err, option=option) from err
         raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise not_regular(path, option)
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as fh:
         return fh.read()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .files import append_text, read_bytes, write_bytes
+from .files import append_text, not_regular, read_bytes, write_bytes
 
 __all__ = ["MetricsError", "MetricsLog", "read_metrics", "select"]
 
@@ -34,6 +34,18 @@ class MetricsLog:
         """Append one record; tensors and numpy scalars are converted to Python numbers, NaN/Inf to strings."""
         line = json.dumps({k: _plain(v) for k, v in record.items()})
         append_text(self.path, line + "\n")
+
+    def start(self) -> None:
+        """Start the log of a new run: delete the file a run that stopped before its first checkpoint left (a link
+        there is deleted, never what it points to).
+
+        Raises:
+            OutputError: something else than a file is there (a folder, a FIFO): nothing is deleted.
+        """
+        if self.path.is_symlink() or self.path.is_file():
+            self.path.unlink()
+        elif self.path.exists():
+            raise not_regular(self.path)
 
     def read(self) -> list[dict[str, Any]]:
         """All records written so far (an empty list when the file does not exist)."""
@@ -77,11 +89,14 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Records of a metrics.jsonl file (an empty list when it does not exist).
 
     Raises:
-        MetricsError: (a ValueError) naming the line that is not UTF-8 text or not a JSON object.
+        MetricsError: (a ValueError) naming the line that is not UTF-8 text or not a JSON object, or a ``path`` that
+            is not a file.
     """
     path = Path(path)
     if not path.exists():
         return []
+    if not path.is_file():
+        raise MetricsError(f"{path} is not a file (a folder?): move it away, or read the metrics file of a run.")
     return _records(path.read_bytes(), path)
 
 

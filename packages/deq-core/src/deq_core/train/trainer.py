@@ -331,8 +331,8 @@ def setup_run(
             record_resume(output_dir, run.state.step, changes)
             if THREADS_KEY in changes:
                 print(threads_line(*changes[THREADS_KEY]), flush=True)
-        elif run.log.path.exists():
-            run.log.path.unlink()
+        else:
+            run.log.start()
         run.config_file = read_json(output_dir / CONFIG_FILE)
         start_trackers(run)
     accelerator.wait_for_everyone()

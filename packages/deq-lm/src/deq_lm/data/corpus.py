@@ -99,7 +99,12 @@ def cache_key(source: CorpusSource, tokenizer: str, options: dict[str, int | str
 
 
 def _read_cache(cache_file: Path, tokenizer: Tokenizer | None, lower: bool) -> Corpus | None:
-    """The corpus saved in ``cache_file``, or None when it is missing or unreadable (then it is rebuilt)."""
+    """The corpus saved in ``cache_file``, or None when it is missing or unreadable (then it is rebuilt).
+
+    Raises:
+        CorpusError: a split that is not a 1-D tensor of ids of the tokenizer (0 .. size - 1): the file was modified
+            or damaged, and ids outside the embedding would fail deep inside the model.
+    """
     if not cache_file.is_file():
         return None
     try:
@@ -109,6 +114,18 @@ def _read_cache(cache_file: Path, tokenizer: Tokenizer | None, lower: bool) -> C
         splits = {split: saved[split] for split in SPLITS}
     except (OSError, RuntimeError, KeyError, TypeError, EOFError, ValueError, pickle.UnpicklingError):
         return None
+    size = len(tokenizer)
+    for split, ids in splits.items():
+        if not isinstance(ids, Tensor) or ids.dtype != torch.int64 or ids.ndim != 1:
+            what = f"is not a 1-D int64 tensor ({type(ids).__name__})"
+        elif ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < size):
+            what = f"holds ids from {int(ids.min())} to {int(ids.max())}, outside the vocabulary's 0 .. {size - 1}"
+        else:
+            continue
+        raise CorpusError(
+            f"corpus cache {cache_file}: its {split} split {what}; the file was modified or damaged: delete it, and "
+            "it is built again from the text."
+        )
     return Corpus(**splits, tokenizer=tokenizer, cache_file=cache_file, from_cache=True)
 
 
@@ -137,7 +154,8 @@ def load_corpus(
         the ``Corpus``; ``from_cache`` tells whether it was read from ``cache_file``.
 
     Raises:
-        CorpusError: empty split, text that is not UTF-8, invalid options; CorpusNotFoundError: missing files.
+        CorpusError: empty split, text that is not UTF-8, invalid options, a cache file or SentencePiece model of
+            the cache that was modified or damaged; CorpusNotFoundError: missing files.
     """
     if tokenizer not in TOKENIZERS:
         raise CorpusError(f"tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}.")

@@ -22,7 +22,12 @@ MAX_TRAINING_LINES = 2_000_000
 
 @dataclass(frozen=True)
 class SentencePieceTokenizer:
-    """A trained SentencePiece model (``model_file``) applied line by line; ``lower`` lowercases first (PTB)."""
+    """A trained SentencePiece model (``model_file``) applied line by line; ``lower`` lowercases first (PTB).
+
+    Raises:
+        CorpusNotFoundError: no such file.
+        CorpusError: the file is not a SentencePiece model (one line naming it).
+    """
 
     model_file: Path
     lower: bool = False
@@ -31,7 +36,15 @@ class SentencePieceTokenizer:
     def __post_init__(self) -> None:
         if not Path(self.model_file).is_file():
             raise CorpusNotFoundError(f"SentencePiece model file {self.model_file} does not exist.")
-        object.__setattr__(self, "processor", spm.SentencePieceProcessor(model_file=str(self.model_file)))
+        try:
+            processor = spm.SentencePieceProcessor(model_file=str(self.model_file))
+        except (RuntimeError, OSError) as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise CorpusError(
+                f"{self.model_file} is not a SentencePiece model ({reason}); the file was modified or damaged: delete "
+                "it, and it is trained again from the training text (with pieces that may differ from the lost ones)."
+            ) from None
+        object.__setattr__(self, "processor", processor)
 
     @property
     def eos_id(self) -> int:

@@ -258,9 +258,9 @@ def load_split(path: str | Path, length: int | None = None, limit: int | None = 
         limit: read only the first ``limit`` rows (the file must have at least that many).
 
     Raises:
-        UsageError: missing file, bad header, a row with the wrong number of fields, an unknown symbol, a wrong
-            length, a value that is not a fraction, a label other than 0/1 or not matching the value's sign,
-            or fewer rows than ``limit``. The message names the line.
+        UsageError: missing file, text that is not UTF-8, bad header, a row with the wrong number of fields, an
+            unknown symbol, a wrong length, a value that is not a fraction, a label other than 0/1 or not matching
+            the value's sign, or fewer rows than ``limit``. The message names the line.
     """
     path = Path(path)
     if not path.is_file():
@@ -268,7 +268,11 @@ def load_split(path: str | Path, length: int | None = None, limit: int | None = 
             f"arithmetic data file {path} does not exist; run training with --data-dir pointing to a "
             "writable folder and the files are generated there."
         )
-    lines = path.read_text().splitlines()
+    data = path.read_bytes()
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise _malformed(path, data.count(b"\n", 0, err.start) + 1, f"not UTF-8 text (byte {err.start})") from None
     body = [(i + 1, line) for i, line in enumerate(lines) if not line.startswith("#")]
     if not body or body[0][1].strip() != HEADER:
         raise _malformed(path, body[0][0] if body else 1, f"expected the header {HEADER!r}")

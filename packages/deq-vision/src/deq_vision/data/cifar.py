@@ -38,15 +38,42 @@ TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
+
+def _array_type(*args: Any) -> None:
+    """What a batch's ``numpy.ndarray`` stands for: only the first argument of :func:`_empty_array`. Called, it would
+    allocate an array of any shape the file names, so it refuses."""
+    raise ValueError("it calls numpy.ndarray, which would allocate an array of the size the file names")
+
+
+def _empty_array(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
+    """numpy's ``_reconstruct`` as numpy's own pickles call it: an empty array, ``_reconstruct(ndarray, (0,), b'b')``,
+    which ndarray's ``__setstate__`` then fills with bytes of the file (of the size its shape needs, or refused).
+    Another shape would allocate memory for an array the file need not hold (2**40 bytes from a few bytes)."""
+    if subtype is not _array_type or tuple(shape) != (0,):
+        raise ValueError(f"it asks numpy for an array of shape {shape!r} before reading its data")
+    return _reconstruct(np.ndarray, (0,), dtype)
+
+
+def _plain_dtype(*args: Any) -> np.dtype:
+    """``numpy.dtype(...)`` of a batch, refusing Python objects: an object array is filled from a list, after
+    allocating its shape, and a batch holds only numbers."""
+    dtype = np.dtype(*args)
+    if dtype.hasobject:
+        raise ValueError(f"it holds an array of Python objects (dtype {dtype})")
+    return dtype
+
+
 # The only globals a batch may name: what numpy pickles an array through. Protocols 0-4 (the official files: Python 2,
-# protocol 2, numpy 1.x): _reconstruct(ndarray, ...) with a numpy.dtype, the raw bytes restored by ndarray's
+# protocol 2, numpy 1.x): _reconstruct(ndarray, (0,), b'b') with a numpy.dtype, the raw bytes restored by ndarray's
 # __setstate__; protocol 5 (Python 3.14's default, pickle.HIGHEST_PROTOCOL): _frombuffer(bytes, dtype, shape, order),
-# i.e. numpy.frombuffer(...).reshape(...), which refuses object arrays. None of them runs code. Everything else of a
-# batch (dict, list, int, bytes, str) needs no global.
+# i.e. numpy.frombuffer(...).reshape(...), which refuses object arrays. None of them runs code, and none allocates more
+# than the file holds: ndarray and _reconstruct are admitted only as numpy's pickles use them, object dtypes not at all
+# (:func:`_array_type`, :func:`_empty_array`, :func:`_plain_dtype`). Everything else of a batch (dict, list, int,
+# bytes, str) needs no global.
 ARRAY_GLOBALS: dict[tuple[str, str], Any] = {
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): np.dtype,
-    **{(f"{core}.multiarray", "_reconstruct"): _reconstruct for core in ("numpy.core", "numpy._core")},
+    ("numpy", "ndarray"): _array_type,
+    ("numpy", "dtype"): _plain_dtype,
+    **{(f"{core}.multiarray", "_reconstruct"): _empty_array for core in ("numpy.core", "numpy._core")},
     **{(f"{core}.numeric", "_frombuffer"): _frombuffer for core in ("numpy.core", "numpy._core")},
 }
 # How a refused global is shown (a name in a planted file may be long or hold newlines).
