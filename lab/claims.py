@@ -15,7 +15,7 @@ measured numbers, and writes them with :func:`write_claims`::
 A table rebuilt after the models or the measurement changed shows each row's earlier verdict beside the new one, with
 the reason it may differ (:class:`Earlier`, :func:`read_earlier`)::
 
-    earlier = read_earlier(old / "claims.md", CLAIMS, reasons={"nfe": "the solver now stops on the batch's residual"})
+    earlier = read_earlier(old / "claims.md", ["nfe"], reasons={"nfe": "the solver now stops on the batch's residual"})
     write_claims(out / "claims.md", results, title="deq-lm claims", earlier=earlier)
 """
 
@@ -114,31 +114,33 @@ class Earlier:
 _HEADER = ("claim", "threshold", "paper", "source", "ours", "verdict", "command", "note")
 
 
-def read_earlier(path: str | Path, claims: Iterable[Claim], reasons: Mapping[str, str]) -> dict[str, Earlier]:
-    """The rows of an earlier claims table (a ``claims.md`` written by :func:`write_claims`) of ``claims``, matched by
-    statement, keyed by claim key, each with ``reasons[key]`` (what changed since; "" when absent). A claim the earlier
-    table lacks is left out.
+def read_earlier(path: str | Path, keys: Sequence[str], reasons: Mapping[str, str]) -> dict[str, Earlier]:
+    """The rows of an earlier claims table (a ``claims.md`` written by :func:`write_claims`), keyed by claim key:
+    ``keys`` names its rows in order (e.g. the keys of the ``verdicts`` its claims command saved beside it), so a
+    claim whose statement was reworded since still finds its row. Each gets ``reasons[key]`` (what changed since; ""
+    when absent).
 
     Raises:
-        ValueError: ``path`` holds no claims table, or ``reasons`` names a claim not in ``claims``.
+        ValueError: ``path`` holds no claims table, or not one row per key, or ``reasons`` names a key not in ``keys``.
     """
-    claims = list(claims)
-    unknown = sorted(set(reasons) - {c.key for c in claims})
+    unknown = sorted(set(reasons) - set(keys))
     if unknown:
-        raise ValueError(f"reasons name claims that do not exist: {', '.join(unknown)}.")
-    rows: dict[str, tuple[str, str]] = {}
+        raise ValueError(f"reasons name claims that are not in the earlier table: {', '.join(unknown)}.")
+    rows: list[tuple[str, str]] = []
+    in_table = False
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if len(cells) >= len(_HEADER) and cells[0] != _HEADER[0] and not line.startswith("|---"):
-            rows[cells[0]] = (cells[5].strip("*"), cells[4])
+        if tuple(cells[: len(_HEADER)]) == _HEADER:  # the claims table's header (other tables may precede it)
+            in_table = True
+        elif in_table and not line.startswith("|"):
+            break
+        elif in_table and not line.startswith("|---"):
+            rows.append((cells[5].strip("*"), cells[4]))
     if not rows:
         raise ValueError(f"{path}: no claims table found (a claims.md written by lab.claims.write_claims).")
-    return {
-        c.key: Earlier(verdict, ours, reasons.get(c.key, ""))
-        for c in claims
-        if (found := rows.get(_cell(c.statement))) is not None
-        for verdict, ours in [found]
-    }
+    if len(rows) != len(keys):
+        raise ValueError(f"{path}: {len(rows)} rows for {len(keys)} claim keys; give one key per row, in order.")
+    return {key: Earlier(verdict, ours, reasons.get(key, "")) for key, (verdict, ours) in zip(keys, rows)}
 
 
 def _cell(text: str) -> str:

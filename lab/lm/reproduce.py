@@ -68,7 +68,7 @@ from deq_lm.evaluate import SWEEP_FILE, load_model
 from deq_lm.models import SequenceModel, build_model, count_parameters
 from deq_lm.tasks import Task, build_task
 from deq_lm.train import RESUMABLE_CHANGES, train
-from lab.claims import Claim, ClaimResult, mean_spread, write_claims
+from lab.claims import Claim, ClaimResult, mean_spread, read_earlier, write_claims
 
 from . import claims as lc
 from . import copy400
@@ -108,6 +108,8 @@ RUNTIME_PAIRS = (
 
 TIMING_REPEATS = {False: 7, True: 1}
 STEP_RECORD = "step_time.json"  # RUN/step_time.json: the run's training step vs a fresh Transformer-XL twin's
+# The table measured with the models before they were matched to the authors' code: each rebuilt row shows its verdict.
+EARLIER_TABLE = Path(__file__).resolve().parents[2] / "packages/deq-lm/results/claims/before/claims.md"
 KEPT_FILES = ("config.json", "metrics.jsonl", STEP_RECORD, "training.png", SWEEP_FILE, "sweep.png")
 
 # --quick: every preset at test size (the DEQ's FFN still widened to match the 4-layer twin's parameters).
@@ -118,6 +120,11 @@ _QUICK = dict(
 )  # fmt: skip
 # The twins' FFN; the DEQ cells (DEQ, tied, JR, plateau): 240 wide, 10,512 vs 10,592 body parameters.
 _QUICK_FFN = {TXL: 32, PLATEAU_TXL: 32, TIED: 240}
+
+
+def earlier_keys() -> list[str]:
+    """The claim keys of the earlier table's rows, in order (the verdicts its claims.json saved beside it)."""
+    return list(json.loads(EARLIER_TABLE.with_name("claims.json").read_text())["verdicts"])
 
 
 def run_config(preset: str, seed: int, data_dir: Path, quick: bool) -> Config:
@@ -602,8 +609,9 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     if copy:
         copy400.plot_losses(copy, out / "copy400_loss.png")
     table = runs_table(measured, folders, tokens) + "\n" + copy400_table(copy)
+    earlier = read_earlier(EARLIER_TABLE, earlier_keys(), lc.EARLIER_REASONS)
     write_claims(out / "claims.md", results, title="deq-lm claims (DEQ paper Tables 1-4, JR paper Table 1)",
-                 preamble=preamble(args, data_dir, table))  # fmt: skip
+                 preamble=preamble(args, data_dir, table), earlier=earlier)  # fmt: skip
     dump = {"measured": {k: dataclasses.asdict(v) for k, v in measured.items()},
             "step_times": {k: dataclasses.asdict(v) for k, v in times.items()},
             "runtimes": {k: dataclasses.asdict(v) for k, v in runtimes.items()},

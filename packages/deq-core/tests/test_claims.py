@@ -34,9 +34,10 @@ def test_a_rebuilt_table_shows_each_earlier_verdict_and_why(tmp_path):
     new = Claim("speed", "DEQ is fast enough", paper="2x", source="paper.txt, Table 4", threshold="ratio <= 3")
     old = [ClaimResult(CLAIM, ours="20 -> 15 | x", holds=False, command="c"),
            ClaimResult(other, ours="0.1", holds=True, command="c")]  # fmt: skip
-    write_claims(tmp_path / "before.md", old, title="old")
+    runs = "| run | a | b | c | d | e | f | g |\n|---|---|---|---|---|---|---|---|\n| x | 1 | 2 | 3 | 4 | 5 | 6 | 7 |"
+    write_claims(tmp_path / "before.md", old, title="old", preamble=runs)  # another table before the claims
     reasons = {"nfe": "the solver stops on the batch"}
-    earlier = read_earlier(tmp_path / "before.md", [CLAIM, other, new], reasons=reasons)
+    earlier = read_earlier(tmp_path / "before.md", ["nfe", "mem"], reasons=reasons)
     assert earlier == {"nfe": Earlier("DOES NOT HOLD", "20 -> 15 \\| x", "the solver stops on the batch"),
                        "mem": Earlier("HOLDS", "0.1", "")}  # fmt: skip
     rows = [ClaimResult(CLAIM, ours="20 -> 8", holds=True, command="c"),
@@ -49,11 +50,13 @@ def test_a_rebuilt_table_shows_each_earlier_verdict_and_why(tmp_path):
     assert "| HOLDS -> **HOLDS** |" in lines[5] and "nothing that moves it changed |" in lines[5]
     assert "| new -> **HOLDS** |" in lines[6]
     assert text.rstrip().endswith("1 verdict(s) differ from the earlier table's.")
-    with pytest.raises(ValueError, match="do not exist: typo"):
-        read_earlier(tmp_path / "before.md", [CLAIM], reasons={"typo": "x"})
+    with pytest.raises(ValueError, match="not in the earlier table: typo"):
+        read_earlier(tmp_path / "before.md", ["nfe", "mem"], reasons={"typo": "x"})
+    with pytest.raises(ValueError, match="2 rows for 1 claim keys"):
+        read_earlier(tmp_path / "before.md", ["nfe"], reasons={})
     (tmp_path / "empty.md").write_text("# nothing\n")
     with pytest.raises(ValueError, match="no claims table"):
-        read_earlier(tmp_path / "empty.md", [CLAIM], reasons={})
+        read_earlier(tmp_path / "empty.md", ["nfe"], reasons={})
 
 
 def test_a_claim_states_everything_before_the_run():

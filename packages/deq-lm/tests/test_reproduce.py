@@ -293,6 +293,12 @@ def test_quick_claims_pipeline(tmp_path, capsys):
         else:
             assert f"**{HOLDS}**" in row or f"**{DOES_NOT_HOLD}**" in row
         assert "python -m lab.lm claims --quick" in row
+    # every row shows the earlier table's verdict and measurement, and what changed since
+    earlier = reproduce.read_earlier(reproduce.EARLIER_TABLE, reproduce.earlier_keys(), lc.EARLIER_REASONS)
+    assert set(earlier) == {c.key for c in (*lc.CLAIMS, *copy400.CLAIMS)}
+    for claim, row in zip(lc.CLAIMS, rows):
+        before = earlier[claim.key]
+        assert f"| {before.verdict} -> **" in row and row.endswith(f"{before.reason} |"), row
     assert (out / "ppl_vs_nfe.png").stat().st_size > 0
     dump = json.loads((out / "claims.json").read_text())
     assert set(dump["measured"]) == set(reproduce.PRESETS)
