@@ -216,7 +216,7 @@ def deq_step(max_iter: int, unroll: bool):
 @pytest.mark.parametrize("unroll", [False, True])
 def test_deq_saved_and_peak_bytes_against_iterations(unroll):
     saved, peak, iterations = [], [], []
-    for max_iter in (5, 40):
+    for max_iter in (10, 40):  # both past Anderson's history (m = 8), which a shorter limit caps
         forward, step, leaves, counts = deq_step(max_iter, unroll)
         saved.append(deq_core.saved_tensor_bytes(forward, exclude=leaves)[1])
         peak.append(deq_core.peak_live_bytes(step)[1])
@@ -224,11 +224,11 @@ def test_deq_saved_and_peak_bytes_against_iterations(unroll):
     assert iterations[0] < iterations[1]  # the second solve ran more iterations
     state = BATCH * DIM * FLOAT
     if unroll:  # every application of f saves its output (and its input)
-        assert saved[1] - saved[0] >= 35 * state
-        assert peak[1] - peak[0] >= 35 * state
+        assert saved[1] - saved[0] >= 30 * state
+        assert peak[1] - peak[0] >= 30 * state
     else:  # the one tracked call f(z*), however many iterations the solve takes
         assert saved[0] == saved[1] > 0
         assert saved[0] <= 3 * state
         # the solver's buffers do not grow either; only the residual trace of DEQInfo does (one number per sample and
-        # iteration: at most 8 bytes x BATCH x 35 more iterations, against >= 35 states when unrolled)
-        assert abs(peak[1] - peak[0]) <= 35 * BATCH * 8
+        # iteration: at most 8 bytes x BATCH x 30 more iterations, against >= 30 states when unrolled)
+        assert abs(peak[1] - peak[0]) <= 30 * BATCH * 8
