@@ -1,9 +1,11 @@
 """Two CPU processes (issue 27, part 3): ``accelerate launch --mixed_precision bf16`` is honoured when the config does
-not set a precision, and a stalled rank (SIGSTOP) stops the other within ``run.dist_timeout`` with a line naming it
-instead of blocking for torch's 30 minutes."""
+not set a precision, a stalled rank (SIGSTOP) stops the other within ``run.dist_timeout`` with a line naming it
+instead of blocking for torch's 30 minutes, and a killed rank (SIGKILL) stops the other at once with a line naming it
+instead of gloo's traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from deq_core.train.metrics import read_metrics
@@ -89,3 +92,42 @@ def test_a_stalled_rank_is_named_and_the_other_stops_within_the_timeout(tmp_path
     assert "Traceback" not in err
     # the timeout, then as long again for the ranks left to find out who is missing, and the exit
     assert took < 2 * timeout + 15, took
+
+
+def test_a_killed_rank_is_named_in_one_line_by_the_other(tmp_path):
+    """accelerate launch --multi_gpu --num_processes 2: rank 1 is killed while both train; rank 0's collective loses
+    its connection, and rank 0 stops at once with one line (before: gloo's "Connection reset by peer" traceback)."""
+    out, stdout, stderr = tmp_path / "run", tmp_path / "out.txt", tmp_path / "err.txt"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_ip", "127.0.0.1", "--main_process_port", _free_port(),
+        "-m", "deq_toy.train", *OPTIONS, "--output-dir", str(out),
+        "optim.epochs=5000", "run.log_every=1000", "run.eval_every=0",
+    ]  # fmt: skip
+    with stdout.open("w") as out_file, stderr.open("w") as err_file:
+        launcher = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=out_file, stderr=err_file)
+    try:
+        _wait_for(stdout, "2 process(es)", [launcher], time.monotonic() + 90)  # both ranks are training
+        ranks = {}
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                ranks[int(child.environ()["RANK"])] = child
+        ranks[1].kill()
+        killed = time.monotonic()
+        code = launcher.wait(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if launcher.poll() is None:
+            for child in psutil.Process(launcher.pid).children(recursive=True):
+                child.kill()
+            launcher.kill()
+            launcher.wait()
+    err = stderr.read_text()
+    assert code != 0 and took < 30, (code, took)
+    lines = [line for line in err.splitlines() if line.startswith("rank 0: ")]
+    assert lines == [
+        "rank 0: rank 1 closed its connection during a collective operation (it died or was killed: see its own "
+        "output); the run stops (resume it from its last checkpoint with --resume)"
+    ], err[-3000:]
+    assert "Connection reset by peer" not in err and "[rank0]" not in err, err[-3000:]

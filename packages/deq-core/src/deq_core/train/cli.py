@@ -7,7 +7,8 @@
 :func:`run_training_cli` runs it: the config from the preset and the overrides, the thread count, the output folder
 (default ``runs/CONFIG``), then the task's training; a bad setting or any :class:`~deq_core.train.errors.UsageError`
 is one line ``PROG: error: ...`` and exit status 2, never a traceback; a run stopped because another process stopped
-answering (:class:`~deq_core.train.launch.ProcessTimeoutError`, whose line the skeleton printed) is exit status 1.
+answering or died (:class:`~deq_core.train.launch.ProcessTimeoutError`,
+:class:`~deq_core.train.launch.ProcessLostError`, whose line the skeleton printed) is exit status 1.
 :func:`usage_error` prints that line and gives that status, also for the task packages' ``evaluate`` and
 ``reproduce`` command lines. :func:`add_trust_option` adds ``--trust-solver MODULE``, the modules whose solvers a
 run's saved config.json may name by import path (on ``--resume`` and in ``evaluate``; :mod:`~deq_core.train.trust`).
@@ -30,7 +31,7 @@ import torch
 
 from .checks import INT_LIMIT
 from .errors import UsageError
-from .launch import ProcessTimeoutError
+from .launch import ProcessLostError, ProcessTimeoutError
 from .trust import TRUST_OPTION, import_trusted
 
 __all__ = [
@@ -89,8 +90,9 @@ def run_training_cli(
     ``train(config, output_dir, args)``.
     Returns the exit status: 0, or 2 after printing ``PROG: error: MESSAGE`` (one line, no traceback) for a
     ValueError from ``configure`` or a UsageError from either (argparse itself exits with status 2 on an unknown
-    option), or 1 when another process of the run stopped answering
-    (:class:`~deq_core.train.launch.ProcessTimeoutError`: its line is printed already)."""
+    option), or 1 when another process of the run stopped answering or died
+    (:class:`~deq_core.train.launch.ProcessTimeoutError`, :class:`~deq_core.train.launch.ProcessLostError`: its line
+    is printed already)."""
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir or Path("runs") / args.config)
     try:
@@ -103,7 +105,7 @@ def run_training_cli(
         train(config, output_dir, args)
     except UsageError as err:
         return usage_error(parser.prog, err)
-    except ProcessTimeoutError:
+    except (ProcessTimeoutError, ProcessLostError):
         return 1
     return 0
 

@@ -9,6 +9,9 @@
   torch's 30 minutes; when a collective operation times out, :func:`unanswered_line` names the ranks that did not
   answer a monitored barrier on a spare gloo group (:func:`liveness_group`), and the skeleton stops with
   :class:`ProcessTimeoutError`.
+- A dead process: its connections close, and a collective operation of the others fails at once with gloo's
+  "Connection reset by peer" (:func:`is_peer_lost`); :func:`lost_line` says which rank is gone, and the skeleton stops
+  with :class:`ProcessLostError` (the launcher then stops the others).
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ from .run_config import ResumeConfigError, flat_dict
 __all__ = [
     "PRECISION_ENV",
     "PRECISION_KEY",
+    "ProcessLostError",
     "ProcessTimeoutError",
     "choose_precision",
     "is_collective_timeout",
+    "is_peer_lost",
     "liveness_group",
+    "lost_line",
     "process_group_kwargs",
     "recorded_precision",
     "unanswered_line",
@@ -47,6 +53,11 @@ timed-out collective, to find out which ranks do not answer."""
 class ProcessTimeoutError(RuntimeError):
     """A collective operation of several processes timed out: a process stopped answering (stopped, hung, dead or
     slower than ``dist_timeout``). The message is the one line naming the ranks that did not answer."""
+
+
+class ProcessLostError(RuntimeError):
+    """Another process of the run died (killed, crashed) during a collective operation: its connection was reset.
+    The message is the one line naming it (:func:`lost_line`)."""
 
 
 def choose_precision(
@@ -130,6 +141,27 @@ def is_collective_timeout(error: BaseException) -> bool:
     recv operation"; a later call on the same connections: "Application timeout caused pair closure")."""
     timed_out = re.search(r"timed out|timeout", str(error), re.IGNORECASE) is not None
     return isinstance(error, RuntimeError) and timed_out and _world() > 1
+
+
+def is_peer_lost(error: BaseException) -> bool:
+    """Whether ``error`` is a collective operation of several processes that lost another process: gloo's "Connection
+    reset by peer" / "Connection closed by peer", which a process that died leaves to the others at once."""
+    lost = re.search(r"Connection (reset|closed) by peer", str(error)) is not None
+    return isinstance(error, RuntimeError) and lost and _world() > 1
+
+
+def lost_line() -> str:
+    """After a collective that lost another process (:func:`is_peer_lost`): the one line saying so. With two
+    processes the other one is named; with more, which one died is in its own output (there is no time to find out:
+    the launcher stops the processes that are left)."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    other = f"rank {1 - rank}" if world == 2 else "another rank"
+    return (
+        f"rank {rank}: {other} closed its connection during a collective operation (it died or was killed: see its "
+        "own output); the run stops (resume it from its last checkpoint with --resume)"
+    )
 
 
 def _ranks(numbers: str) -> list[int]:

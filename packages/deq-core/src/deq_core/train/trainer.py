@@ -14,7 +14,8 @@ Mixed precision: the config's when it sets one, else the launcher's (``accelerat
 precision used is recorded in config.json and summary.json (``mixed_precision``) and kept on resume
 (:mod:`deq_core.train.launch`). Several processes wait ``run.dist_timeout`` seconds for each other; a collective that
 times out stops the run with a line naming the ranks that did not answer
-(:class:`~deq_core.train.launch.ProcessTimeoutError`).
+(:class:`~deq_core.train.launch.ProcessTimeoutError`), one that loses a process that died with a line saying so
+(:class:`~deq_core.train.launch.ProcessLostError`).
 
 config.json records torch's intra-op thread count (``torch_threads``): it changes the floating-point rounding of
 reductions, so a run resumed with another count is not bit-identical to an uninterrupted one; such a resume is
@@ -56,10 +57,13 @@ from .files import write_file, write_json
 from .launch import (
     PRECISION_ENV,
     PRECISION_KEY,
+    ProcessLostError,
     ProcessTimeoutError,
     choose_precision,
     is_collective_timeout,
+    is_peer_lost,
     liveness_group,
+    lost_line,
     process_group_kwargs,
     recorded_precision,
     unanswered_line,
@@ -544,6 +548,7 @@ def train(
         UsageError: a tracker of ``run.log_with`` whose package is not installed.
         ProcessTimeoutError: a collective operation of several processes timed out (``run.dist_timeout``); the
             message, also printed, names the ranks that did not answer.
+        ProcessLostError: another process died during a collective operation; the message, also printed, says so.
         TrainingDivergedError: (a UsageError and FloatingPointError) the loss or a solve gave NaN or inf; the last
             complete checkpoint is kept.
 
@@ -557,12 +562,12 @@ def train(
                 warnings.filterwarnings("ignore", message=UNCONVERGED_WARNING, category=RuntimeWarning)
                 summary = _loop(run)
         except BaseException as error:
-            line = _end_after_failure(run, error)
+            stop = _end_after_failure(run, error)
             if isinstance(error, FloatingPointError):
                 raise TrainingDivergedError(diverged_line(run, error)) from error
-            if line is None:
+            if stop is None:
                 raise
-            raise ProcessTimeoutError(line) from error
+            raise stop from error
         run.accelerator.end_training()
         return summary
 
@@ -584,18 +589,21 @@ def diverged_line(run: Run, error: BaseException) -> str:
     )
 
 
-def _end_after_failure(run: Run, error: BaseException) -> str | None:
-    """End the trackers of a failed run; after a timed-out collective, print (stderr) and return the line naming the
-    ranks that did not answer."""
-    line = None
+def _end_after_failure(run: Run, error: BaseException) -> ProcessTimeoutError | ProcessLostError | None:
+    """End the trackers of a failed run. After a collective that timed out or lost another process, print (stderr)
+    the line naming the ranks that did not answer, or the one that died, and return it as the error to raise."""
+    stop: ProcessTimeoutError | ProcessLostError | None = None
     if run.liveness is not None and is_collective_timeout(error):
-        line = unanswered_line(run.liveness, run.config.run.dist_timeout)
-        print(line, file=sys.stderr, flush=True)
+        stop = ProcessTimeoutError(unanswered_line(run.liveness, run.config.run.dist_timeout))
+    elif is_peer_lost(error):  # at once: the launcher stops the processes that are left
+        stop = ProcessLostError(lost_line())
+    if stop is not None:
+        print(stop, file=sys.stderr, flush=True)
     try:
         run.accelerator.end_training()
     except Exception as err:  # ending the trackers must not hide why the run failed
         print(f"WARNING: ending the trackers failed: {err}", file=sys.stderr, flush=True)
-    return line
+    return stop
 
 
 def _announce(run: Run) -> None:
