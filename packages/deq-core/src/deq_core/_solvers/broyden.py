@@ -26,7 +26,8 @@ for C factors (grown, below), and every pass, product and solve runs over all of
 not made yet is a zero row, a factor not made yet has b = 0 and an identity row in T, so neither contributes. T is kept
 transposed and negated (``neg_t_t`` = -T^T), so that the solve takes the right-hand side as a row and its sign flips
 into the pass that follows for free. The small matrices are in the state's dtype: C x C per sample (T), beside the
-(C + 1) state-sized rows; C grows with the updates made (16 at first, doubled), so a short solve keeps little.
+(C + 1) state-sized rows; C is the limit itself up to 32 factors, beyond that it grows with the updates made (16
+at first, doubled), so that a short solve under a generous limit keeps little.
 
 Limited memory (only when ``memory`` is set below max_iter; by default every update of the solve is kept: full
 Broyden, no reduction): once the stored updates reach ``memory``, the whole low-rank part of H
@@ -34,10 +35,10 @@ is replaced by its best approximation of rank memory // 2 (Broyden rank reductio
 2003), kept in the additive form H_base = I + sum u_i v_i^T under the factors that follow: dropping single old terms
 instead makes the iteration diverge, and restarting from H = I loses the curvature learned so far. The reduction
 computes the Gram matrices of the rows it combines (float64) and writes the new base rows in two passes. Storage grows
-with the updates made, never with the iteration limit: with F updates stored, at most 2 F + 1 direction rows (16 at
-first, doubled as needed, at most memory + 1) and 2 (memory // 2) rows for the base once reduced, each of the state's
-size, and a C x C matrix per sample. A solve that stops by tolerance after 10 iterations costs the same at max_iter
-12 and 3000 (benchmarks/broyden_limit.py).
+with the updates made, never with a large iteration limit: with F updates stored, at most 2 F + 1 direction rows (16
+at first, doubled as needed, at most memory + 1; all memory + 1 at once when memory is at most 32) and 2 (memory // 2)
+rows for the base once reduced, each of the state's size, and a C x C matrix per sample. A solve that stops by
+tolerance after 10 iterations costs the same at max_iter 12 and 3000 (benchmarks/broyden_limit.py).
 With ``line_search`` the step length is halved (at most ``ls_steps`` times) for the samples whose residual norm did
 not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
 """
@@ -53,7 +54,8 @@ from torch import Tensor
 from ._options import check_int, check_number
 from .base import Loop, Solver, Step
 
-# Factors the buffers have room for when a solve starts; doubled from there as updates arrive.
+# Factors the buffers have room for when a solve starts (all of them when the limit is at most twice this); doubled
+# from there as updates arrive.
 _FIRST_ROWS = 16
 
 
@@ -112,7 +114,9 @@ class _InverseJacobian:
         self.base_v_t = self.base_v.mT
         self._limit = 1 / (4 * torch.finfo(g.dtype).eps)  # |rho| above this: the update is (numerically) singular
         self._one, self._zero = g.new_ones(()), g.new_zeros(())
-        self._allocate(min(memory, _FIRST_ROWS), g)
+        # Room for every factor at once when that is at most twice the first room: growing would briefly hold both
+        # buffers, more than the whole room (a limit of 30 grew 16 -> 30, and the copy outweighed TorchDEQ's buffers).
+        self._allocate(memory if memory <= 2 * _FIRST_ROWS else _FIRST_ROWS, g)
         self.set_direction(g)
 
     def _allocate(self, capacity: int, like: Tensor) -> None:
@@ -294,11 +298,12 @@ class Broyden(Solver):
     Args:
         memory: number of rank-one updates kept (>= 1), or None (the default) to keep every update of the solve
             (memory = max_iter: H is never reduced). Storage per sample: one state-sized row per update stored and
-            a C x C matrix in the state's dtype, C growing with the updates made (16 at first, doubled as needed) up
-            to min(memory, max_iter); a full memory is reduced to its dominant memory // 2 updates (2 rows each;
-            with memory 1 every update is dropped at once: plain fixed-point steps). A reduction costs iterations on
-            near-critical problems (benchmarks/broyden_memory.py), so set ``memory`` only to bound storage below the
-            iterations a solve makes; TorchDEQ's Broyden allocates 2 max_iter rows whatever it uses.
+            a C x C matrix in the state's dtype, C = min(memory, max_iter) when that is at most 32, else growing with
+            the updates made (16 at first, doubled as needed) up to it; a full memory is reduced to its dominant
+            memory // 2 updates (2 rows each; with memory 1 every update is dropped at once: plain fixed-point steps).
+            A reduction costs iterations on near-critical problems (benchmarks/broyden_memory.py), so set ``memory``
+            only to bound storage below the iterations a solve makes; TorchDEQ's Broyden allocates 2 max_iter rows
+            whatever it uses.
         line_search: backtrack on the step length when ||f(z) - z|| does not decrease enough.
         ls_steps: the most halvings per iteration when ``line_search`` is on.
         armijo: sufficient-decrease constant of the Armijo condition, in (0, 0.5).
