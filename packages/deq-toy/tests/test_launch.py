@@ -1,4 +1,4 @@
-"""Two CPU processes (issue 27, part 3): ``accelerate launch --mixed_precision bf16`` is honoured when the config does
+"""Two CPU processes: ``accelerate launch --mixed_precision bf16`` is honoured when the config does
 not set a precision, a stalled rank (SIGSTOP) stops the other within ``run.dist_timeout`` with a line naming it
 instead of blocking for torch's 30 minutes, and a killed rank (SIGKILL) stops the other at once with a line naming it
 instead of gloo's traceback."""
