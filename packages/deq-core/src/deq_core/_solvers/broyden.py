@@ -276,7 +276,11 @@ class _InverseJacobian:
             self.base_u = new_u.masked_fill_(~finite, 0.0)
             self.base_v = new_v.masked_fill_(~finite, 0.0)
             self.base_v_t = self.base_v.mT
-        # start over on the new base, in fresh buffers for the factors that remain room for
+        # start over on the new base, in fresh buffers for the factors that remain room for; the old directions are
+        # released first, so that the two sets never coexist at the peak
+        if self.keep > 0:
+            del rows
+        self.dirs = self.dirs_t = self.rows = self.rows_3d = self.pairs = self.columns = None
         self._allocate(min(self.capacity, self.memory - self.base_u.shape[1]) or 1, g)
         self.set_direction(g)
 
