@@ -1,4 +1,4 @@
-"""The deq-lm claims (issue 11, claims 4 and 5; issue 28, parts 2 and 3): what each claim says, the published
+"""The deq-lm claims: what each claim says, the published
 numbers with their sources, the thresholds fixed here before any run, and the functions that turn measured runs into
 verdicts and the figure.
 
@@ -17,7 +17,7 @@ faster than the unregularized one's: each DEQ run's step is timed against the sa
 twin's step, interleaved in one process (the JR paper's column t_train is also relative to a Transformer-XL), so runs
 trained in different sessions compare.
 
-Issue 28, part 2 (DEQ paper, Table 2): trained to the same plateau rule, a DEQ-TrellisNet's test perplexity is within
+DEQ paper, Table 2: trained to the same plateau rule, a DEQ-TrellisNet's test perplexity is within
 ``PPL_MARGIN`` of the same TrellisNet cell unrolled to a fixed depth (``deq_lm.configs.pythondocs``:
 ``pdocs-trellis-*``; same parameters by construction, same tokens), with at most ``TRELLIS_MEMORY_FRACTION`` of its
 saved activations.

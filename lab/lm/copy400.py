@@ -1,4 +1,4 @@
-"""The copy-memory rows at T = 400 (issue 28, part 1; DEQ paper, Table 1): the runs, the thresholds fixed here before
+"""The copy-memory rows at T = 400 (DEQ paper, Table 1): the runs, the thresholds fixed here before
 any run, and the rows and figure made from the runs' logs.
 
 Five models of about 14K parameters (``copy400-cpu-*`` presets: DEQ-Transformer, TCN, LSTM, GRU and DEQ-TrellisNet,

@@ -79,7 +79,7 @@ JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
 # Claim 4 again on narrower models trained to a plateau: width 32 (the width-64 try, presets pdocs-plateau-*, did not
 # reach the plateau rule; its run logs and numbers stay in docs/deq-lm-results.md).
 PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU32_PREFIX}-{name}" for name in PLATEAU32_MODELS)
-# Issue 28, part 2: DEQ-TrellisNet against the same cell unrolled to a fixed depth, both trained to a plateau.
+# DEQ-TrellisNet against the same cell unrolled to a fixed depth, both trained to a plateau.
 TRELLIS_DEQ, TRELLIS_TWIN = (f"{TRELLIS_PREFIX}-{name}" for name in TRELLIS_MODELS)
 PRESETS = (DEQ, TXL, TIED, *JR, PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED, TRELLIS_DEQ, TRELLIS_TWIN)
 
@@ -648,7 +648,7 @@ def copy400_table(copy: dict[str, copy400.Copy400]) -> str:
 def trellis_rows(
     measured: dict[str, lc.Measured], command: str, sweep: dict[int, float] | None = None
 ) -> list[ClaimResult]:
-    """The two rows of issue 28, part 2 (DEQ-TrellisNet vs the unrolled TrellisNet: perplexity at a plateau, saved
+    """The two rows of DEQ paper Table 2 (DEQ-TrellisNet vs the unrolled TrellisNet: perplexity at a plateau, saved
     activations), NOT MEASURED while either run is missing; ``sweep``: the DEQ's test perplexity by inference limit
     (its run's sweep.json), added to the perplexity row's note."""
     claims = (lc.PPL_VS_UNROLLED_TRELLIS, lc.MEMORY_VS_UNROLLED_TRELLIS)

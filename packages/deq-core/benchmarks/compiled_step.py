@@ -170,6 +170,7 @@ def small_problem_ratios(repeats: int) -> dict[str, float]:
     f, z0 = tanh_map(), torch.zeros(BATCH, DIM)
     ratios = {}
     for name, solver in SOLVERS:
+
         def run(compile_step: bool, solver: deq_core.Solver = solver) -> object:
             return deq_core.solve(f, z0, solver, max_iter=30, tol=1e-30, compile_step=compile_step)
 

@@ -1,4 +1,4 @@
-"""Bad input found by fault injection (issue 12, section 4): each gets one clear line naming the problem and the fix,
+"""Bad input found by fault injection: each gets one clear line naming the problem and the fix,
 or, where a user expects it to work (an empty batch, a NaN sample masked by the loss), a correct result."""
 
 from __future__ import annotations

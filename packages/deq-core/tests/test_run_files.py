@@ -1,4 +1,4 @@
-"""The files of a run folder (issue 25): nothing is written through a symbolic link planted in the folder, and a full
+"""The files of a run folder: nothing is written through a symbolic link planted in the folder, and a full
 device, a folder that cannot be written, a manifest nested too deep or a metrics file that is not text is one line
 ``PROG: error: ...`` with exit status 2, leaving the last complete checkpoint usable and no temporary file behind.
 

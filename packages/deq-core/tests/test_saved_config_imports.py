@@ -1,4 +1,4 @@
-"""A config read from a file imports no module the user did not allow (issue 25, item 1): a solver named by import
+"""A config read from a file imports no module the user did not allow: a solver named by import
 path in a saved config (``deq.solver="pkg.module:Class"``) is refused with one line naming the path and the option
 that allows it, before anything is imported, unless its module is trusted; built-in shorthands are always read. A
 trusted module is the one installed in the environment, never a file of the run folder of the same name. The task

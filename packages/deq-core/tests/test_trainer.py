@@ -79,7 +79,7 @@ def _config_json(run_dir: Path) -> dict:
 
 
 def test_the_thread_count_is_recorded_and_a_resume_with_another_is_said_in_one_line(tmp_path, capsys):
-    """Issue 25, item 9: the thread count changes the rounding, so the run records it (config.json
+    """The thread count changes the rounding, so the run records it (config.json
     "torch_threads"), and a resume with another count is recorded in "resumed" and said in one line."""
     threads, run_dir = torch.get_num_threads(), tmp_path / "r"
     try:

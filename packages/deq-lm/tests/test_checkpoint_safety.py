@@ -1,5 +1,5 @@
 """A checkpoint is data, never code: a pickle planted in any file of a run folder never runs, on --resume or in
-evaluate, and gives a one-line error (issue 12, section 2)."""
+evaluate, and gives a one-line error."""
 
 import shutil
 from pathlib import Path

@@ -76,7 +76,7 @@ def test_copy_memory_models_have_the_papers_budget(model, low, high):
 
 
 def test_copy400_claims_runs_share_one_budget_at_equal_parameters():
-    """The T = 400 claims runs (issue 28): one horizon and optimizer for all five, parameters within 15 % of the
+    """The T = 400 claims runs: one horizon and optimizer for all five, parameters within 15 % of the
     DEQ-Transformer's (the TCN 14 % above, as the paper's 16K against 14K)."""
     names = [f"copy400-cpu-{m}" for m in ("deq-transformer", "deq-trellisnet", "tcn", "lstm", "gru")]
     configs = [get_config(n) for n in names]

@@ -1,4 +1,4 @@
-"""Hugging Face corpora (issue 27): ``datasets`` downloads and caches them unless the user asks for offline mode
+"""Hugging Face corpora: ``datasets`` downloads and caches them unless the user asks for offline mode
 (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE in the environment, or ``--offline`` on train and evaluate). Nothing here
 touches the network: ``datasets.load_dataset`` is replaced by a recorder that notes the offline settings it sees and
 returns a tiny in-memory dataset or raises the error ``datasets`` raises (no network: ConnectionError "Couldn't reach

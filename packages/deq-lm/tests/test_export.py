@@ -1,4 +1,4 @@
-"""Export (issue 27, part 4): a trained run written as model.safetensors + config.json by ``python -m deq_lm.export``
+"""Export: a trained run written as model.safetensors + config.json by ``python -m deq_lm.export``
 loads back through ``deq_lm.export.load_pretrained`` into a model with the outputs of the one evaluate loads; loading
 reads JSON and safetensors only and never imports a solver named in config.json."""
 

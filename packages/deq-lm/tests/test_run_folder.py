@@ -1,4 +1,4 @@
-"""The run folder (issue 12, section 3): one run at a time, no silent restart or empty resume, config.json written
+"""The run folder: one run at a time, no silent restart or empty resume, config.json written
 after the data are checked and kept on resume, a half-written metrics line or an interrupted save does not stop a
 resume."""
 
@@ -78,7 +78,7 @@ def test_resume_with_another_data_dir_keeps_the_config_and_records_the_change(tm
 
 
 def test_resume_with_another_thread_count_is_recorded_and_said_in_one_line(tmp_path: Path, corpus, capsys) -> None:
-    """Issue 25, item 9: --threads changes the rounding; the run records torch's thread count, and a resume with
+    """--threads changes the rounding; the run records torch's thread count, and a resume with
     another one is recorded in "resumed" with one console line (bit-identical resumption is lost)."""
     out, threads = tmp_path / "run", torch.get_num_threads()
     try:
@@ -119,7 +119,7 @@ def test_a_half_written_metrics_line_and_an_interrupted_save_do_not_stop_a_resum
 
 
 def test_a_read_only_output_folder_is_one_line(tmp_path: Path, corpus: list[str], capsys) -> None:
-    """Issue 25: train into a read-only --output-dir is one line, exit status 2, nothing written (``faults.read_only``:
+    """train into a read-only --output-dir is one line, exit status 2, nothing written (``faults.read_only``:
     also for root, whom chmod does not stop)."""
     ro = tmp_path / "read-only"
     ro.mkdir()
@@ -147,7 +147,7 @@ def test_evaluate_in_a_read_only_run_folder_is_one_line_before_the_sweep(tmp_pat
 
 
 def test_evaluate_replaces_links_planted_at_its_outputs_and_never_writes_through_them(tmp_path: Path, corpus) -> None:
-    """Issue 25, item 3: sweep.json / sweep.png linked to files outside the run are replaced by the run's own files;
+    """sweep.json / sweep.png linked to files outside the run are replaced by the run's own files;
     the files outside keep their content."""
     out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     assert main([*ARGS, "steps=3", *corpus, "--output-dir", str(out)]) == 0

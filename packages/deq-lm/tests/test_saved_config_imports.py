@@ -1,4 +1,4 @@
-"""A run folder cannot run code through its config.json (issue 25, item 1): a solver named there by import path
+"""A run folder cannot run code through its config.json: a solver named there by import path
 (``deq.solver="payload:Evil"``) is imported neither by ``evaluate`` nor by ``train --resume``, although ``python -m``
 puts the working directory (here the run folder, holding payload.py) on sys.path: one line, exit status 2. A module
 the user allows with ``--trust-solver`` is read; an import path given on the command line for a new run is the user's

@@ -1,4 +1,4 @@
-"""The run folder (issue 12, section 3): one run at a time, no silent restart or empty resume, the first metrics
+"""The run folder: one run at a time, no silent restart or empty resume, the first metrics
 line after a resume averages the same steps as an uninterrupted run, a half-written metrics line or an interrupted
 save does not stop a resume, config.json is written after the data are checked."""
 
@@ -90,7 +90,7 @@ def test_resume_accepts_the_run_settings_and_records_them_by_dotted_name(tmp_pat
 
 
 def test_a_read_only_output_folder_is_one_line(tmp_path: Path, capsys) -> None:
-    """Issue 25: train into a read-only --output-dir, resume a read-only run, evaluate --output into a read-only folder:
+    """train into a read-only --output-dir, resume a read-only run, evaluate --output into a read-only folder:
     one line each, exit status 2, nothing written (``faults.read_only``: also for root, whom chmod does not stop)."""
     out, ro = tmp_path / "run", tmp_path / "read-only"
     ro.mkdir()

@@ -1,4 +1,4 @@
-"""Experiment trackers and the launcher's mixed precision on a tiny run (issue 27): TensorBoard's event files hold the
+"""Experiment trackers and the launcher's mixed precision on a tiny run: TensorBoard's event files hold the
 values of metrics.jsonl at the same steps (each step once, also after a resume) and the config as hyperparameters;
 a tracker that is not installed is one line; the launcher's precision applies unless the config sets one, and a
 resumed run keeps the precision it recorded."""

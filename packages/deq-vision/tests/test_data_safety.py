@@ -1,4 +1,4 @@
-"""Data files are data, never code, and an image folder never leaves its class folders (issue 25): a CIFAR-10 batch
+"""Data files are data, never code, and an image folder never leaves its class folders: a CIFAR-10 batch
 that holds anything but the official format's numpy arrays is refused in one line before any of it runs, on train
 and on evaluate; a directory symlink inside a class folder (a loop, or a way into another class) is refused in one
 line; symlinked image files are kept; a FIFO named like an image is refused in one line instead of blocking

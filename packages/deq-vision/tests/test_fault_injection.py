@@ -1,4 +1,4 @@
-"""Fault injection (issue 12, section 3): a training run with augmentation and Mixup, killed (SIGKILL) at random
+"""Fault injection: a training run with augmentation and Mixup, killed (SIGKILL) at random
 moments, including in the middle of a checkpoint save, and resumed each time, ends with the weights and metrics of an
 uninterrupted run."""
 

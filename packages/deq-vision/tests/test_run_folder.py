@@ -1,4 +1,4 @@
-"""The run folder (issue 12, section 3): resume is bit-identical with augmentation, one run at a time, no silent
+"""The run folder: resume is bit-identical with augmentation, one run at a time, no silent
 restart or empty resume, config.json written after the data are checked and kept on resume, a half-written metrics
 line or an interrupted save does not stop a resume."""
 
@@ -119,7 +119,7 @@ def test_augmentation_depends_on_seed_epoch_and_index_only(cifar_dir: Path, num_
 
 
 def test_a_read_only_output_folder_is_one_line(cifar_dir: Path, tmp_path: Path, capsys) -> None:
-    """Issue 25: train into a read-only --output-dir is one line, exit status 2, nothing written
+    """train into a read-only --output-dir is one line, exit status 2, nothing written
     (``faults.read_only``: also for root, whom chmod does not stop)."""
     ro = tmp_path / "read-only"
     ro.mkdir()
@@ -145,7 +145,7 @@ def test_evaluate_in_a_read_only_run_folder_is_one_line(cifar_dir: Path, tmp_pat
 
 def test_resume_with_another_thread_count_is_recorded_and_said_in_one_line(cifar_dir: Path, tmp_path: Path,
                                                                          capsys) -> None:  # fmt: skip
-    """Issue 25, item 9: --threads changes the rounding; the run records torch's thread count, and a resume with
+    """--threads changes the rounding; the run records torch's thread count, and a resume with
     another one is recorded in "resumed" with one console line (bit-identical resumption is lost)."""
     data, out = ["--data-dir", str(cifar_dir)], tmp_path / "run"
     assert train.main([*ARGS, "stop_after=3", *data, "--output-dir", str(out), "--threads", "1"]) == 0
@@ -159,7 +159,7 @@ def test_resume_with_another_thread_count_is_recorded_and_said_in_one_line(cifar
 
 
 def test_evaluate_replaces_links_planted_at_its_outputs_and_never_writes_through_them(cifar_dir, tmp_path) -> None:
-    """Issue 25, item 3: hard_stop.json / hard_stop.png linked to files outside the run are replaced by the run's
+    """hard_stop.json / hard_stop.png linked to files outside the run are replaced by the run's
     own files; the files outside keep their content."""
     data, out, elsewhere = ["--data-dir", str(cifar_dir)], tmp_path / "run", tmp_path / "elsewhere"
     assert train.main([*ARGS, "steps=3", *data, "--output-dir", str(out)]) == 0

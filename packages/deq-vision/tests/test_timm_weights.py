@@ -1,4 +1,4 @@
-"""timm weights in and out (issue 27, part 4): a trained run exported by ``python -m deq_vision.export`` loads back
+"""timm weights in and out: a trained run exported by ``python -m deq_vision.export`` loads back
 through timm's own sources (``local-dir:``, ``hf-hub:``, ``pretrained_cfg_overlay=dict(file=...)`` / ``hf_hub_id``)
 into the model evaluate loads, with the same logits and the same accuracy through timm's data pipeline; weight files
 are safetensors only and a config.json never imports code."""
@@ -87,7 +87,7 @@ def test_local_dir_gives_the_logits_of_the_run(exported: tuple[Path, Path, Path]
 
 
 def test_accuracy_through_timms_data_pipeline_equals_evaluates(exported: tuple[Path, Path, Path], capsys) -> None:
-    """evaluate's numbers, and the same from the exported model fed by timm's eval transform of its pretrained_cfg
+    """Evaluate's numbers, and the same from the exported model fed by timm's eval transform of its pretrained_cfg
     (resolve_data_config + create_transform) on the same images: the loss and accuracy agree exactly."""
     run, out, cifar = exported
     assert evaluate.main(["--checkpoint", str(run), "--data-dir", str(cifar), "--no-sweep"]) == 0

@@ -50,8 +50,13 @@ class Implicit:
     check_every: int | None = None
 
     def __init__(
-        self, solver: SolverLike = _ADJOINT_SOLVER, max_iter: int = 30, tol: float = 1e-6, stop_mode: str = "rel",
-        stop_over: str = "sample", check_every: int | None = None,
+        self,
+        solver: SolverLike = _ADJOINT_SOLVER,
+        max_iter: int = 30,
+        tol: float = 1e-6,
+        stop_mode: str = "rel",
+        stop_over: str = "sample",
+        check_every: int | None = None,
     ) -> None:
         object.__setattr__(self, "solver", resolve_solver(solver))
         object.__setattr__(self, "max_iter", max_iter)

@@ -258,9 +258,7 @@ class _InverseJacobian:
                 v_c = gram_v @ c.mT  # (B, r, n): v . (c V)
                 v_right = d_v.mT + v_c  # v_i . right_j
                 right_right = gram_right + c @ d_v.mT + d_v @ c.mT + c @ v_c
-                gram_right = torch.cat(
-                    [torch.cat([gram_v, v_right], 2), torch.cat([v_right.mT, right_right], 2)], 1
-                )
+                gram_right = torch.cat([torch.cat([gram_v, v_right], 2), torch.cat([v_right.mT, right_right], 2)], 1)
             # a sample whose rows overflowed keeps no low-rank part (its H restarts from I); LAPACK must not see it
             finite = (gram_left.sum((1, 2)) + gram_right.sum((1, 2))).isfinite()[:, None, None]
             gram_left = torch.where(finite, gram_left, 0.0)

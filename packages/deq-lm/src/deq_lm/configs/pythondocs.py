@@ -1,4 +1,4 @@
-"""Presets of the CPU-scale claims runs (issue 11, claims 4 and 5) on the Python documentation corpus
+"""Presets of the CPU-scale claims runs on the Python documentation corpus
 (``data/pythondocs_corpus.py``: about 1.2M training tokens, 10,000-word vocabulary, everything rarer is ``<unk>``).
 
 Claim 4 (DEQ paper, Table 3): a DEQ-Transformer against its Transformer-XL twin at equal non-embedding parameters
@@ -22,7 +22,7 @@ over the last 2,000 steps), so the claims table's plateau rows now use the width
 (``pdocs-plateau32-*``, 14,000 steps); the width-64 presets stay for the record of that try (docs/deq-lm-results.md, run
 logs).
 
-Issue 28, part 2 (DEQ paper, Table 2: DEQ-TrellisNet against the 60-layer TrellisNet whose weights it ties across
+DEQ paper, Table 2 (DEQ-TrellisNet against the 60-layer TrellisNet whose weights it ties across
 depth): ``pdocs-trellis-deq-trellisnet`` against ``pdocs-trellis-trellisnet``, the same TrellisNet cell (the input
 injected into every application, as in the DEQ) unrolled ``TRELLIS_DEPTH`` times with ordinary backpropagation, so both
 have the same parameters (16,768 non-embedding at width 32, with 320,000 in the tied embedding), trained on the same
@@ -108,7 +108,7 @@ PLATEAU32_MODELS: dict[str, dict[str, object]] = {
     name: {**settings, "d_ff": 725} if "d_ff" in settings else settings for name, settings in PLATEAU_MODELS.items()
 }
 
-# Issue 28, part 2: DEQ-TrellisNet vs the same cell unrolled TRELLIS_DEPTH times, width 32 (see the docstring).
+# DEQ-TrellisNet vs the same cell unrolled TRELLIS_DEPTH times, width 32 (see the docstring).
 TRELLIS_PREFIX = "pdocs-trellis"
 TRELLIS_DEPTH = 24
 TRELLIS_STEPS = 8_000
