@@ -19,8 +19,10 @@ from deq_toy.configs import load_config
 def test_train_synthetic_writes_metrics_checkpoint_and_figure(tmp_path, capsys):
     out = tmp_path / "run"
     assert train.main(["--config", "synthetic-tiny", "--output-dir", str(out), "--no-progress"]) == 0
-    final = [line for line in capsys.readouterr().out.splitlines() if line.startswith("final (step 20)")]
+    lines = capsys.readouterr().out.splitlines()
+    final = [line for line in lines if line.startswith("final (step 20)")]
     assert len(final) == 1 and "valid mse" in final[0]
+    assert lines[-1] == final[0]  # the README's promise: the last line printed is the summary
     assert final[0].endswith(f"(predicting the mean); outputs in {out}") and "chance level: mse " in final[0]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rec = [r for r in records if r["split"] == "train"]

@@ -6,7 +6,6 @@ The same file runs under ``accelerate launch`` (``accelerate launch --multi_gpu 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,12 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(config: Config, output_dir: Path, args: argparse.Namespace) -> None:
-    """Train ``config`` in ``output_dir`` and print the final results as JSON."""
-    results = run_training(config, output_dir, args.data_dir, resume=args.resume, stop_after=args.stop_after,
-                           progress=not args.no_progress, name=args.config,
-                           trusted_modules=args.trust_solver)  # fmt: skip
-    if results:
-        print(json.dumps(results, indent=2))
+    """Train ``config`` in ``output_dir``. The console's last line is the run's final summary (printed by the
+    training skeleton); the full results are in OUTPUT_DIR/results.json."""
+    run_training(config, output_dir, args.data_dir, resume=args.resume, stop_after=args.stop_after,
+                 progress=not args.no_progress, name=args.config, trusted_modules=args.trust_solver)  # fmt: skip
 
 
 def _configure(args: argparse.Namespace) -> Config:
