@@ -32,7 +32,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "docs" / "reference"
 TASK_PACKAGES = ("deq-toy", "deq-lm", "deq-vision")
-CORE_PAGES = ("getting-started.md", "deq-core.md")  # pages whose examples need deq-core (and its train extra) only
+CORE_PAGES = ("getting-started.md", "deq-core.md", "deq-core-training.md")  # examples needing deq-core[train] only
 
 # "::: dotted.path" at the start of a line, then its indented options block (YAML), if any.
 _DIRECTIVE = re.compile(r"^::: ([\w.]+)[ \t]*\n((?:(?:[ \t]+\S[^\n]*|[ \t]*)\n)*)", re.M)
