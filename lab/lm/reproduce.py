@@ -77,7 +77,7 @@ from .step_timing import TimedEntry, expected_seconds, time_inference_steps, tim
 DEQ, TXL, TIED = f"{PREFIX}-deq-transformer", f"{PREFIX}-transformer-xl", f"{PREFIX}-transformer-tied"
 JR = tuple(f"{PREFIX}-deq-transformer-{name}" for name in JR_SETTINGS)
 # Claim 4 again on narrower models trained to a plateau: width 32 (the width-64 try, presets pdocs-plateau-*, did not
-# reach the plateau rule; its run logs and numbers stay in docs/deq-lm-results.md).
+# reach the plateau rule; its run logs and numbers stay in docs/deq-lm-claims.md).
 PLATEAU_DEQ, PLATEAU_TXL, PLATEAU_TIED = (f"{PLATEAU32_PREFIX}-{name}" for name in PLATEAU32_MODELS)
 # DEQ-TrellisNet against the same cell unrolled to a fixed depth, both trained to a plateau.
 TRELLIS_DEQ, TRELLIS_TWIN = (f"{TRELLIS_PREFIX}-{name}" for name in TRELLIS_MODELS)

@@ -11,7 +11,7 @@
   write (pass ``--data-dir``).
 - ``ptb-*``, ``wt103-*``: the language models of the DEQ paper's Tables 2-3 and the JR paper's Table 1 with the
   papers' hyperparameters (sized for GPUs; ``PAPER_RESULTS`` holds the published perplexities, and the table of
-  docs/deq-lm.md says which settings come from the authors' scripts and which are derived from the published
+  docs/deq-lm-configs.md says which settings come from the authors' scripts and which are derived from the published
   parameter counts).
 - ``pydoc-*``: the CPU-scale language-modeling comparison (DEQ-Transformer, the same with Jacobian regularization,
   its Transformer-XL twin) on Python's documentation text (``corpus=pydoc``, written offline from ``pydoc_data``),
@@ -28,7 +28,7 @@ from deq_core.train.run_config import replace_config
 from . import pythondocs
 from .config import MODELS, Config
 
-# About 14K parameters each (TCN 16K, as in the paper); counts in the table of docs/deq-lm.md.
+# About 14K parameters each (TCN 16K, as in the paper); counts in the table of docs/deq-lm-configs.md.
 _COPY_MODELS: dict[str, dict[str, object]] = {
     "deq-transformer": dict(
         model="deq_transformer", d_embed=16, d_model=32, n_heads=2, d_head=16, d_ff=96,

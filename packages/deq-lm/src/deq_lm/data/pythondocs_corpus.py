@@ -15,7 +15,7 @@ lines without a letter or digit (heading underlines, table borders) are dropped.
 
 The split is by document, never by line: the ``*.rst.txt`` files sorted by their path relative to SOURCE, file i
 goes to valid when i % 10 == 0, to test when i % 10 == 5, to train otherwise. Deterministic for a given package
-version (python3.11-doc 3.11.2-6+deb12u9: 497 files, about 1.63M / 0.21M / 0.15M tokens, see docs/deq-lm-results.md).
+version (python3.11-doc 3.11.2-6+deb12u9: 497 files, about 1.63M / 0.21M / 0.15M tokens, see docs/deq-lm-claims.md).
 """
 
 from __future__ import annotations
