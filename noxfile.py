@@ -77,12 +77,13 @@ def _check_torch_kept(session: nox.Session, others: list[str]) -> None:
 
 
 def _install_package(session: nox.Session, package: str, extra: str = "test") -> None:
-    """Install ``package[extra]`` and its local dependencies from their paths; deq-core with its ``train`` extra (the
-    task packages depend on ``deq-core[train]``; deq-core's own training tests and benchmarks import it)."""
+    """Install ``package[extra]`` and its local dependencies from their paths; deq-core with its ``train`` and ``hub``
+    extras (the task packages depend on ``deq-core[train,hub]``; deq-core's own training tests and benchmarks import
+    them)."""
     _install(session, "torch", *(["torchvision"] if package == "deq-vision" else []))
     for dep in LOCAL_DEPS.get(package, ["deq-core"]):
-        _install(session, f"{ROOT / 'packages' / dep}[train]")
-    extras = f"{extra},train" if package == "deq-core" else extra
+        _install(session, f"{ROOT / 'packages' / dep}[train,hub]")
+    extras = f"{extra},train,hub" if package == "deq-core" else extra
     _install(session, f"{ROOT / 'packages' / package}[{extras}]")
 
 

@@ -23,7 +23,7 @@ def test_import_deq_core_loads_no_training_code() -> None:
         "before = set(sys.modules)\n"
         "import deq_core\n"
         "added = sorted(set(sys.modules) - before)\n"
-        "training = ('accelerate', 'matplotlib', 'tqdm', 'safetensors')\n"
+        "training = ('accelerate', 'matplotlib', 'tqdm', 'safetensors', 'huggingface_hub')\n"
         "print([m for m in added if m.startswith('deq_core.train') or m.split('.')[0] in training])\n"
     )
     result = _python(code)

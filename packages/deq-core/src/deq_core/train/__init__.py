@@ -26,6 +26,8 @@
 - :mod:`~deq_core.train.files`: every output written aside and renamed, never through a symbolic link; a failure to
   write is one line (:class:`~deq_core.train.files.OutputError`).
 - :mod:`~deq_core.train.devices`: the ``--device`` option of the benchmark scripts (a checked device name).
+- :mod:`~deq_core.train.hub`: a trained model's ``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` (Hugging
+  Face Hub); needs the extra ``pip install 'deq-core[hub]'`` too.
 """
 
 from __future__ import annotations
