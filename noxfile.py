@@ -5,7 +5,7 @@
     nox -s lint                           # ruff on every package
     nox -s bench                          # benchmarks (deq-core: against TorchDEQ 0.1.0); -- --quick for a short run
     nox -s wheel                          # build the deq-core wheel, install it alone with torch, solve + backward
-    nox -s docs                           # the documentation site (mkdocs.yml, docs/), built --strict into site/
+    nox -s docs                           # the pages' prose check, then the site (mkdocs.yml, docs/) built --strict
 
 Torch: every install goes through constraints.txt (the repository's one torch / torchvision pair), as the READMEs'
 commands do. Local packages are installed from their paths, deq-core first, so nothing of ours is looked up on a
@@ -182,9 +182,13 @@ DOCS_REQUIREMENTS = [
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation site with --strict: a broken link or anchor, a missing included file (snippets) or an API
-    reference that does not resolve fails. griffe reads the packages' sources from mkdocs.yml's ``paths`` without
-    importing them, so neither torch nor our packages are installed here."""
+    """Check the pages' prose, then build the documentation site with --strict.
+
+    The prose check (``docs/prose_check.py``, standard library only) fails when a page has more than 3,000 words of
+    prose, a median sentence over 20 words or a sentence over 50. The strict build fails on a broken link or anchor, a
+    missing included file (snippets) or an API reference that does not resolve. griffe reads the packages' sources from
+    mkdocs.yml's ``paths`` without importing them, so neither torch nor our packages are installed here."""
+    session.run("python", str(ROOT / "docs" / "prose_check.py"), "--quiet")
     session.install(*DOCS_REQUIREMENTS)
     site = ROOT / "site"
     session.run("mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site))

@@ -134,7 +134,7 @@ def sentences(text: str) -> list[str]:
     for block in prose_blocks(text):
         for sentence in _SENTENCE_END.split(_clean(block)):
             if word_count(sentence):
-                found.append(sentence.replace(_CODE, "`code`").strip())
+                found.append(" ".join(sentence.replace(_CODE, "`code`").split()))
     return found
 
 
