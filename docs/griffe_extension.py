@@ -6,6 +6,9 @@
 - A paragraph ending in ``::`` introduces an indented literal block (reStructuredText, readable in ``help()``).
   Markdown would show the ``::`` and read the block as plain indented code. The block becomes a fenced code block
   (Python when it parses as Python) and the paragraph ends in ``:``.
+- An asterisk at the end of a word, as in ``z* = f(z*)`` or ``ids[b*L]``, is a star, not the start of emphasis:
+  Markdown would set the text up to the next one in italics. Such asterisks are escaped outside code; emphasis
+  written as ``*word*`` stays emphasis.
 - ``filters: public`` keeps a module's ``__all__`` and every special method; ``__post_init__`` and ``__slots__``
   of the config dataclasses are implementation details, not API, and are left out.
 """
@@ -20,11 +23,33 @@ import griffe
 
 _ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|exc|obj|const):`(~?)([^`]+)`")
 _HIDDEN = {"__post_init__", "__slots__"}
+_CODE = re.compile(r"^[ \t]*```.*?^[ \t]*```[^\n]*$|(`+).+?\1", re.S | re.M)
+_EMPHASIS = re.compile(r"(?<![\w*\\])\*(?=[^\s*])[^*\n]*?(?<=[^\s*\\])\*(?![\w*])")
+_WORD_STAR = re.compile(r"(?<=[\w)\]])(?<!\*)\*(?!\*)")
 _LITERAL_INTRO = re.compile(r"^(\s*)(.*\S)::$")
 
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
+
+
+def _escape_prose(text: str) -> str:
+    """Escape the word-final asterisks of a stretch of text without code, keeping ``*emphasis*`` spans."""
+    out, last = [], 0
+    for match in _EMPHASIS.finditer(text):
+        out += [_WORD_STAR.sub(r"\\*", text[last : match.start()]), match.group(0)]
+        last = match.end()
+    return "".join([*out, _WORD_STAR.sub(r"\\*", text[last:])])
+
+
+def escape_stray_asterisks(text: str) -> str:
+    """Escape asterisks that end a word (``z*``, ``f(z*)``, ``b*L``) outside code spans and fenced blocks, so that
+    Markdown shows them instead of opening emphasis."""
+    out, last = [], 0
+    for match in _CODE.finditer(text):
+        out += [_escape_prose(text[last : match.start()]), match.group(0)]
+        last = match.end()
+    return "".join([*out, _escape_prose(text[last:])])
 
 
 def _language(code: list[str]) -> str:
@@ -77,7 +102,8 @@ def _code(match: re.Match[str]) -> str:
 class SiteDocstrings(griffe.Extension):
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is not None:
-            obj.docstring.value = literal_blocks_to_fences(_ROLE.sub(_code, obj.docstring.value))
+            fenced = literal_blocks_to_fences(_ROLE.sub(_code, obj.docstring.value))
+            obj.docstring.value = escape_stray_asterisks(fenced)
 
     def on_class_members(self, *, cls: griffe.Class, **kwargs: Any) -> None:
         for name in _HIDDEN & set(cls.members):
