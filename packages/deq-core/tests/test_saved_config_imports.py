@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -20,7 +21,13 @@ from deq_core.train.cli import add_trust_option, module_name, run_training_cli, 
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import check_resume_config, config_from_dict, load_config, save_config
-from deq_core.train.trust import UntrustedImportError, check_import_paths, import_path_fields, import_trusted
+from deq_core.train.trust import (
+    UntrustedImportError,
+    check_import_paths,
+    import_path_fields,
+    import_trusted,
+    leave_run_folder,
+)
 from lab.faults import PAYLOAD_MODULE, TRUSTED_SOLVER_MODULE
 
 MODULE = "saved_config_payload"  # written into tmp_path by the fixture; importing it writes MARKER
@@ -177,7 +184,7 @@ def test_a_trusted_module_is_the_installed_one_never_the_run_folders(shadowed: P
     assert type(cfg.deq.layer().solver).__name__ == "Relaxed"
     assert sys.modules[SHADOWED].__file__ == str(site / f"{SHADOWED}.py")
     assert (site / "imported").exists() and not (shadowed / "ran").exists()
-    assert sys.path[0] == str(shadowed)  # sys.path is as it was
+    assert str(shadowed) not in sys.path  # the run folder stays off sys.path
 
 
 def test_a_trusted_module_found_only_in_the_run_folder_is_refused(shadowed: Path, monkeypatch) -> None:
@@ -220,3 +227,41 @@ def test_the_training_command_line_imports_trusted_modules_before_the_config(sha
     err = capsys.readouterr().err
     assert err.startswith(f"prog: error: --trust-solver {SHADOWED}: the module ") and err.count("\n") == 1, err
     assert not (shadowed / "ran").exists()
+
+
+LATE = "late_import_payload"  # a module the tools import late (as matplotlib for the plot at the end of training)
+
+
+def test_a_module_imported_late_is_never_read_from_the_run_folder(shadowed: Path, capsys) -> None:
+    """The run folder, first on sys.path as the working directory of ``python -m``, holds LATE.py; a module of that
+    name imported after the command line started (matplotlib, when training ends) is not read from there: the run
+    folder is off sys.path from then on, whether it is the working directory or on PYTHONPATH."""
+    (shadowed / f"{LATE}.py").write_text(PAYLOAD_MODULE)
+    (shadowed / "sub").mkdir()
+    sys.path.insert(1, str(shadowed / "sub"))  # an entry inside the run folder (PYTHONPATH=RUN/sub)
+    parser = training_parser("prog", "d", ["tiny"], default="tiny", threads=False)
+    found = []
+
+    def train(cfg, out, args):
+        found.append(importlib.util.find_spec(LATE))
+
+    assert run_training_cli(parser, ["--output-dir", str(shadowed)], lambda args: None, train) == 0
+    assert found == [None] and not (shadowed / "ran").exists()
+    assert str(shadowed) not in sys.path and str(shadowed / "sub") not in sys.path
+    assert str(shadowed.parent / "site") in sys.path  # outside the run folder: kept
+
+
+def test_reading_a_saved_config_takes_its_run_folder_off_sys_path(shadowed: Path) -> None:
+    """evaluate and export read the run's config first: the run folder leaves sys.path then."""
+    config_from_dict(_TaskConfig, {"deq": {"solver": "anderson"}}, run_dir=shadowed)
+    assert str(shadowed) not in sys.path and str(shadowed.parent / "site") in sys.path
+
+
+def test_the_environment_kept_in_a_run_folder_stays_on_sys_path(shadowed: Path, monkeypatch) -> None:
+    """A virtual environment inside the run folder is the user's installation, not the run's data: its folders stay."""
+    env = shadowed / ".venv"
+    (env / "site-packages").mkdir(parents=True)
+    monkeypatch.setattr(sys, "prefix", str(env))
+    monkeypatch.syspath_prepend(str(env / "site-packages"))
+    assert leave_run_folder(shadowed) == [str(shadowed)]
+    assert str(env / "site-packages") in sys.path and str(shadowed) not in sys.path

@@ -11,6 +11,14 @@ A trusted name is the module installed in the environment, never a file of the r
 ``my_solvers.py`` would shadow the installed ``my_solvers`` when it is the working directory. :func:`import_trusted`
 imports the trusted modules with the run folder left out of ``sys.path`` before anything else imports them (the
 command lines do so first), and refuses a module found only there.
+
+No other module is read from a run folder either: :func:`leave_run_folder` (called by :func:`import_trusted`, so by
+every command line and every config read from a run folder) takes the run folder off ``sys.path`` for the rest of the
+process, so that a module imported late (matplotlib, for the plot at the end of training) is never a file planted
+there. What Python imports at startup, before any of this code runs (a ``torch.py`` in the working directory, a
+``sitecustomize.py`` on PYTHONPATH), cannot be stopped here: run the tools from outside a run folder you did not
+make, or through their console scripts (``deq-toy-train``, ...) or ``python -P``, which leave the working directory
+off ``sys.path``.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import dataclasses
 import importlib
 import importlib.machinery
 import os
+import site
 import sys
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
@@ -33,6 +42,7 @@ __all__ = [
     "import_path_field",
     "import_trusted",
     "import_path_fields",
+    "leave_run_folder",
 ]
 
 IMPORT_PATH = "deq_core.import_path"  # the metadata key of a field that may hold an import path
@@ -90,6 +100,30 @@ def _inside(entry: object, folder: Path) -> bool:
     return where == folder or folder in where.parents
 
 
+def _environment() -> list[Path]:
+    """The folders of the Python environment itself (its prefixes and the user's site-packages): a ``sys.path`` entry
+    in one of them is an installed package's, even when a run folder holds the environment."""
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, site.getuserbase()}
+    return [Path(os.path.realpath(p)) for p in found if p]
+
+
+def leave_run_folder(run_dir: str | Path) -> list[str]:
+    """Take the run folder ``run_dir`` off ``sys.path`` for the rest of the process: every entry at or inside it
+    (the working directory that ``python -m`` puts first, a PYTHONPATH entry) but those of the environment itself (a
+    virtual environment kept in the folder). A module imported later (matplotlib, for a plot) is then never a file
+    planted in the run folder. Returns the entries removed.
+
+    Modules imported before this call are not affected: call it first (the command lines do).
+    """
+    folder = Path(os.path.realpath(run_dir))
+    environment = _environment()
+    removed = [entry for entry in sys.path if _inside(entry, folder)
+               and not any(_inside(entry, env) for env in environment)]  # fmt: skip
+    if removed:
+        sys.path[:] = [entry for entry in sys.path if entry not in removed]
+    return removed
+
+
 def _files(module: Any) -> list[str]:
     """Where the module ``module`` was read from: its file, or a package's folders."""
     file = getattr(module, "__file__", None)
@@ -97,16 +131,17 @@ def _files(module: Any) -> list[str]:
 
 
 def import_trusted(modules: Iterable[str], run_dir: str | Path) -> None:
-    """Import each of ``modules`` (trusted ones) as the environment has it, never from the run folder ``run_dir``:
-    ``sys.path`` is searched without its entries at or inside ``run_dir`` (``python -m`` puts the working directory
-    first, which may be the run folder). A later import of the name (building a config that names it) gets the
-    module imported here. A module found nowhere else, or failing to import, is left to that import, which says why.
+    """Take the run folder ``run_dir`` off ``sys.path`` (:func:`leave_run_folder`), then import each of ``modules``
+    (trusted ones) as the environment has it, never from the run folder: searched without any ``sys.path`` entry at or
+    inside ``run_dir``. A later import of the name (building a config that names it) gets the module imported here.
+    A module found nowhere else, or failing to import, is left to that import, which says why.
 
     Raises:
         UntrustedImportError: the only module of that name is in the run folder, or the one imported already was
             read from there.
     """
     folder = Path(os.path.realpath(run_dir))
+    removed = leave_run_folder(run_dir)
     for name in modules:
         top = name.partition(".")[0]
         if top not in sys.modules:
@@ -121,7 +156,8 @@ def import_trusted(modules: Iterable[str], run_dir: str | Path) -> None:
         if top in sys.modules:
             planted = [file for file in _files(sys.modules[top]) if _inside(file, folder)]
         else:  # found nowhere else: is it in the run folder? (looked up, not run)
-            spec = importlib.machinery.PathFinder.find_spec(top, [e for e in sys.path if _inside(e, folder)])
+            inside = [str(folder), *removed, *(e for e in sys.path if _inside(e, folder))]
+            spec = importlib.machinery.PathFinder.find_spec(top, inside)
             planted = [] if spec is None else [spec.origin or ", ".join(spec.submodule_search_locations or [])]
         if planted:
             raise UntrustedImportError(
