@@ -61,7 +61,10 @@ class Toy(nn.Module, HubModel, library_name="deq-core-test", pipeline_tag="tabul
         return model.eval()
 
     def card_fields(self) -> CardFields:
-        return CardFields("A toy", "One linear map.", "Toy.from_pretrained('DIR')", "## Extra\n\nmore", self.record)
+        solver = {"solver": "anderson", "max_iter": 12, "tol": 0.0001}
+        return CardFields(
+            "A toy", "One linear map.", "Toy.from_pretrained('DIR')", solver, "## Extra\n\nmore", self.record
+        )
 
 
 def _same(a: nn.Module, b: nn.Module) -> None:
@@ -112,6 +115,11 @@ def test_save_and_load_a_folder(tmp_path: Path, record: dict[str, Any]) -> None:
     assert card.data.library_name == "deq-core-test" and card.data.license == "mit"
     assert card.data.pipeline_tag == "tabular-regression" and "deep-equilibrium-model" in card.data.tags
     assert "# A toy" in card.text and "## Extra\n\nmore" in card.text and "Toy.from_pretrained('DIR')" in card.text
+    assert (
+        "## Equilibrium solver" in card.text
+        and "| `max_iter` | `12` |" in card.text
+        and "| `tol` | `0.0001` |" in card.text
+    )
     assert "| valid | 4 | 1.5 | 0.5 |" in card.text and "| test | 4 | 1.6 | 0.375 |" in card.text
     assert "Preset `tiny-toy`, weights of step 4." in card.text and '"lr": 0.01' in card.text
     assert "/home/someone" not in card.text

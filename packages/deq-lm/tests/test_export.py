@@ -1,6 +1,7 @@
-"""Export: a trained run written as model.safetensors + config.json by ``python -m deq_lm.export``
-loads back through ``deq_lm.export.load_pretrained`` into a model with the outputs of the one evaluate loads; loading
-reads JSON and safetensors only and never imports a solver named in config.json."""
+"""Export: a trained run written by ``python -m deq_lm.export`` (PretrainedLM.save_pretrained: model.safetensors,
+config.json, the vocabulary, README.md) loads back through ``deq_lm.export.load_pretrained`` into a model with the
+outputs of the one evaluate loads; loading reads JSON and safetensors only and never imports a solver named in
+config.json."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 
 from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import CheckpointError, checkpoint_path
+from deq_core.train.hub import HubModelError
 from deq_lm import evaluate, export
 from deq_lm.data import copy_memory_split
+from deq_lm.hub import PretrainedLM
 from deq_lm.train import evaluate_split
 from deq_lm.train import main as train_main
 from lab.faults import EXPORT_FAULTS, check_export_fault
@@ -44,11 +47,13 @@ def _same_outputs(a: torch.nn.Module, b: torch.nn.Module, tokens: torch.Tensor) 
 
 def test_export_writes_weights_and_config(copy_run: tuple[Path, Path]) -> None:
     run, out = copy_run
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]  # no vocabulary
     config = json.loads((out / "config.json").read_text())
     saved = json.loads((run / "config.json").read_text())["config"]
     assert config["architecture"] == "deq_transformer" and config["vocab_size"] == 10
     assert config["task"] == "copy_memory" and config["model"] == saved["model"] and config["deq"] == saved["deq"]
+    with pytest.raises(HubModelError, match="this copy_memory model has no vocabulary: its inputs are symbol ids"):
+        PretrainedLM.from_pretrained(out).encode("1 2 3")
 
 
 def test_load_pretrained_gives_the_outputs_and_metrics_of_the_run(copy_run: tuple[Path, Path]) -> None:
@@ -106,7 +111,7 @@ def test_a_config_json_never_imports_a_solver(copy_run, tmp_path: Path, monkeypa
 
 def test_loading_refuses_what_is_not_an_export(copy_run: tuple[Path, Path], tmp_path: Path) -> None:
     _, out = copy_run
-    with pytest.raises(FileNotFoundError, match="config.json does not exist"):
+    with pytest.raises(HubModelError, match="has no config.json"):
         export.load_pretrained(tmp_path)
     bad = tmp_path / "bad"
     shutil.copytree(out, bad)
@@ -114,7 +119,7 @@ def test_loading_refuses_what_is_not_an_export(copy_run: tuple[Path, Path], tmp_
     with pytest.raises(CheckpointError, match="cannot be read as tensors"):
         export.load_pretrained(bad)
     (bad / "config.json").write_text(json.dumps({"architecture": "deq_transformer"}))
-    with pytest.raises(ValueError, match="not a deq-lm export"):
+    with pytest.raises(HubModelError, match="is not a deq-lm model's"):
         export.load_pretrained(bad)
 
 

@@ -60,15 +60,20 @@ def _human(size: int) -> str:
 
 def _os_error(err: BaseException) -> OSError | None:
     """The first OSError in ``err`` and the exceptions it was raised from or while handling (torch reports a failed
-    write to a Python file object as a RuntimeError raised while handling the OSError)."""
+    write to a Python file object as a RuntimeError raised while handling the OSError). An :class:`OutputError` that
+    was raised from an OSError (a file of a folder being written) stands for that OSError, so that the folder's
+    message says what failed, not the file's message again."""
     seen: set[int] = set()
     current: BaseException | None = err
+    wrapper: OSError | None = None
     while current is not None and id(current) not in seen:
-        if isinstance(current, OSError):
+        if isinstance(current, OutputError):
+            wrapper = wrapper or current
+        elif isinstance(current, OSError):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return None
+    return wrapper
 
 
 def _nearly_full(folder: Path) -> bool:

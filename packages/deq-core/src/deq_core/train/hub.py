@@ -64,6 +64,7 @@ __all__ = [
     "HubModelError",
     "json_writer",
     "model_folder",
+    "push_saved",
     "read_model_config",
     "required_file",
     "run_record",
@@ -113,7 +114,9 @@ class CardFields:
         title: the card's heading.
         summary: a paragraph: what the model is and what it was trained on (Markdown).
         usage: Python lines that load and run the model.
-        details: further Markdown sections (e.g. the equilibrium solver's settings), each starting with ``## ``.
+        solver: the DEQ layer's settings (solvers, limits, tolerances: a config's ``deq`` section as JSON data),
+            shown in a table; None for an explicit network.
+        details: further Markdown sections, each starting with ``## ``.
         record: :func:`run_record` of the run the model comes from, or None (then the card says it was not
             recorded).
     """
@@ -121,6 +124,7 @@ class CardFields:
     title: str
     summary: str
     usage: str
+    solver: Mapping[str, Any] | None = None
     details: str = ""
     record: Mapping[str, Any] | None = field(default=None)
 
@@ -138,6 +142,15 @@ def _metrics_markdown(record: Mapping[str, Any] | None) -> str:
     rows = [[split, values.get("step", ""), *(_number(values.get(key, "")) for key in keys)] for split, values in
             metrics.items()]  # fmt: skip
     return markdown_table(["split", "step", *keys], rows)
+
+
+def _solver_markdown(settings: Mapping[str, Any] | None) -> str:
+    """The DEQ layer's ``settings`` as a Markdown section ("" for an explicit network)."""
+    if not settings:
+        return ""
+    rows = [[f"`{key}`", f"`{json.dumps(value)}`"] for key, value in settings.items()]
+    intro = "The equilibrium layer's settings, rebuilt by from_pretrained (limits count calls of f):"
+    return f"## Equilibrium solver\n\n{intro}\n\n{markdown_table(['setting', 'value'], rows)}"
 
 
 def _configuration_markdown(record: Mapping[str, Any] | None) -> str:
@@ -291,6 +304,24 @@ def read_model_config(folder: Path, library: str) -> dict[str, Any]:
     return config
 
 
+def push_saved(model: HubModel, repo_id: str, folder: Path) -> str:
+    """``model.push_to_hub(repo_id)`` for a command line that has just saved ``model`` to ``folder``; returns the
+    commit's url.
+
+    Raises:
+        HubModelError: the push failed (no token, no network, a repo id the Hub refuses): one line with the reason,
+            saying that ``folder`` is written and how to push it by hand.
+    """
+    try:
+        return str(model.push_to_hub(repo_id))
+    except Exception as err:  # huggingface_hub and its HTTP client raise many types (no token, no network, 4xx)
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise HubModelError(
+            f"pushing to the Hub repo {repo_id} failed ({type(err).__name__}: {reason}); {folder} is written: log in "
+            f"with `hf auth login`, then push it with `hf upload {repo_id} {folder} .`."
+        ) from None
+
+
 class HubModel(ModelHubMixin, license="mit", tags=["deep-equilibrium-model"]):
     """huggingface_hub's ``ModelHubMixin`` for this project's models (see the module's docstring): a subclass
     implements :meth:`hub_files`, :meth:`_from_folder` and :meth:`card_fields`; ``save_pretrained`` and
@@ -325,10 +356,11 @@ class HubModel(ModelHubMixin, license="mit", tags=["deep-equilibrium-model"]):
     def generate_model_card(self, *args: Any, **kwargs: Any) -> ModelCard:
         """The model card: the mixin's metadata (library, tags, license, pipeline) and :meth:`card_fields`."""
         fields = self.card_fields()
+        sections = [part.strip() for part in (_solver_markdown(fields.solver), fields.details) if part.strip()]
         return ModelCard.from_template(
             card_data=ModelCardData(**self._hub_mixin_info.model_card_data.to_dict()), template_str=CARD_TEMPLATE,
             title=fields.title, summary=fields.summary, usage=fields.usage.strip(),
-            details=f"\n{fields.details.strip()}\n" if fields.details.strip() else "",
+            details="".join(f"\n{part}\n" for part in sections),
             metrics=_metrics_markdown(fields.record), configuration=_configuration_markdown(fields.record), **kwargs,
         )  # fmt: skip
 
