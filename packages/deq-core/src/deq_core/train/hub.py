@@ -68,6 +68,7 @@ __all__ = [
     "read_model_config",
     "required_file",
     "run_record",
+    "SAVE_OPTION",
     "weights_writer",
 ]
 
@@ -345,7 +346,8 @@ class HubModel(ModelHubMixin, license="mit", tags=["deep-equilibrium-model"]):
         raise NotImplementedError
 
     def _save_pretrained(self, save_directory: Path) -> None:
-        """Write :meth:`hub_files` into ``save_directory``, each aside and renamed.
+        """Write :meth:`hub_files` into ``save_directory``, each aside and renamed. (A subclass whose own library
+        writes the folder, as timm's ``save_for_hf`` does, overrides this method instead of :meth:`hub_files`.)
 
         Raises:
             OutputError: a folder that cannot be written, a full device (one line naming the file).
