@@ -1,7 +1,8 @@
 """Sessions of the monorepo, parametrized over the packages in packages/.
 
-    nox -s tests                          # every package's tests, each in its own environment
+    nox -s tests                          # every package's tests and the repository's, each in its own environment
     nox -s "tests(package='deq-core')"    # one package
+    nox -s "tests(package='repo')"        # the repository's own tests (tests/): READMEs, docs/, lab/, committed results
     nox -s lint                           # ruff on every package
     nox -s bench                          # benchmarks (deq-core: against TorchDEQ 0.1.0); -- --quick for a short run
     nox -s wheel                          # build the deq-core wheel, install it alone with torch, solve + backward
@@ -34,6 +35,8 @@ PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproje
 CONSTRAINTS = ROOT / "constraints.txt"
 # Local packages each package depends on, in install order.
 LOCAL_DEPS = {"deq-core": [], "deq-toy": ["deq-core"], "deq-lm": ["deq-core"], "deq-vision": ["deq-core"]}
+# tests(package='repo'): the tests of what no package holds (root tests/: READMEs, docs/, lab/, committed results).
+REPOSITORY = "repo"
 
 nox.options.sessions = ["tests"]
 nox.options.error_on_missing_interpreters = True
@@ -113,10 +116,10 @@ def _remove_environment(session: nox.Session) -> None:
 
 
 @nox.session
-@nox.parametrize("package", PACKAGES)
+@nox.parametrize("package", [*PACKAGES, REPOSITORY])
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests (deq-core: against its built wheel, after the install check), then remove the
-    session's environment."""
+    """Run one package's tests (deq-core: against its built wheel, after the install check), or the repository's own
+    (``package='repo'``: tests/, with every package installed), then remove the session's environment."""
     try:
         _run_tests(session, package)
     finally:
@@ -124,7 +127,13 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 def _run_tests(session: nox.Session, package: str) -> None:
-    if package == "deq-core":
+    folder = ROOT / "packages" / package
+    if package == REPOSITORY:  # every package with its test extra; lab/ is read from the checkout (pytest.ini)
+        _install(session, "torch", "torchvision")
+        _install(session, f"{ROOT / 'packages' / 'deq-core'}[train,hub,test]")
+        _install(session, *(f"{ROOT / 'packages' / name}[test]" for name in PACKAGES if name != "deq-core"))
+        folder = ROOT / "tests"
+    elif package == "deq-core":
         wheel = _check_wheel(session)
         session.install(f"{wheel}[train]")  # the deq_core.train tests: the wheel's training extra
         # numpy: the random-state tests; torchdeq: the end-to-end benchmark's test (the peer it compares against,
@@ -138,7 +147,7 @@ def _run_tests(session: nox.Session, package: str) -> None:
     # See the module docstring (parallel workers); measured on 2 cores: deq-core's suite 133 s instead of 233 s.
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "worksteal"]
-    session.run("python", "-m", "pytest", str(ROOT / "packages" / package), "-q", *parallel, *session.posargs, env=env)
+    session.run("python", "-m", "pytest", str(folder), "-q", *parallel, *session.posargs, env=env)
 
 
 @nox.session

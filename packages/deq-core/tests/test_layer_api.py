@@ -212,7 +212,7 @@ def _readme_blocks() -> list[str]:
 @pytest.mark.parametrize("block", range(len(_readme_blocks())))
 def test_readme_python_examples_run(block, tmp_path, monkeypatch):
     """Every Python block of the README runs as written, in an empty folder (the examples of the site's deq-core
-    pages run in test_docs.py, the custom-solver example in test_custom_solver.py)."""
+    pages run in the repository's tests/test_docs.py, the custom-solver example in test_custom_solver.py)."""
     code = _readme_blocks()[block]
     monkeypatch.chdir(tmp_path)  # an example may write files (the training-pieces one writes runs/demo/)
     with warnings.catch_warnings():

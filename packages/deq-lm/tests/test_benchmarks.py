@@ -227,26 +227,9 @@ def test_history_bytes_of_broyden_default_memory(memory: ModuleType) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# profile_step.py and --device (every script)
+# --device (every script)
 
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("[!_]*.py"))  # what nox -s bench runs
-
-
-def test_profile_quick_script(tmp_path: Path) -> None:
-    """The split of the DEQ step: every part, the calls of f counted, shares summing to about 100 %."""
-    out = tmp_path / "profile.md"
-    proc = run_script("profile_step", "--quick", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = out.read_text()
-    assert text.startswith("Command: `OMP_NUM_THREADS=1 python packages/deq-lm/benchmarks/profile_step.py --quick")
-    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    parts = [r[0].strip() for r in rows]
-    assert parts[:3] == ["f forward: solver calls", "f forward: with autograd", "f backward"]
-    assert {"forward solver", "adjoint solver", "weight norm", "optimizer"} <= set(parts)
-    shares = [float(r[2].strip().rstrip("%")) for r in rows]
-    assert sum(shares) == pytest.approx(100.0, abs=1.0)
-    assert all(s >= 0 for s, p in zip(shares, parts) if p != "other")
-    assert "DEQ step / twin step:" in text and "calls of f" in text
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -262,33 +245,3 @@ def test_missing_gpu_is_a_one_line_error(script: str) -> None:
         f"{script}.py: error: argument --device: device 'cuda' is not available: this machine has no CUDA GPU; "
         "use --device cpu"
     )
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# profile_copy400.py
-
-
-def test_profile_copy400_quick_script(tmp_path: Path) -> None:
-    out = tmp_path / "profile_copy400.md"
-    proc = run_script("profile_copy400", "--quick", "--budgets", "100:10", "60:25", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    text = out.read_text()
-    assert text.startswith("Command: `OMP_NUM_THREADS=1 python packages/deq-lm/benchmarks/profile_copy400.py --quick")
-    for heading in ("### 1. Before and after", "### 2. Where the time goes", "### 3. The five presets"):
-        assert heading in text
-    assert "| training step, solving (forward and backward solves) |" in text
-    assert "| `pydoc-deq-transformer`: (4, 64) tokens + 64 of memory, width 128, 4 x 32 |" in text
-    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| `copy400-")]
-    assert [row[0].strip() for row in rows] == [f"`copy400-{m}`" for m in ("deq-transformer", "deq-trellisnet", "tcn",
-                                                                          "lstm", "gru")]  # fmt: skip
-    assert rows[0][2].strip() and not rows[2][2].strip()  # a pretraining cost for the DEQ-Transformer only
-    assert all(len(row) == 7 for row in rows)  # two budgets
-
-
-def test_run_hours_counts_steps_and_evaluations() -> None:
-    script = load_script("profile_copy400")
-    costs = {"solve": 2.0, "pretrain": 1.0, "valid": 10.0, "test": 40.0, "pretrain_steps": 500.0}
-    # 500 pretraining steps, 500 solving ones, validation at 300, 600, 900 and the last step, one test evaluation
-    assert script.run_hours(costs, 1000, 300) == pytest.approx((500 * 1 + 500 * 2 + 4 * 10 + 40) / 3600)
-    no_pretraining = {"solve": 2.0, "valid": 10.0, "test": 40.0, "pretrain_steps": 0.0}
-    assert script.run_hours(no_pretraining, 1000, 500) == pytest.approx((1000 * 2 + 2 * 10 + 40) / 3600)

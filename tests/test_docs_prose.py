@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "docs" / "prose_check.py"
 
 

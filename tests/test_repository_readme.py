@@ -8,7 +8,7 @@ import re
 import tomllib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_package_table_versions_match_pyproject() -> None:

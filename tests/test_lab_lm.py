@@ -26,7 +26,7 @@ from lab.lm import claims as lc
 from lab.lm import copy400, reproduce
 from lab.lm.step_timing import expected_seconds
 
-ROOT = Path(__file__).resolve().parents[3]  # the repository's root, which holds lab/
+ROOT = Path(__file__).resolve().parents[1]  # the repository's root, which holds lab/
 WORDS = "the a cat dog sat ran on under mat log saw big small red blue and then it".split()
 
 

@@ -29,7 +29,7 @@ from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "docs" / "reference"
 TASK_PACKAGES = ("deq-toy", "deq-lm", "deq-vision")
 CORE_PAGES = ("getting-started.md", "deq-core.md", "deq-core-training.md")  # examples needing deq-core[train] only

@@ -81,7 +81,7 @@ def _check_restore(tmp_path: Path, out: Path, capsys: pytest.CaptureFixture) -> 
     )
 
 
-COMMITTED = Path(__file__).resolve().parents[1] / "results" / "claims"
+COMMITTED = Path(__file__).resolve().parents[1] / "packages" / "deq-vision" / "results" / "claims"
 
 
 def test_committed_claims_rebuild_from_their_run_logs(tmp_path: Path) -> None:

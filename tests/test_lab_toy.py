@@ -1,23 +1,16 @@
-"""``python -m lab.toy claims``: the quick smoke run writes the claims table, finished runs are read back, interrupted
-runs are resumed, and the verdicts follow the thresholds fixed in lab.toy.claims."""
+"""``python -m lab.toy claims``: the quick smoke run writes the claims table and finished runs are read back, the
+verdicts follow the thresholds fixed in lab.toy.claims, the committed runs (packages/deq-toy/results/claims) are the
+runs of its plan; ``lab.toy.step_profile`` counts the calls of the cell."""
 
 import functools
 import json
 import shutil
 from pathlib import Path
 
-import pytest
-
-from deq_core.train.errors import UsageError
 from deq_core.train.run_config import RUN_RESUMABLE, replace_config
 from deq_toy.configs import load_config
-from deq_toy.loop import run_training
-from deq_toy.runs import ensure_run
 from lab.toy import __main__ as lab_toy
 from lab.toy.claims import arithmetic, synthetic
-
-TINY_SYNTHETIC = ["n_train=256", "n_valid=64", "epochs=2", "batch_size=64", "log_every=2", "eval_every=4"]
-STORED_0_5_1 = json.loads((Path(__file__).parent / "data" / "configs_0_5_1.json").read_text())["runs"]
 
 
 def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_path, capsys):
@@ -52,43 +45,6 @@ def test_quick_claims_write_one_row_per_claim_and_rerun_reads_finished_runs(tmp_
 def test_claims_rejects_run_overrides(tmp_path, capsys):
     assert lab_toy.main(["claims", "--quick", "--output-dir", str(tmp_path), "lr=1"]) == 2
     assert "claims takes only" in capsys.readouterr().err
-
-
-def test_interrupted_run_is_resumed_to_the_uninterrupted_result(tmp_path):
-    config = load_config("synthetic-gamma2", TINY_SYNTHETIC)
-    whole = run_training(config, tmp_path / "whole", progress=False)
-    assert run_training(config, tmp_path / "cut", stop_after=3, progress=False) == {}
-    resumed = ensure_run(tmp_path / "cut", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False)
-    assert resumed == whole
-    assert ensure_run(tmp_path / "cut", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
-
-
-def test_finished_run_stored_before_new_config_fields_is_read_back(tmp_path):
-    """A finished run's config.json without fields added since (e.g. ``backward``, ``phantom_steps``) matches the
-    same preset and overrides: the missing fields take their defaults; so does the config.json deq-toy 0.5.1 wrote for
-    them (flat fields beside the ``deq`` section) and that of deq-toy < 0.5. A changed field is still refused."""
-    config = load_config("synthetic-gamma2", TINY_SYNTHETIC)
-    whole = run_training(config, tmp_path / "run", progress=False)
-    path = tmp_path / "run" / "config.json"
-    stored = json.loads(path.read_text())
-    for field in ("backward", "phantom_steps", "phantom_damping", "backward_stop_mode"):
-        del stored["config"]["deq"][field]
-    path.write_text(json.dumps(stored))
-    assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
-    # deq-toy 0.5.1's config.json of the same preset and overrides (tests/data/configs_0_5_1.json)
-    old = next(r for r in STORED_0_5_1 if r["preset"] == "synthetic-gamma2" and r["overrides"] == TINY_SYNTHETIC)
-    path.write_text(json.dumps({**stored, "config": old["config"]}))
-    assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
-    # the flat layout of deq-toy < 0.5: DEQ settings at the top level, the Jacobian weight as jacobian_weight
-    flat = {k: v for k, v in old["config"].items() if k != "deq"}
-    deq = old["config"]["deq"]
-    flat.update({k: v for k, v in deq.items() if k != "jac_weight"}, jacobian_weight=deq["jac_weight"])
-    path.write_text(json.dumps({**stored, "config": flat}))
-    assert ensure_run(tmp_path / "run", "synthetic-gamma2", TINY_SYNTHETIC, tmp_path, progress=False) == whole
-    with pytest.raises(UsageError, match="another config"):
-        ensure_run(
-            tmp_path / "run", "synthetic-gamma2", [*TINY_SYNTHETIC, "deq.backward=jfb"], tmp_path, progress=False
-        )
 
 
 def _synthetic(nfe: float, slope: float, mse: float) -> dict:
@@ -181,13 +137,6 @@ def test_arithmetic_solver_verdicts_follow_their_thresholds(tmp_path):
     assert not arithmetic.solver_rows(res, profiles, tmp_path, "cmd")[0].holds
 
 
-def test_explicit_reference_ignores_z(tmp_path):
-    config = load_config("synthetic-gamma0", [*TINY_SYNTHETIC, "feedback=false"])
-    results = run_training(config, tmp_path / "run", progress=False)
-    assert results["dfdz_max"] == 0.0 and results["nfe_fixed_point_max"] <= 2
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["model"]["feedback"] is False
-
-
 def _valid_log(path, accs):
     path.mkdir()
     lines = [json.dumps({"step": 10 * (i + 1), "split": "valid", "acc": a}) for i, a in enumerate(accs)]
@@ -234,7 +183,7 @@ def test_committed_runs_of_the_flat_layout_read_as_their_presets():
     run of the plan is committed."""
     from deq_toy.configs import config_from_dict
 
-    root = Path(__file__).parents[1] / "results" / "claims"
+    root = Path(__file__).resolve().parents[1] / "packages" / "deq-toy" / "results" / "claims"
     stored, plan = sorted(root.rglob("config.json")), _claims_plan()
     assert {str(path.parent.relative_to(root)) for path in stored} == set(plan)  # every run of the plan, once
     for path in stored:
@@ -252,19 +201,18 @@ def test_committed_runs_of_the_flat_layout_read_as_their_presets():
         assert "clip" not in values or config.optim.grad_clip == values["clip"]
 
 
-@pytest.mark.parametrize("stored", STORED_0_5_1, ids=lambda r: r["preset"])
-def test_configs_of_0_5_read_into_the_sections(stored):
-    """A config stored by deq-toy 0.5.1 (flat fields beside the ``deq`` section, ``model`` the model's name) reads
-    back as its preset with the same overrides; so does 0.5.0's, with ``clip`` and ``checkpoint_every`` for deq-lm's
-    and deq-vision's ``grad_clip`` and ``save_every``. The sections' layout round-trips."""
-    import dataclasses
+def test_step_profile_counts_the_cell_calls_and_adds_up(tmp_path):
+    from deq_toy.configs import load_config
+    from deq_toy.tasks import build_task
+    from lab.toy.step_profile import profile_steps
 
-    from deq_toy.configs import config_from_dict
-
-    config = load_config(stored["preset"], stored["overrides"])
-    values = stored["config"]
-    assert "optim" not in values and config_from_dict(values) == config
-    renamed = {"grad_clip": "clip", "save_every": "checkpoint_every"}
-    old = {renamed.get(k, k): v for k, v in values.items()}
-    assert "save_every" not in old and config_from_dict(old) == config
-    assert config_from_dict(dataclasses.asdict(config)) == config
+    tiny = ["n_train=64", "n_valid=32", "n_test=32", "hidden=8", "batch_size=16", "epochs=1"]
+    task = build_task(load_config("arith-repeated-gru-tiny", [*tiny, "repeats=5"]), tmp_path)
+    profile = profile_steps(task, steps=2)
+    assert profile.f_calls_forward == 5  # the repeats, counted by the hook on the cell
+    assert profile.nfe_backward == 0 and 0 < profile.forward_s <= profile.step_s and profile.f_s > 0
+    assert profile.total_steps == 4 and profile.run_minutes == 4 * profile.step_s / 60
+    task = build_task(load_config("arith-deq-tiny", tiny), tmp_path)
+    deq = profile_steps(task, steps=2)
+    assert deq.f_calls_forward >= 2 and deq.nfe_backward >= 1  # a forward solve and an implicit backward ran
+    assert "calls of f" in deq.summary() and "backward NFE" in deq.summary()
