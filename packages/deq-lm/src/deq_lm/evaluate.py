@@ -34,7 +34,8 @@ def load_model(
     checkpoint: Path, data_dir: Path | None = None, offline: bool = False, trusted_modules: Collection[str] = ()
 ) -> tuple[Config, Task, SequenceModel, Path]:
     """(config, task, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
-    folder; ``data_dir`` replaces the corpus directory saved in the config (e.g. the corpus moved); ``offline``: a
+    folder; ``data_dir`` replaces the corpus folder (or ``data.dataset``) saved in the config (e.g. the corpus moved,
+    in any form ``--data-dir`` of training takes); ``offline``: a
     Hugging Face corpus from the local cache only; ``trusted_modules``: the modules whose solvers the saved config
     may name by import path (none else is imported).
 
@@ -45,8 +46,8 @@ def load_model(
     """
     run_dir, folder = resolve_checkpoint(Path(checkpoint))
     _, cfg = load_config(run_dir, Config, trusted_modules)
-    if data_dir is not None:
-        cfg = replace_config(cfg, {"data.data_dir": str(data_dir)})
+    if data_dir is not None:  # in place of the saved folder or Hugging Face dataset
+        cfg = replace_config(cfg, {"data.data_dir": str(data_dir), "data.dataset": ""})
     weights = checkpoint_weights(folder)
     task = build_task(cfg, offline=offline)
     model = build_model(cfg, task.vocab_size)
@@ -101,7 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-iters", default="1,2,4,8,16,32", help="comma-separated inference limits to sweep")
     parser.add_argument("--tols", default="1e-1,1e-2,1e-3,1e-4", help="comma-separated tolerances to sweep")
     parser.add_argument("--no-sweep", action="store_true", help="only the metric at the config's eval limits")
-    parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="language modeling: the corpus folder, if moved (any form of train's "
+                        "--data-dir)")  # fmt: skip
     parser.add_argument("--offline", action="store_true", help="language modeling: a Hugging Face corpus from the "
                         "local cache only, never downloaded (as HF_HUB_OFFLINE=1)")  # fmt: skip
     add_trust_option(parser)

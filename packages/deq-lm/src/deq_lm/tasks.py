@@ -24,6 +24,7 @@ from .data import (
     Corpus,
     CorpusError,
     CorpusSource,
+    HFSource,
     OrderedLMBatches,
     TextDirSource,
     WordVocab,
@@ -195,9 +196,10 @@ class LanguageModelTask:
 
     @classmethod
     def from_config(cls, cfg: Config, offline: bool = False) -> LanguageModelTask:
-        """Find the corpus (``cfg.data.data_dir``, the Hugging Face dataset, downloaded unless ``offline`` or the
-        environment asks for the local cache only, or for ``corpus=pydoc`` Python's documentation written to the
-        cache directory), tokenize it or read the cached encoding."""
+        """Find the corpus (``cfg.data.data_dir`` in any form :func:`~deq_lm.data.corpus_source` reads,
+        ``cfg.data.dataset`` or the corpus' Hugging Face dataset, downloaded unless ``offline`` or the environment asks
+        for the local cache only, or for ``corpus=pydoc`` Python's documentation written to the cache directory),
+        tokenize it or read the cached encoding."""
         data = cfg.data
         data_dir = Path(data.data_dir).expanduser() if data.data_dir else None
         if data.cache_dir:
@@ -206,11 +208,15 @@ class LanguageModelTask:
             cache_dir = data_dir / ".deq_lm_cache"
         else:
             cache_dir = Path("~/.cache/deq_lm").expanduser()
-        if data_dir is None and data.corpus == "pydoc":  # rewritten each time (~0.1 s): never a stale text
+        own_text = data_dir is None and not data.dataset
+        if own_text and data.corpus == "pydoc":  # rewritten each time (~0.1 s): never a stale text
             data_dir = write_pydoc_corpus(cache_dir / "pydoc-text")
-        if data_dir is None and data.corpus == "pythondocs":  # from the installed python3.11-doc package
+        if own_text and data.corpus == "pythondocs":  # from the installed python3.11-doc package
             data_dir = write_pythondocs_corpus(cache_dir / "pythondocs-text")
-        source = corpus_source(data.corpus, data_dir, offline=offline)
+        source = corpus_source(
+            data.corpus, data_dir, offline=offline, dataset=data.dataset, dataset_config=data.dataset_config,
+            text_column=data.text_column, splits=data.splits,
+        )  # fmt: skip
         vocab_size = data.vocab_size or None
         corpus = load_corpus(source, cache_dir, data.tokenizer, vocab_size=vocab_size, min_freq=data.min_freq)
         eval_tgt_len = data.eval_tgt_len or data.tgt_len
@@ -328,10 +334,13 @@ class LanguageModelTask:
 
 
 def _where(source: CorpusSource, data: DataConfig) -> str:
-    """What the text of ``source`` is, for messages: the directory, or the Hugging Face corpus."""
+    """What the text of ``source`` is, for messages: the directory, the dataset's column, or the Hugging Face
+    corpus."""
+    lowered = f", lowercased as corpus={data.corpus} asks" if source.lower else ""
     if isinstance(source, TextDirSource):
-        lowered = f", lowercased as corpus={data.corpus} asks" if source.lower else ""
         return f"{'pydoc ' if data.corpus == 'pydoc' and not data.data_dir else ''}text in {source.path}{lowered}"
+    if isinstance(source, HFSource) and source.origin:
+        return f"column {source.text_column!r} of {source.origin}{lowered}"
     return f"{source.label} from the Hugging Face cache"
 
 

@@ -157,8 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--data-dir", type=Path, default=None,
-        help="language modeling: a directory with train.txt, valid.txt, test.txt (sets data.data_dir; default: the "
-        "corpus from Hugging Face, downloaded once into its cache). Copy memory generates its data.",
+        help="language modeling: a folder with train.txt, valid.txt, test.txt, or with the splits in another form "
+        "`datasets` reads: a save_to_disk folder, parquet / arrow / json / jsonl / txt files named by split (sets "
+        "data.data_dir; default: the corpus from Hugging Face, downloaded once into its cache; data.dataset=NAME "
+        "data.dataset_config=CONFIG: another Hugging Face dataset). Copy memory generates its data.",
     )  # fmt: skip
     parser.add_argument(
         "--offline", action="store_true",

@@ -37,14 +37,19 @@ class DataConfig:
     task: "copy_memory" or "lm" (word-level language modeling).
     Copy memory: T: the horizon (sequences have T + 20 positions); n_valid, n_test: sizes of the fixed evaluation sets.
     Language modeling: corpus: "ptb", "wikitext-103", "wikitext-103-raw" (from Hugging Face, downloaded and cached,
-    unless data_dir is set), "pydoc" / "pythondocs" (written offline from Python's documentation), or any name for a
-    directory given by data_dir (PTB is lowercased). data_dir: directory with train.txt, valid.txt, test.txt ("": the
-    Hugging Face dataset). cache_dir: where the tokenized splits are cached ("": DATA_DIR/.deq_lm_cache, or
-    ~/.cache/deq_lm for Hugging Face corpora). tokenizer: "word" (the papers) or "sentencepiece". vocab_size:
-    sentencepiece pieces (required), or word level the most frequent words kept (0: all). min_freq: rarer training
-    words become <unk>. tgt_len: positions per training segment; eval_tgt_len: per evaluation segment (0: tgt_len);
-    eval_batch_size: columns of the evaluation stream. Memory (model.mem_len) and TrellisNet history are carried from
-    one segment to the next in training and in evaluation.
+    unless data_dir or dataset is set), "pydoc" / "pythondocs" (written offline from Python's documentation), or any
+    name for the text of data_dir or dataset (PTB is lowercased). data_dir: a folder with train.txt, valid.txt,
+    test.txt, or with the three splits in another form ``datasets`` reads (a ``save_to_disk`` folder; parquet, arrow,
+    json, jsonl or txt files named by split) ("": the Hugging Face dataset). dataset: a Hugging Face dataset to read
+    instead of the corpus' own, a Hub name (``wikitext``) or a folder ``datasets.load_dataset`` reads ("": the
+    corpus'); dataset_config: its config (``wikitext-103-raw-v1``; also a data_dir README's config). text_column: the
+    column of text of a dataset ("": "text", or the only column of strings). splits: the dataset's names of the
+    train, valid and test splits (empty: train, validation or valid, test). cache_dir: where the tokenized splits are
+    cached ("": DATA_DIR/.deq_lm_cache, or ~/.cache/deq_lm for Hugging Face corpora). tokenizer: "word" (the papers)
+    or "sentencepiece". vocab_size: sentencepiece pieces (required), or word level the most frequent words kept (0:
+    all). min_freq: rarer training words become <unk>. tgt_len: positions per training segment; eval_tgt_len: per
+    evaluation segment (0: tgt_len); eval_batch_size: columns of the evaluation stream. Memory (model.mem_len) and
+    TrellisNet history are carried from one segment to the next in training and in evaluation.
     """
 
     task: TaskName = "copy_memory"
@@ -53,6 +58,10 @@ class DataConfig:
     n_test: int = 1000
     corpus: str = "ptb"
     data_dir: str = ""
+    dataset: str = ""
+    dataset_config: str = ""
+    text_column: str = ""
+    splits: tuple[str, ...] = ()
     cache_dir: str = ""
     tokenizer: Literal["word", "sentencepiece"] = "word"
     vocab_size: int = 0
@@ -169,6 +178,15 @@ def _check_data(data: DataConfig) -> None:
     check_at_least(data, 0, "vocab_size", "eval_tgt_len")
     if not data.corpus:
         raise ValueError("corpus must be a name, e.g. ptb, wikitext-103 or the name of your --data-dir corpus.")
+    if data.data_dir and data.dataset:
+        raise ValueError(
+            f"dataset ({data.dataset}) and data.data_dir ({data.data_dir}) both name the text: set only one of them."
+        )
+    if data.splits and (len(data.splits) != 3 or len(set(data.splits)) != 3 or not all(data.splits)):
+        raise ValueError(
+            f"splits must be three different names, of the train, valid and test splits (e.g. splits=train,dev,test), "
+            f"got {data.splits}."
+        )
     if data.tokenizer == "sentencepiece" and data.vocab_size < 3:
         raise ValueError(
             f"vocab_size must be >= 3 for the sentencepiece tokenizer (e.g. vocab_size=8000), got {data.vocab_size}."

@@ -1,6 +1,7 @@
 """Data for deq-lm tasks: the copy-memory generator and the word-level corpora (PTB, WikiText-103, local text).
 
-Corpora: ``corpus_source`` finds the text (a directory with train/valid/test.txt, or a Hugging Face dataset),
+Corpora: ``corpus_source`` finds the text (a directory with train/valid/test.txt or the splits in another form
+``datasets`` reads, or a Hugging Face dataset),
 ``load_corpus`` tokenizes it (word level or SentencePiece) with an on-disk cache, ``OrderedLMBatches`` cuts a split
 into ordered segments and ``perplexity`` turns summed NLL into perplexity.
 """
@@ -16,9 +17,11 @@ from .copy_memory import (
 )
 from .corpus import Corpus, Tokenizer, encode_split, load_corpus
 from .errors import CorpusDownloadError, CorpusError, CorpusNotFoundError
+from .hub import HF_CORPORA, hf_offline
 from .lm_batches import OrderedLMBatches, batchify, perplexity
+from .local_datasets import read_dataset_folder
 from .sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
-from .sources import HF_CORPORA, CorpusSource, HFSource, TextDirSource, corpus_source, hf_offline, load_hf_source
+from .sources import CorpusSource, HFSource, TextDirSource, corpus_source, load_hf_source
 from .vocab import EOS, UNK, WordVocab, build_vocab
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "load_corpus",
     "load_hf_source",
     "perplexity",
+    "read_dataset_folder",
     "step_generator",
     "train_sentencepiece",
 ]
