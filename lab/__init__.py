@@ -4,7 +4,6 @@
 - :mod:`lab.steptime`: where a DEQ training step's time goes (inside f or outside it), for the profile benchmarks.
 - :mod:`lab.faults`: fault injection for the tests of training scripts (SIGKILL at save points, planted files,
   read-only folders); nothing in the packages calls it.
-- :mod:`lab.trackers`: a run's TensorBoard files read back, for the tests of ``run.log_with`` in the task packages.
 - :mod:`lab.lm`, :mod:`lab.toy`, :mod:`lab.vision`: each task package's claims runs and their tables (a paper's claims
   at CPU scale): ``python -m lab.lm claims --output-dir OUT`` (the same for toy and vision; ``--quick`` for a smoke
   run), with the results committed under ``packages/deq-X/results/claims/``.

@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 from conftest import free_port, subprocess_env, write_tiny_corpus
 from deq_core.train.metrics import read_metrics
 from deq_core.train.run_config import replace_config
+from deq_core.train.testing.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams
 from deq_lm.configs import get_config
 from deq_lm.train import train
-from lab.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams
 
 SETTINGS = ["steps=2", "save_grads_at=1", "batch_size=8", "dropout=0", "deq.jac_weight=0", "eval_every=2"]
 

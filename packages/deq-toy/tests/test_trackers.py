@@ -20,7 +20,7 @@ from deq_toy import train
 from deq_toy.configs import load_config
 
 pytest.importorskip("tensorboard")
-from lab.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams  # noqa: E402
+from deq_core.train.testing.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams  # noqa: E402
 
 OPTIONS = ["--config", "synthetic-tiny", "--no-progress"]
 SETTINGS = ["run.save_every=10", "run.keep_checkpoints=2"]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams
+from deq_core.train.testing.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams
 
 
 def test_two_cpu_processes_train_one_run(cifar_dir: Path, tmp_path: Path) -> None:

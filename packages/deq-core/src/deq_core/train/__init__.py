@@ -28,6 +28,7 @@
 - :mod:`~deq_core.train.devices`: the ``--device`` option of the benchmark scripts (a checked device name).
 - :mod:`~deq_core.train.hub`: a trained model's ``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` (Hugging
   Face Hub); needs the extra ``pip install 'deq-core[hub]'`` too.
+- :mod:`~deq_core.train.testing`: a test kit that checks a task from outside (faults, tracker files read back).
 """
 
 from __future__ import annotations

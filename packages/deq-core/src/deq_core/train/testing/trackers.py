@@ -1,6 +1,6 @@
-"""TensorBoard files of a run read back, for the tests of ``run.log_with=tensorboard`` in every task package: the
-scalars TensorBoard shows, the same series from metrics.jsonl, and the hyperparameters of the run (tensorboard's own
-event reader; nothing in the packages calls this).
+"""TensorBoard files of a run read back, for the tests of ``run.log_with=tensorboard`` of a task: the scalars
+TensorBoard shows, the same series from metrics.jsonl, and the hyperparameters of the run (tensorboard's own event
+reader, which must be installed; no training code calls this).
 
 A series is ``{tag: [(step, value), ...]}`` with tags ``{split}/{key}`` (``train/loss``, ``valid/ppl``), as
 :func:`deq_core.train.trackers.tracker_values` names them.
