@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import huggingface_hub.constants
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,9 @@ from deq_vision.data import write_cifar_folder
 @pytest.fixture(autouse=True)
 def _one_thread() -> None:
     torch.set_num_threads(1)
+
+
+SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"  # the commit name of offline_hub's one snapshot
 
 
 def learnable_images(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -46,4 +51,15 @@ def image_folder_dir(tmp_path: Path) -> Path:
             folder.mkdir(parents=True)
             for i in range(count):
                 Image.fromarray(rng.integers(0, 256, (20, 24, 3)).astype(np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def offline_hub(root: Path, out: Path, monkeypatch: pytest.MonkeyPatch, repo_id: str = "me/mdeq-tiny") -> Path:
+    """A Hugging Face cache under ``root`` holding the folder ``out`` as the model repository ``repo_id`` (one
+    snapshot, ref main), and the hub client offline (no network); returns ``root``, the cache_dir to pass."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(SNAPSHOT)
+    shutil.copytree(out, repo / "snapshots" / SNAPSHOT)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     return root

@@ -9,7 +9,6 @@ import json
 import shutil
 from pathlib import Path
 
-import huggingface_hub.constants
 import pytest
 import timm
 import torch
@@ -17,7 +16,7 @@ from safetensors.torch import load_file
 from timm.data import create_transform, resolve_data_config
 from torch.utils.data import DataLoader, Subset
 
-from conftest import learnable_images
+from conftest import learnable_images, offline_hub
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.run_config import load_config
 from deq_vision import evaluate, export, train
@@ -25,8 +24,6 @@ from deq_vision.configs import Config
 from deq_vision.data import build_datasets, write_cifar_folder
 from deq_vision.train import evaluate_loader, finish_eval
 from lab.faults import EXPORT_FAULTS, check_export_fault
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot name in the offline Hugging Face cache below
 
 
 def _train_and_export(root: Path, preset: str) -> tuple[Path, Path, Path]:
@@ -112,25 +109,11 @@ def test_pretrained_cfg_overlay_file_loads_the_weights(exported: tuple[Path, Pat
     x = _images(1)
     reference = _logits(_reference(run), x)
     torch.testing.assert_close(_logits(model, x), reference, rtol=0, atol=0)
-    # Only the file: timm keeps the registry's data settings (1 channel) and warns, the weights load all the same.
-    file_only = dict(file=str(out / "model.safetensors"))
-    model = timm.create_model("mdeq_mini", pretrained=True, pretrained_cfg_overlay=file_only, **config["model_args"])
-    torch.testing.assert_close(_logits(model, x), reference, rtol=0, atol=0)
-
-
-def _offline_hub(root: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Hugging Face cache holding the export as repo me/mdeq-tiny, and the hub client offline (no network)."""
-    repo = root / "models--me--mdeq-tiny"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    shutil.copytree(out, repo / "snapshots" / COMMIT)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    return root
 
 
 def test_hf_hub_sources_load_the_weights(exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run, out, _ = exported
-    cache = _offline_hub(tmp_path / "hub", out, monkeypatch)
+    cache = offline_hub(tmp_path / "hub", out, monkeypatch)
     x = _images(2)
     reference = _logits(_reference(run), x)
     model = timm.create_model("hf-hub:me/mdeq-tiny", pretrained=True, cache_dir=cache)

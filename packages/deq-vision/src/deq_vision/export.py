@@ -4,7 +4,8 @@ RUN is a run directory (its newest complete checkpoint) or ``RUN/checkpoints/ste
 ``python -m deq_vision.evaluate`` loads it (:func:`deq_vision.evaluate.load_model`). OUT gets timm's layout, written by
 timm's own ``save_for_hf``: ``model.safetensors`` (the model's weights) and ``config.json`` (``architecture``,
 ``num_classes``, ``model_args``: the keywords that rebuild the same model, the DEQ layer among them as plain settings,
-and ``pretrained_cfg``: the run's eval preprocessing, input size, mean / std, crop, interpolation). Then, after
+and ``pretrained_cfg``: the run's eval preprocessing, input size, mean / std, crop, interpolation); the weights file
+carries the same settings in its header (:mod:`deq_vision.models.weights_config`). Then, after
 ``import deq_vision``::
 
     timm.create_model("local-dir:OUT", pretrained=True)
@@ -20,34 +21,20 @@ import argparse
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
 
-from timm.data import DEFAULT_CROP_PCT
+from safetensors.torch import save_model
 from timm.models import save_for_hf
 
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import write_folder
 
-from .configs import Config
-from .configs.config import IMAGE_FOLDERS
-from .data import NORMALIZATION
+from .data import data_config
 from .evaluate import load_model
-from .models.registry import layer_settings
+from .models.registry import WEIGHTS_FILE, layer_settings
+from .train import weights_metadata
 
 __all__ = ["export_run"]
-
-
-def data_config(cfg: Config) -> dict[str, Any]:
-    """The run's eval preprocessing in timm's terms (as ``deq_vision.data.build_transform(cfg, training=False)``
-    builds it): input size, mean / std, center crop fraction, bilinear resize."""
-    mean, std = NORMALIZATION[cfg.data.dataset]
-    size = cfg.data.image_size
-    crop_pct = DEFAULT_CROP_PCT if cfg.data.dataset in IMAGE_FOLDERS else 1.0
-    return dict(
-        input_size=(cfg.in_chans, size, size), mean=mean, std=std, crop_pct=crop_pct, crop_mode="center",
-        interpolation="bilinear",
-    )  # fmt: skip
 
 
 def export_run(run: str | Path, out: str | Path, trusted_modules: Collection[str] = ()) -> Path:
@@ -74,6 +61,8 @@ def export_run(run: str | Path, out: str | Path, trusted_modules: Collection[str
             model, folder, model_config={"pretrained_cfg": {"description": description}}, model_args=model_args,
             safe_serialization=True, data_config=data_config(cfg),
         )  # fmt: skip
+        # The weights again, now with the run's settings in their header: the file alone rebuilds the model.
+        save_model(model, str(folder / WEIGHTS_FILE), metadata=weights_metadata(cfg))
 
     return write_folder(out, write)
 

@@ -35,9 +35,10 @@ from deq_core.train.task import Forward, Parts, StepPlan, Task
 from deq_core.train.trainer import train as run_skeleton
 
 from .configs import PRESETS, Config, VisionOptimConfig, get_config
-from .data import DatasetError, build_datasets, resolve_num_classes
+from .data import DatasetError, build_datasets, data_config, resolve_num_classes
 from .data.seeded import SeededItems
-from .models import create_model
+from .models import create_model, weights_config
+from .models.registry import layer_settings
 
 MAIN_JOB = "digits-mdeq"
 # Settings that may change when a run is resumed (they do not change what is computed), by dotted name.
@@ -49,14 +50,24 @@ RESUMABLE_CHANGES = frozenset(
 
 def build_model(cfg: Config) -> nn.Module:
     """The config's model (``model`` section): an MDEQ with the config's DEQ layer (``cfg.deq.layer()``) and block
-    dropout, or a timm network."""
-    model = cfg.model
+    dropout, or a timm network; its ``pretrained_cfg`` describes the run's data (:func:`~deq_vision.data.data_config`,
+    the classes of its head)."""
+    model, data = cfg.model, data_config(cfg)
     if not cfg.is_deq:
-        return create_model(model.name, cfg.head_classes, cfg.in_chans, drop_rate=model.drop_rate)
+        return create_model(model.name, cfg.head_classes, cfg.in_chans, data=data, drop_rate=model.drop_rate)
     dropout: dict[str, Any] = {} if model.dropout is None else {"dropout": model.dropout}  # None: the architecture's
     return create_model(
-        model.name, cfg.head_classes, cfg.in_chans, deq=cfg.deq.layer(), drop_rate=model.drop_rate, **dropout
-    )
+        model.name, cfg.head_classes, cfg.in_chans, deq=cfg.deq.layer(), data=data, drop_rate=model.drop_rate,
+        **dropout,
+    )  # fmt: skip
+
+
+def weights_metadata(cfg: Config) -> dict[str, str]:
+    """What a weights file of the run carries in its safetensors header (checkpoints and exports alike;
+    :mod:`~deq_vision.models.weights_config`): the architecture, the data (:func:`~deq_vision.data.data_config` and
+    the classes of the head) and, for an MDEQ, the DEQ layer the run trained and evaluates with."""
+    data = {**data_config(cfg), "num_classes": cfg.head_classes}
+    return weights_config.weights_metadata(cfg.model.name, data, layer_settings(cfg.deq) if cfg.is_deq else None)
 
 
 def build_optimizer(model: nn.Module, optim: VisionOptimConfig) -> torch.optim.Optimizer:
@@ -208,6 +219,9 @@ class VisionTask(Task):
 
     def config_extra(self) -> dict[str, Any]:
         return {"data_dir": None if self.data_dir is None else str(self.data_dir)}
+
+    def weights_metadata(self) -> dict[str, str]:
+        return weights_metadata(self.cfg)
 
     def checkpoint_objects(self) -> dict[str, Any]:
         return {"ema": self.ema} if self.ema is not None else {}

@@ -128,6 +128,13 @@ class Task:
         """Warnings about the data, printed once at the start."""
         return []
 
+    def weights_metadata(self) -> dict[str, str]:
+        """Text entries of the safetensors header of every checkpoint's ``model.safetensors`` (e.g. the settings a
+        loader needs to rebuild the model those weights belong to); read with ``safetensors.safe_open(path,
+        "pt").metadata()``. Give at most one entry: safetensors writes several in a random order, and the same
+        weights would no longer give the same file."""
+        return {}
+
     def after_step(self, model: nn.Module, steps_done: int) -> None:
         """Called after each optimizer step with the unwrapped model (e.g. to update a weight average)."""
 

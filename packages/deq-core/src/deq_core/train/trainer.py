@@ -466,9 +466,10 @@ def save_checkpoint(run: Run) -> None:
     ``run.keep_checkpoints``."""
     acc = run.accelerator
     run.state.metrics_lines = run.log.line_count() if run.main else 0
+    metadata = run.task.weights_metadata() or None
     save_training_checkpoint(
         run.output_dir, run.state, run.objects(), rank=acc.process_index, processes=acc.num_processes,
-        barrier=acc.wait_for_everyone, write_weights=lambda path: save_model(run.raw, str(path)),
+        barrier=acc.wait_for_everyone, write_weights=lambda path: save_model(run.raw, str(path), metadata=metadata),
         per_process=run.task.process_state(), config=run.config_file if run.main else None,
     )  # fmt: skip
     if run.main:

@@ -2,7 +2,14 @@
 procedurally drawn glyphs, and the timm transforms of a run. Every missing or malformed dataset raises
 :class:`DatasetError` saying where the files go, before training where it can be checked up front."""
 
-from .build import NORMALIZATION, balanced_subset, build_datasets, build_transform, resolve_num_classes
+from .build import (
+    NORMALIZATION,
+    balanced_subset,
+    build_datasets,
+    build_transform,
+    data_config,
+    resolve_num_classes,
+)  # fmt: skip
 from .cifar import CIFAR10, read_batch, write_cifar_folder
 from .digits import Digits, load_digits_arrays
 from .errors import DatasetError
@@ -20,6 +27,7 @@ __all__ = [
     "build_transform",
     "check_image_files",
     "class_folders",
+    "data_config",
     "image_folder",
     "load_digits_arrays",
     "load_image",

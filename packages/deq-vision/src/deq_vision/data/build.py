@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from timm.data import create_transform
+from timm.data import DEFAULT_CROP_PCT, create_transform
 from torch.utils.data import Dataset, Subset
 
 from deq_core.train.run_config import replace_config
@@ -50,6 +50,19 @@ def build_transform(cfg: Config, training: bool) -> Callable[[Any], Any]:
             color_jitter=data.color_jitter, auto_augment=data.auto_augment, mean=mean, std=std,
         )  # fmt: skip
     return create_transform(data.image_size, is_training=False, crop_pct=crop_pct, mean=mean, std=std)
+
+
+def data_config(cfg: Config) -> dict[str, Any]:
+    """The run's eval preprocessing (:func:`build_transform` with ``training=False``) in the terms of timm's
+    ``pretrained_cfg``: ``input_size`` (in_chans, S, S), per-channel ``mean`` / ``std``, center ``crop_pct`` (1 for the
+    small datasets, timm's default for image folders), bilinear ``interpolation``."""
+    mean, std = NORMALIZATION[cfg.data.dataset]
+    size = cfg.data.image_size
+    crop_pct = DEFAULT_CROP_PCT if cfg.data.dataset in IMAGE_FOLDERS else 1.0
+    return dict(
+        input_size=(cfg.in_chans, size, size), mean=mean, std=std, crop_pct=crop_pct, crop_mode="center",
+        interpolation="bilinear",
+    )  # fmt: skip
 
 
 def balanced_subset(labels: Sequence[int] | np.ndarray, limit: int, seed: int = SUBSET_SEED) -> np.ndarray:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import timm
@@ -26,12 +27,19 @@ def is_deq_model(name: str) -> bool:
 
 
 def create_model(
-    name: str, num_classes: int, in_chans: int = 3, deq: deq_core.DEQ | None = None, **settings: Any
+    name: str,
+    num_classes: int,
+    in_chans: int = 3,
+    deq: deq_core.DEQ | None = None,
+    data: Mapping[str, Any] | None = None,
+    **settings: Any,
 ) -> nn.Module:
     """Build ``name`` through timm. For MDEQs, ``deq`` is the DEQ layer (None: the architecture's default,
     ``default_deq(**DEFAULT_DEQ_LIMITS[name])``) and ``settings`` (``dropout``, ``drop_rate``, ``drop_path_rate``)
     override the architecture's defaults; explicit networks ignore ``deq`` and ``dropout`` and take ``drop_rate`` and
-    ``drop_path_rate``.
+    ``drop_path_rate``. ``data``: the data the model is for, in timm's ``pretrained_cfg`` terms (``input_size``,
+    ``mean``, ``std``, ...: ``deq_vision.data.data_config``), replacing the architecture's in ``model.pretrained_cfg``
+    (None: the architecture's); ``num_classes`` goes there too.
 
     Raises:
         ValueError: unknown model name (the message lists ours and points to ``timm.list_models``), or a setting no
@@ -47,10 +55,15 @@ def create_model(
             f"unknown model settings {sorted(unknown)}; valid: {[*MDEQ_SETTINGS, *TIMM_SETTINGS]}; solver settings "
             "go in the layer: create_model(..., deq=deq_core.DEQ(max_iter=..., backward=...))."
         )
+    overlay = None if data is None else {**data, "num_classes": num_classes}
     if is_deq_model(name):
-        return timm.create_model(name, num_classes=num_classes, in_chans=in_chans, deq=deq, **settings)
+        return timm.create_model(
+            name, num_classes=num_classes, in_chans=in_chans, deq=deq, pretrained_cfg_overlay=overlay, **settings
+        )
     timm_settings = {key: settings.get(key) for key in TIMM_SETTINGS}  # None: timm's default
-    return timm.create_model(name, num_classes=num_classes, in_chans=in_chans, **timm_settings)
+    return timm.create_model(
+        name, num_classes=num_classes, in_chans=in_chans, pretrained_cfg_overlay=overlay, **timm_settings
+    )
 
 
 def count_parameters(model: nn.Module) -> int:

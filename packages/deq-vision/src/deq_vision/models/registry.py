@@ -12,13 +12,19 @@ as plain data (:func:`layer_settings`; what an exported run's config.json holds)
 No weights are published, so ``pretrained=True`` alone is timm's error (no pretrained weights exist); with a source it
 loads a trained run's weights as for any timm model: ``timm.create_model("local-dir:OUT", pretrained=True)`` (a folder
 written by ``python -m deq_vision.export``), ``"hf-hub:USER/REPO"``, or
-``pretrained_cfg_overlay=dict(file=".../model.safetensors")`` / ``dict(hf_hub_id=...)``. Weights are read from
+``pretrained_cfg_overlay=dict(file=".../model.safetensors")`` / ``dict(hf_hub_id=...)``. A weights file written by
+deq-vision (a checkpoint's or an export's) carries the run's DEQ layer and data settings
+(:mod:`~deq_vision.models.weights_config`): given only the file, the model is built with them (solvers, limits,
+tolerances, input size, normalization, classes) where the keywords do not set them. ``timm.models.load_checkpoint``
+(and ``create_model(..., checkpoint_path=...)``) only copies tensors into a model already built: it keeps that
+model's own DEQ layer and ``pretrained_cfg``. Weights are read from
 safetensors files only: a weight file of another format (a pickle, which can hold code), a folder without
 ``model.safetensors`` or a url (timm reads those with torch.load) is refused with a ValueError before anything is read.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +38,7 @@ from deq_core.train.deq_config import DEQConfig
 from deq_core.train.trust import check_import_paths
 
 from .mdeq import MDEQ, default_deq
+from .weights_config import DATA_KEYS, read_weights_config
 
 # Architectures of the papers' configurations (branch widths, head widths, final width, stem, GroupNorm, dropout), as
 # the authors' files give them (locuslab/deq, branch master, MDEQ-Vision/experiments/): cifar/cls_mdeq_TINY.yaml,
@@ -169,10 +176,11 @@ def _deq_layer(name: str, deq: Any) -> deq_core.DEQ:
     return deq  # MDEQ checks that it is a deq_core.DEQ
 
 
-def _weights_source(name: str, kwargs: dict[str, Any]) -> None:
+def _weights_source(name: str, kwargs: dict[str, Any]) -> Path | None:
     """Refuse (ValueError) a pretrained source that is not a safetensors file, before timm reads it; an hf-hub
     source without a file name gets ``model.safetensors`` (timm would fall back to ``pytorch_model.bin``). No source
-    at all is left to timm's own error."""
+    at all is left to timm's own error. Returns the local weights file of a source that has no config.json beside it
+    (``pretrained_cfg_overlay=dict(file=...)`` or ``dict(hf_hub_id=...)``, fetched as timm fetches it), else None."""
     overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     cfg = resolve_pretrained_cfg(name, kwargs.get("pretrained_cfg"), overlay).to_dict()
     source = cfg.get("source") or ""
@@ -181,25 +189,68 @@ def _weights_source(name: str, kwargs: dict[str, Any]) -> None:
         if not (Path(cfg["file"]) / WEIGHTS_FILE).is_file():
             raise ValueError(f"{cfg['file']} has no {WEIGHTS_FILE}: {hint}; write it with python -m deq_vision.export.")
     elif source != "hf-hub" and cfg.get("state_dict") is not None:
-        return  # tensors given in memory
+        return None  # tensors given in memory
     elif source != "hf-hub" and cfg.get("file"):
         if not str(cfg["file"]).endswith(".safetensors"):
             raise ValueError(f"pretrained file {cfg['file']}: {hint}.")
+        return Path(cfg["file"])
     elif cfg.get("hf_hub_id"):
         filename = cfg.get("hf_hub_filename")
         if filename is None:
             kwargs["pretrained_cfg_overlay"] = {**overlay, "hf_hub_filename": WEIGHTS_FILE}
         elif not str(filename).endswith(".safetensors"):
             raise ValueError(f"pretrained hf_hub_filename {filename}: {hint}.")
+        if source != "hf-hub":  # hf-hub:USER/REPO names come with their config.json
+            from huggingface_hub import hf_hub_download
+
+            repo, _, revision = str(cfg["hf_hub_id"]).partition("@")
+            return Path(hf_hub_download(repo, filename or WEIGHTS_FILE, revision=revision or None,
+                                        cache_dir=kwargs.get("cache_dir")))  # fmt: skip
     elif cfg.get("url"):
         raise ValueError(
             f"pretrained url {cfg['url']}: {hint}; download it and pass pretrained_cfg_overlay=dict(file=...)."
         )
+    return None
+
+
+def _apply_weights_config(name: str, kwargs: dict[str, Any], file: Path) -> None:
+    """Build ``name`` as the run that wrote ``file`` (:mod:`~deq_vision.models.weights_config`): its data
+    (``pretrained_cfg``, and through it ``in_chans`` and ``num_classes``) and its DEQ layer, where ``kwargs`` does not
+    set them. A file that carries no settings leaves an MDEQ with its default layer, said in one warning line.
+
+    Raises:
+        ValueError: the file holds the weights of another architecture, or settings that cannot be read.
+    """
+    config = read_weights_config(file)
+    is_deq = name in ARCHITECTURES
+    if config is None:
+        if is_deq and kwargs.get("deq") is None:
+            warnings.warn(
+                f"{file} carries no DEQ layer settings (written by an earlier deq-vision or by other code): {name} "
+                "solves with its default layer; pass deq= with the settings the weights were trained with.",
+                UserWarning, stacklevel=2,
+            )  # fmt: skip
+        return
+    if config["architecture"] != name:
+        raise ValueError(
+            f"{file} holds the weights of {config['architecture']}, not of {name}: "
+            f"timm.create_model({config['architecture']!r}, pretrained=True, pretrained_cfg_overlay=dict(file=...))."
+        )
+    saved = config["pretrained_cfg"]
+    data = {key: tuple(v) if isinstance(v := saved[key], list) else v for key in DATA_KEYS if key in saved}
+    kwargs["pretrained_cfg_overlay"] = {**data, **(kwargs.get("pretrained_cfg_overlay") or {})}
+    if is_deq and kwargs.get("deq") is None and "deq" in config:
+        kwargs["deq"] = config["deq"]
+
+
+def _with_weights_config(name: str, pretrained: bool, kwargs: dict[str, Any]) -> None:
+    """Check a pretrained source (:func:`_weights_source`) and take the settings its weights file carries."""
+    if pretrained and (file := _weights_source(name, kwargs)) is not None:
+        _apply_weights_config(name, kwargs, file)
 
 
 def _build_mdeq(name: str, pretrained: bool, kwargs: dict[str, Any]) -> MDEQ:
-    if pretrained:
-        _weights_source(name, kwargs)
+    _with_weights_config(name, pretrained, kwargs)
     kwargs["deq"] = _deq_layer(name, kwargs.get("deq"))
     settings = {**ARCHITECTURES[name], **kwargs}
     # features_only=True: timm's FeatureGetterNet over forward_intermediates, one map per branch by default.
@@ -254,7 +305,6 @@ def mdeq_mini(pretrained: bool = False, **kwargs: Any) -> MDEQ:
 @register_model
 def resnet_mini(pretrained: bool = False, **kwargs: Any) -> ResNet:
     """timm's ResNet with one BasicBlock per stage, widths 8-64 (about 80K parameters), for CPU-scale runs."""
-    if pretrained:
-        _weights_source("resnet_mini", kwargs)
+    _with_weights_config("resnet_mini", pretrained, kwargs)
     settings: dict[str, Any] = dict(block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), stem_width=8)
     return build_model_with_cfg(ResNet, "resnet_mini", pretrained=pretrained, **{**settings, **kwargs})
