@@ -9,6 +9,8 @@
   torch's 30 minutes; when a collective operation times out, :func:`unanswered_line` names the ranks that did not
   answer a monitored barrier on a spare gloo group (:func:`liveness_group`), and the skeleton stops with
   :class:`ProcessTimeoutError`.
+- A sharded mode (``accelerate launch --use_fsdp`` / ``--use_deepspeed``, or ``accelerate config``'s): refused in one
+  line before Accelerate starts (:func:`refuse_sharded_modes`); the processes train with DDP (``--multi_gpu``).
 - A dead process: its connections close, and a collective operation of the others fails at once with gloo's
   "Connection reset by peer" (:func:`is_peer_lost`); :func:`lost_line` says which rank is gone, and the skeleton stops
   with :class:`ProcessLostError` (the launcher then stops the others).
@@ -21,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import UsageError
 from .run_config import ResumeConfigError, flat_dict
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "lost_line",
     "process_group_kwargs",
     "recorded_precision",
+    "refuse_sharded_modes",
     "unanswered_line",
 ]
 
@@ -109,6 +113,32 @@ def recorded_precision(saved: Mapping[str, Any]) -> str | None:
     flat = flat_dict(saved.get("config") or {})
     value = flat.get("run.mixed_precision", flat.get("mixed_precision"))
     return value if isinstance(value, str) else None
+
+
+SHARDED_MODES = {
+    "ACCELERATE_USE_FSDP": (
+        "FSDP (accelerate launch --use_fsdp): the training skeleton checkpoints the main process's model and "
+        "optimizer, which under FSDP hold its shards only (and on CPU Accelerate ignores FSDP: nothing is sharded)"
+    ),
+    "ACCELERATE_USE_DEEPSPEED": (
+        "DeepSpeed (accelerate launch --use_deepspeed): its engine takes over the optimizer, gradient accumulation and "
+        "clipping the training skeleton does itself, and its ZeRO stages shard the state the checkpoints save"
+    ),
+}
+"""The environment variables through which ``accelerate launch`` (and ``accelerate config``) ask for a sharded mode,
+and why the training skeleton cannot run in it."""
+
+
+def refuse_sharded_modes(environ: Mapping[str, str]) -> None:
+    """Raise :class:`~deq_core.train.errors.UsageError` (one line) when the launcher asked for FSDP or DeepSpeed
+    (:data:`SHARDED_MODES`, read from ``environ``); call it before building the ``Accelerator``, which would import
+    DeepSpeed or, on CPU, silently train unsharded."""
+    for variable, why in SHARDED_MODES.items():
+        if environ.get(variable, "false").lower() == "true":
+            raise UsageError(
+                f"{variable}=true: this trainer does not run under {why}; launch with --multi_gpu (DDP: every "
+                "process holds the whole model) and without a sharded mode in accelerate config."
+            )
 
 
 def process_group_kwargs(timeout_s: float) -> Any:

@@ -66,6 +66,7 @@ from .launch import (
     lost_line,
     process_group_kwargs,
     recorded_precision,
+    refuse_sharded_modes,
     unanswered_line,
 )
 from .metrics import MetricsLog
@@ -546,7 +547,8 @@ def train(
         ResumeConfigError: ``resume`` with a config that changes what is computed.
         UntrustedImportError: ``resume`` and the saved config names a solver of a module not in ``trusted_modules``.
         CheckpointError: the checkpoint to resume holds something else than tensors and plain data.
-        UsageError: a tracker of ``run.log_with`` whose package is not installed.
+        UsageError: a tracker of ``run.log_with`` whose package is not installed; a launcher that asked for FSDP or
+            DeepSpeed (:func:`~deq_core.train.launch.refuse_sharded_modes`: the run would not be checkpointed whole).
         ProcessTimeoutError: a collective operation of several processes timed out (``run.dist_timeout``); the
             message, also printed, names the ranks that did not answer.
         ProcessLostError: another process died during a collective operation; the message, also printed, says so.
@@ -555,6 +557,7 @@ def train(
 
     The trackers are ended (``accelerator.end_training()``) when training ends, and also when it fails.
     """
+    refuse_sharded_modes(os.environ)  # before the folder is locked (or made) and before Accelerate starts
     main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     with RunLock(output_dir) if main else contextlib.nullcontext():
         run = setup_run(task, config, Path(output_dir), resume, trusted_modules, name, progress)
