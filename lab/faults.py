@@ -288,7 +288,8 @@ def check_installed_solver_module(command: Sequence[str], run: Path, site: Path)
 
 
 # The faults of an export's destination OUT that :func:`check_export_fault` makes.
-EXPORT_FAULTS = ("read-only folder", "full device", "planted OUT.partial link", "dangling OUT link")
+EXPORT_FAULTS = ("read-only folder", "full device", "planted OUT.partial link", "dangling OUT link",
+                 "someone else's OUT.partial")  # fmt: skip
 
 
 def no_space(fragment: str) -> Callable[[str, str], None]:
@@ -308,9 +309,9 @@ def check_export_fault(
     """Check a task package's export command line, ``export([RUN, OUT])`` (its ``main``, run in this process), with
     the destination ``root/out`` made unusable by ``fault`` (one of :data:`EXPORT_FAULTS`): a folder that cannot be
     written, a device that fills up while the weights are written, a symbolic link planted at ``OUT.partial`` (where
-    the export writes before renaming) or a dangling link at OUT. Each is one line ``PROG: error: ...`` on stderr
-    (read with ``stderr()``), exit status 2; what the export created is removed, and the folder a link points to is
-    left as it was.
+    the export writes before renaming), a dangling link at OUT, or a folder of the user's own at ``OUT.partial``. Each
+    is one line ``PROG: error: ...`` on stderr (read with ``stderr()``), exit status 2; what the export created is
+    removed, and the folder a link points to, or the user's, is left as it was.
 
     Raises:
         AssertionError: the export did otherwise.
@@ -330,6 +331,10 @@ def check_export_fault(
     elif fault == "dangling OUT link":
         out.symlink_to(root / "missing")
         expected = f"{out} is a symbolic link"
+    elif fault == "someone else's OUT.partial":
+        partial.mkdir()
+        (partial / "notes.txt").write_text("the user's own")
+        expected = f"{partial} exists and was not left by an interrupted export"
     else:
         raise ValueError(f"unknown export fault {fault!r}; one of {EXPORT_FAULTS}")
     before = sorted(p.name for p in root.iterdir())
@@ -341,6 +346,8 @@ def check_export_fault(
     assert line.startswith("python -m ") and ": error: " in line and expected in line, line
     assert sorted(p.name for p in root.iterdir()) == before  # no OUT, no OUT.partial of the export's own
     assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"]
+    if fault == "someone else's OUT.partial":
+        assert [p.name for p in partial.iterdir()] == ["notes.txt"]
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

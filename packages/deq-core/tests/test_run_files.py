@@ -21,7 +21,7 @@ import torch
 
 from deq_core.train.checkpoints import CheckpointWriter, checkpoint_path, latest_complete_checkpoint
 from deq_core.train.cli import run_training_cli, training_parser
-from deq_core.train.files import OutputError, append_text, output_error, write_file, write_json
+from deq_core.train.files import OutputError, append_text, output_error, write_file, write_folder, write_json
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.rundir import RunDirError, RunLock
@@ -469,3 +469,28 @@ def test_a_resume_without_config_or_its_copy_is_one_line(tmp_path: Path, capsys)
     capsys.readouterr()
     assert _cli(out, "--resume") == 2
     _one_line(capsys, f"--resume: {out / 'config.json'} is missing, and a resumed run checks its settings against it")
+
+
+def test_an_export_deletes_only_the_leftover_of_an_interrupted_export(tmp_path: Path) -> None:
+    """``write_folder`` writes OUT.partial first: a folder of that name that it did not leave (the user's own) is
+    refused and kept whole; one that an interrupted export left (a kill: here an interrupt the write lets through) is
+    replaced by the next export, and OUT holds the written files only."""
+    out, partial = tmp_path / "out", tmp_path / "out.partial"
+    partial.mkdir()
+    (partial / "notes.txt").write_text("mine")
+    write = lambda folder: (folder / "weights.bin").write_bytes(b"1234")  # noqa: E731
+    with pytest.raises(OutputError, match="exists and was not left by an interrupted export"):
+        write_folder(out, write)
+    assert [p.name for p in partial.iterdir()] == ["notes.txt"] and not out.exists()
+    (partial / "notes.txt").unlink()
+    partial.rmdir()
+
+    def interrupted(folder: Path) -> None:
+        (folder / "weights.bin").write_bytes(b"12")
+        raise KeyboardInterrupt  # as a kill, nothing of the export's is cleaned up
+
+    with pytest.raises(KeyboardInterrupt):
+        write_folder(out, interrupted)
+    assert partial.is_dir() and not out.exists()
+    assert write_folder(out, write) == out
+    assert sorted(p.name for p in out.iterdir()) == ["weights.bin"] and not partial.exists()

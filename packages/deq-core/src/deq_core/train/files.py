@@ -86,7 +86,7 @@ def _nearly_full(folder: Path) -> bool:
 def _existing_parent(path: Path) -> Path:
     """``path``'s folder, or the nearest of its ancestors that exists (for the free space of its device)."""
     folder = path.parent
-    while not folder.exists() and folder != folder.parent:
+    while not os.path.exists(folder) and folder != folder.parent:  # (a name too long to probe: False)
         folder = folder.parent
     return folder
 
@@ -153,12 +153,12 @@ def output_error(
         space = f", which needs {needed}" if needed else ""
         fix = full_fix or f"free space there or choose another {option}"
         return OutputError(f"no space left on the device of {folder} to write {what}{space}; {fix}.")
-    if code in (errno.ELOOP, errno.EMLINK) and path.is_symlink():  # O_NOFOLLOW met a link (EMLINK: BSD)
+    if code in (errno.ELOOP, errno.EMLINK) and os.path.islink(path):  # O_NOFOLLOW met a link (EMLINK: BSD)
         return OutputError(
             f"{path} is a symbolic link; a run writes its own files only, never through a link: delete the link, or "
             f"choose another {option}."
         )
-    if folder.exists() and not folder.is_dir():
+    if os.path.exists(folder) and not os.path.isdir(folder):
         return OutputError(f"cannot write to {folder}: it is a file, not a folder; choose another {option}.")
     return OutputError(f"cannot write to {folder}: {reason} (writing {what}); choose a writable {option}.")
 
@@ -230,11 +230,15 @@ def write_file(
     return path
 
 
+_PARTIAL_MARK = ".written-by-write_folder"  # in OUT.partial while write_folder fills it: the folder is its own
+
+
 def write_folder(out: str | Path, write: Callable[[Path], None], *, option: str = "OUT") -> Path:
-    """Create the folder ``out`` whole: ``write(partial)`` fills ``OUT.partial`` (a leftover of an interrupted write
-    is deleted first), whose files are then flushed to disk and which is renamed to ``out``; returns ``out``. A reader
-    never sees a half-written folder. When anything fails, what this call created (``OUT.partial``, and the folders
-    above it it had to create) is removed.
+    """Create the folder ``out`` whole: ``write(partial)`` fills ``OUT.partial``, whose files are then flushed to disk
+    and which is renamed to ``out``; returns ``out``. A reader never sees a half-written folder. When anything fails,
+    what this call created (``OUT.partial``, and the folders above it it had to create) is removed. An ``OUT.partial``
+    left by an interrupted call (it holds the mark this function puts there while it writes) is deleted first; any
+    other ``OUT.partial`` is someone else's and is refused, never deleted.
 
     Args:
         out: the folder to create; it may exist as an empty folder.
@@ -244,33 +248,35 @@ def write_folder(out: str | Path, write: Callable[[Path], None], *, option: str 
     Raises:
         FileExistsError: ``out`` exists and is not an empty folder (nothing is written).
         OutputError: a symbolic link at ``out`` or ``OUT.partial`` (refused: nothing is written or deleted where it
-            points), an ``OUT.partial`` that is not a folder, a folder that cannot be written, or a full device.
+            points), an ``OUT.partial`` that this function did not leave, a folder that cannot be written, or a full
+            device.
     """
     out = Path(out)
     partial = out.with_name(out.name + ".partial")
-    for path in (out, partial):
-        if path.is_symlink():
-            raise OutputError(
-                f"{path} is a symbolic link; an export writes a folder of its own, never through a link: delete the "
-                f"link, or choose another {option}."
-            )
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
-        raise FileExistsError(f"{out} exists and is not an empty folder: write into a new one.")
-    if partial.exists() and not partial.is_dir():
-        raise OutputError(f"{partial} exists and is not a folder: delete it, or choose another {option}.")
-    created = [folder for folder in (partial, *partial.parents) if not folder.exists()]
+    try:
+        _check_destination(out, partial, option)
+    except OSError as err:  # a name too long for the system, a folder that cannot be read, ...
+        if isinstance(err, (OutputError, FileExistsError)):
+            raise
+        raise output_error(out, err, what=f"the folder {out.name}", option=option) from err
+    created = [folder for folder in (partial, *partial.parents) if not os.path.exists(folder)]
+    mark = partial / _PARTIAL_MARK
     try:
         if partial.exists():
             shutil.rmtree(partial)  # the leftover of an interrupted write
         partial.mkdir(parents=True)
         created = created or [partial]
+        mark.touch(exist_ok=False)
         write(partial)
         for path in partial.iterdir():
-            _fsync_file(path)
-        _fsync_file(partial)
+            if path != mark:
+                _fsync_file(path)
         if out.exists():
             out.rmdir()
+        mark.unlink()  # the folder is complete: renamed at once (no write, flush or kill point in between)
         partial.rename(out)
+        _fsync_file(out)
+        _fsync_file(out.parent)
     except Exception as err:
         for folder in created:
             if folder == partial:
@@ -283,6 +289,23 @@ def write_folder(out: str | Path, write: Callable[[Path], None], *, option: str 
             raise
         raise failure from err
     return out
+
+
+def _check_destination(out: Path, partial: Path, option: str) -> None:
+    """Refuse, before anything is written, what :func:`write_folder` must not write through or over."""
+    for path in (out, partial):
+        if path.is_symlink():
+            raise OutputError(
+                f"{path} is a symbolic link; an export writes a folder of its own, never through a link: delete the "
+                f"link, or choose another {option}."
+            )
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder: write into a new one.")
+    if partial.exists() and not (partial.is_dir() and (partial / _PARTIAL_MARK).is_file()):
+        raise OutputError(
+            f"{partial} exists and was not left by an interrupted export (an export writes there first): move it "
+            f"away, or choose another {option}."
+        )
 
 
 def check_writable(folder: str | Path, *, option: str = "--output-dir") -> None:
