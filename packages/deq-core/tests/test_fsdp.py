@@ -7,28 +7,21 @@ which hangs; docs/scale-out.md.)"""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from deq_core.train.testing.processes import free_port, launch_env
+
 WORKER = Path(__file__).with_name("fsdp_deq_worker.py")
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def test_a_deq_in_one_fsdp_unit_gets_the_gradients_of_one_process(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-        "--master_port", _free_port(), str(WORKER),
+        "--master_port", free_port(), str(WORKER),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=launch_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [row["mode"] for row in rows] == ["fsdp1", "fsdp2"]
