@@ -1,6 +1,6 @@
 """deq_core.train.hub: a model saved with save_pretrained loads back with from_pretrained, from its folder or from a
 Hub repo id (a Hugging Face cache laid out by the test, the client offline); push_to_hub uploads the folder
-save_pretrained writes (huggingface_hub's HfApi replaced by a stand-in that records the upload, no network); the
+save_pretrained writes (huggingface_hub's HfApi replaced by deq_core.train.testing.hub's stand-in, no network); the
 model card holds the run's final metrics and configuration; every folder that is not such a model is one line."""
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import huggingface_hub
-import huggingface_hub.constants
 import pytest
 import torch
 from torch import nn
@@ -30,8 +28,8 @@ from deq_core.train.hub import (
     run_record,
     weights_writer,
 )
+from deq_core.train.testing.hub import COMMIT, StandInHub
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot name in the offline Hugging Face caches below
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
@@ -135,60 +133,31 @@ def test_a_card_edited_by_hand_is_kept(tmp_path: Path) -> None:
     assert (out / "README.md").read_text() == "my own card\n"
 
 
-def _cache(root: Path, repo: str, folder: Path) -> Path:
-    """A Hugging Face cache holding ``folder`` as the main revision of the model repo ``repo``."""
-    entry = root / f"models--{repo.replace('/', '--')}"
-    (entry / "refs").mkdir(parents=True)
-    (entry / "refs" / "main").write_text(COMMIT)
-    shutil.copytree(folder, entry / "snapshots" / COMMIT)
-    return root
-
-
 def test_load_a_repo_id_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = Toy(4)
     model.save_pretrained(tmp_path / "out")
-    cache = _cache(tmp_path / "hub", "me/toy", tmp_path / "out")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    _same(Toy.from_pretrained("me/toy", cache_dir=cache), model)
+    hub = StandInHub(monkeypatch, tmp_path / "hub")
+    hub.put("me/toy", tmp_path / "out")
+    hub.offline()
+    _same(Toy.from_pretrained("me/toy", cache_dir=hub.cache), model)
     with pytest.raises(HubModelError, match="me/other is not in the local Hugging Face cache"):
-        Toy.from_pretrained("me/other", cache_dir=cache)
+        Toy.from_pretrained("me/other", cache_dir=hub.cache)
 
 
 def test_push_to_hub_uploads_the_saved_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record) -> None:
-    """The mixin's push_to_hub: create the repo, then one upload of the folder save_pretrained writes. HfApi is
-    replaced by a stand-in that keeps what it was given (a Hub that is only a local cache); the endpoint points at a
-    closed local port, so nothing could leave the machine. The uploaded files load back through the repo id."""
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
-    calls: list[tuple[str, dict[str, Any]]] = []
-    uploaded: dict[str, bytes] = {}
-
-    def create_repo(self, repo_id: str, **kwargs: Any) -> SimpleNamespace:
-        calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
-        return SimpleNamespace(repo_id=repo_id)
-
-    def upload_folder(self, *, repo_id: str, folder_path: str | Path, **kwargs: Any) -> str:
-        calls.append(("upload_folder", {"repo_id": repo_id, **kwargs}))
-        uploaded.update({p.name: p.read_bytes() for p in Path(folder_path).iterdir()})
-        return f"https://hub.invalid/{repo_id}/commit/{COMMIT}"
-
-    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
-    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    """The mixin's push_to_hub: create the repo, then one upload of the folder save_pretrained writes (huggingface_hub's
+    HfApi calls replaced by the stand-in, no network). The uploaded files load back through the repo id."""
+    hub = StandInHub(monkeypatch, tmp_path / "hub")
     model = Toy(3, record)
-    assert (
-        model.push_to_hub("me/toy", private=True, commit_message="first")
-        == f"https://hub.invalid/me/toy/commit/{COMMIT}"
-    )
-    assert [name for name, _ in calls] == ["create_repo", "upload_folder"]
-    assert calls[0][1]["private"] is True and calls[0][1]["exist_ok"] is True
-    assert calls[1][1]["repo_type"] == "model" and calls[1][1]["commit_message"] == "first"
+    url = model.push_to_hub("me/toy", private=True, commit_message="first")
+    assert url == f"https://hub.invalid/me/toy/commit/{COMMIT}"
+    assert [name for name, _ in hub.calls] == ["create_repo", "upload_folder"]
+    assert hub.calls[0][1]["private"] is True and hub.calls[0][1]["exist_ok"] is True
+    assert hub.calls[1][1]["repo_type"] == "model" and hub.calls[1][1]["commit_message"] == "first"
     model.save_pretrained(tmp_path / "saved")
-    assert uploaded == {p.name: p.read_bytes() for p in (tmp_path / "saved").iterdir()}
-    hub_copy = tmp_path / "uploaded"
-    hub_copy.mkdir()
-    for name, data in uploaded.items():
-        (hub_copy / name).write_bytes(data)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    _same(Toy.from_pretrained("me/toy", cache_dir=_cache(tmp_path / "hub", "me/toy", hub_copy)), model)
+    assert hub.uploads["me/toy"] == {p.name: p.read_bytes() for p in (tmp_path / "saved").iterdir()}
+    hub.offline()
+    _same(Toy.from_pretrained("me/toy", cache_dir=hub.cache), model)
 
 
 def test_what_is_not_a_saved_model_is_one_line(tmp_path: Path) -> None:

@@ -2,18 +2,16 @@
 SentencePiece) loads back with from_pretrained into the model evaluate loads (same logits, same test metrics) with a
 vocabulary that encodes text into the corpus' own ids; the model card holds the run's final metrics; a folder
 that is not a deq-lm model, or misses its vocabulary, is one line; the export command's --push-to-hub uploads the
-folder through huggingface_hub (its HfApi replaced by a stand-in that records the upload: no network)."""
+folder through huggingface_hub (its HfApi replaced by deq_core.train.testing.hub's stand-in: no network)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import huggingface_hub
-import huggingface_hub.constants
 import pytest
 import torch
 
@@ -21,13 +19,13 @@ from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import CheckpointError
 from deq_core.train.hub import HubModelError
 from deq_core.train.metrics import read_metrics
+from deq_core.train.testing.hub import COMMIT, StandInHub
 from deq_lm import evaluate, export
 from deq_lm.hub import PretrainedLM
 from deq_lm.train import evaluate_split
 from deq_lm.train import main as train_main
 
 CPU = torch.device("cpu")
-COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot name in the offline Hugging Face cache below
 TEXT = "the cat sat on the mat and then it slept\na zebra ran\n"  # "zebra" is not in the tiny corpus
 
 
@@ -168,44 +166,20 @@ def test_a_folder_that_is_not_a_deq_lm_model_is_one_line(word_run: tuple[Path, P
         assert len(str(raised.value).splitlines()) == 1
 
 
-def _stand_in_hub(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
-    """huggingface_hub's HfApi.create_repo / upload_folder replaced by a stand-in that keeps the uploaded files (and
-    the Hub endpoint pointed at a closed local port, so that nothing could leave the machine)."""
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
-    uploaded: dict[str, bytes] = {}
-
-    def create_repo(self, repo_id: str, **kwargs: Any) -> SimpleNamespace:
-        return SimpleNamespace(repo_id=repo_id)
-
-    def upload_folder(self, *, repo_id: str, folder_path: str | Path, repo_type: str, **kwargs: Any) -> str:
-        assert repo_type == "model"
-        uploaded.update({p.name: p.read_bytes() for p in Path(folder_path).iterdir()})
-        return f"https://hub.invalid/{repo_id}/commit/{COMMIT}"
-
-    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
-    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
-    return uploaded
-
-
 def test_export_pushes_to_the_hub_and_the_repo_loads_back(word_run, tmp_path: Path, monkeypatch, capsys) -> None:
     run, _ = word_run
-    uploaded = _stand_in_hub(monkeypatch)
+    hub = StandInHub(monkeypatch, tmp_path / "hub")
     out = tmp_path / "out"
     assert export.main([str(run), str(out), "--push-to-hub", "me/tiny-deq-lm"]) == 0
     assert f"pushed to https://hub.invalid/me/tiny-deq-lm/commit/{COMMIT}" in capsys.readouterr().out
-    assert uploaded == {p.name: p.read_bytes() for p in out.iterdir()}
+    uploaded = hub.uploads["me/tiny-deq-lm"]
+    assert uploaded == {p.name: p.read_bytes() for p in out.iterdir()} and hub.calls[1][1]["repo_type"] == "model"
     card = huggingface_hub.ModelCard(uploaded["README.md"].decode())
     assert card.data.library_name == "deq-lm" and card.data.pipeline_tag == "text-generation"
     assert "## Equilibrium solver" in card.text and "| `max_iter` | `15` |" in card.text
     assert "| test | 4 |" in card.text and 'PretrainedLM.from_pretrained("REPO_ID")' in card.text
-    repo = tmp_path / "hub" / "models--me--tiny-deq-lm"  # the Hub's copy, as the Hugging Face cache holds it
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    (repo / "snapshots" / COMMIT).mkdir(parents=True)
-    for name, data in uploaded.items():
-        (repo / "snapshots" / COMMIT / name).write_bytes(data)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    lm = PretrainedLM.from_pretrained("me/tiny-deq-lm", cache_dir=tmp_path / "hub")
+    hub.offline()
+    lm = PretrainedLM.from_pretrained("me/tiny-deq-lm", cache_dir=hub.cache)
     _, _, reference, _ = evaluate.load_model(run)
     tokens = lm.encode(TEXT)[None, :16]
     for got, want in zip(_logits(lm, tokens), _logits(reference, tokens), strict=True):
@@ -214,7 +188,7 @@ def test_export_pushes_to_the_hub_and_the_repo_loads_back(word_run, tmp_path: Pa
 
 def test_a_push_that_fails_is_one_line_and_keeps_the_folder(word_run, tmp_path: Path, monkeypatch, capsys) -> None:
     run, _ = word_run
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    StandInHub(monkeypatch, tmp_path / "hub")
 
     def refused(self, repo_id: str, **kwargs: Any) -> None:
         raise huggingface_hub.errors.LocalTokenNotFoundError("Token is required (`token=True`), but no token found.")

@@ -58,7 +58,7 @@ def _reference(run: Path) -> torch.nn.Module:
 
 def test_export_writes_timms_layout(exported: tuple[Path, Path, Path]) -> None:
     run, out, _ = exported
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     config = json.loads((out / "config.json").read_text())
     assert config["architecture"] == "mdeq_mini" and config["num_classes"] == 10
     args = config["model_args"]

@@ -24,24 +24,12 @@ from pathlib import Path
 import deq_core
 from deq_core.train.cli import add_trust_option, usage_error
 from deq_core.train.errors import UsageError
-from deq_core.train.files import write_folder
-from deq_core.train.hub import push_saved
+from deq_core.train.hub import add_push_option, push_if_asked, save_new
 
 from .hub import PretrainedLM
 from .models import SequenceModel
 
 __all__ = ["export_run", "load_pretrained"]
-
-
-def _export(
-    run: str | Path, out: str | Path, data_dir: str | Path | None, trusted_modules: Collection[str]
-) -> PretrainedLM:
-    out = Path(out)
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
-        raise FileExistsError(f"{out} exists and is not an empty folder: export into a new one.")
-    model = PretrainedLM.from_run(run, data_dir, trusted_modules)
-    write_folder(out, model.save_pretrained)
-    return model
 
 
 def export_run(
@@ -59,7 +47,7 @@ def export_run(
         OutputError: ``out`` cannot be written (a link there or at ``OUT.partial``, a read-only folder, a full device).
         UntrustedImportError: (a ValueError) the run's config names a solver of a module not in ``trusted_modules``.
     """
-    _export(run, out, data_dir, trusted_modules)
+    save_new(out, lambda: PretrainedLM.from_run(run, data_dir, trusted_modules))
     return Path(out)
 
 
@@ -83,22 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run", type=Path, help="a run directory or RUN/checkpoints/step_N")
     parser.add_argument("out", type=Path, help="the folder to write the model, its vocabulary and model card to")
     parser.add_argument("--data-dir", type=Path, default=None, help="language modeling: the corpus directory, if moved")
-    parser.add_argument(
-        "--push-to-hub", metavar="REPO_ID", default=None,
-        help="then upload OUT to this Hugging Face Hub model repo (user/name; log in first with hf auth login)",
-    )  # fmt: skip
+    add_push_option(parser)
     add_trust_option(parser)
     args = parser.parse_args(argv)
     try:
-        model = _export(args.run, args.out, args.data_dir, args.trust_solver)
+        model = save_new(args.out, lambda: PretrainedLM.from_run(args.run, args.data_dir, args.trust_solver))
     except (FileNotFoundError, FileExistsError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
     print(f"wrote {args.out}: {', '.join(sorted(p.name for p in args.out.iterdir()))}")
-    if args.push_to_hub:
-        try:
-            print(f"pushed to {push_saved(model, args.push_to_hub, args.out)}")
-        except UsageError as err:
-            return usage_error(parser.prog, err)
+    if push_if_asked(parser.prog, model, args.push_to_hub, args.out):
+        return 2
     print(f"load with: deq_lm.hub.PretrainedLM.from_pretrained({str(args.push_to_hub or args.out)!r})")
     return 0
 

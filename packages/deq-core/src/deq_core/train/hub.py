@@ -27,6 +27,7 @@ A task package subclasses it together with ``torch.nn.Module`` and implements th
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,20 +52,23 @@ except ModuleNotFoundError as err:
     ) from None
 
 from .checkpoints import CONFIG_FILE, WEIGHTS_FILE, read_json
+from .cli import usage_error
 from .errors import UsageError
-from .files import write_file
+from .files import write_file, write_folder
 from .metrics import read_metrics
 from .reports import markdown_table
 from .run_config import saved_run_config
 
 __all__ = [
     "CARD_FILE",
+    "add_push_option",
+    "save_new",
     "CardFields",
     "HubModel",
     "HubModelError",
     "json_writer",
     "model_folder",
-    "push_saved",
+    "push_if_asked",
     "read_model_config",
     "required_file",
     "run_record",
@@ -305,22 +309,49 @@ def read_model_config(folder: Path, library: str) -> dict[str, Any]:
     return config
 
 
-def push_saved(model: HubModel, repo_id: str, folder: Path) -> str:
-    """``model.push_to_hub(repo_id)`` for a command line that has just saved ``model`` to ``folder``; returns the
-    commit's url.
+def add_push_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--push-to-hub REPO_ID`` (``args.push_to_hub``, None when not given) to an export command line."""
+    parser.add_argument(
+        "--push-to-hub", metavar="REPO_ID", default=None,
+        help="then upload OUT to this Hugging Face Hub model repo (user/name; log in first with hf auth login)",
+    )  # fmt: skip
+
+
+def save_new(out: str | Path, load: Callable[[], H]) -> H:
+    """``load()`` a model and ``save_pretrained`` it as the new folder ``out`` (written into ``OUT.partial`` and
+    renamed when complete: :func:`~deq_core.train.files.write_folder`); returns the model. ``out`` is checked before
+    ``load`` runs, so that a folder in use fails before a long load.
 
     Raises:
-        HubModelError: the push failed (no token, no network, a repo id the Hub refuses): one line with the reason,
-            saying that ``folder`` is written and how to push it by hand.
+        FileExistsError: ``out`` exists and is not an empty folder (nothing is loaded or written).
+        OutputError: ``out`` cannot be written (a link there or at ``OUT.partial``, a read-only folder, a full device).
     """
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder: export into a new one.")
+    model = load()
+    write_folder(out, model.save_pretrained)
+    return model
+
+
+def push_if_asked(prog: str, model: HubModel, repo_id: str | None, folder: Path) -> int:
+    """An export command line's ``--push-to-hub``, after it saved ``model`` to ``folder``: nothing when ``repo_id`` is
+    None; else ``model.push_to_hub(repo_id)``, printing the commit's url. Returns the exit status: 0, or 2 when the
+    push failed (no token, no network, a repo id the Hub refuses), with one line ``PROG: error: ...`` on stderr that
+    says ``folder`` is written and how to push it by hand."""
+    if repo_id is None:
+        return 0
     try:
-        return str(model.push_to_hub(repo_id))
+        url = model.push_to_hub(repo_id)
     except Exception as err:  # huggingface_hub and its HTTP client raise many types (no token, no network, 4xx)
         reason = (str(err).strip().splitlines() or [""])[0][:200]
-        raise HubModelError(
+        return usage_error(
+            prog,
             f"pushing to the Hub repo {repo_id} failed ({type(err).__name__}: {reason}); {folder} is written: log in "
-            f"with `hf auth login`, then push it with `hf upload {repo_id} {folder} .`."
-        ) from None
+            f"with `hf auth login`, then push it with `hf upload {repo_id} {folder} .`.",
+        )
+    print(f"pushed to {url}")
+    return 0
 
 
 class HubModel(ModelHubMixin, license="mit", tags=["deep-equilibrium-model"]):

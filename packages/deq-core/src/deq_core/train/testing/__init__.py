@@ -8,6 +8,9 @@ training code has a hook for it.
   lines answer each of them in one line.
 - :mod:`~deq_core.train.testing.trackers`: a run's TensorBoard files read back and compared with its metrics.jsonl
   (needs ``tensorboard``).
+- :mod:`~deq_core.train.testing.hub`: a stand-in for the Hugging Face Hub (``HfApi.create_repo`` / ``upload_folder``
+  replaced, the uploads kept in a local cache) for tests of ``push_to_hub`` and ``from_pretrained`` without network
+  (needs ``deq-core[hub]``).
 """
 
 from __future__ import annotations
