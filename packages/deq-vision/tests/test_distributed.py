@@ -6,8 +6,6 @@ a launcher asking for FSDP or DeepSpeed is refused in one line."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import learnable_images
+from deq_core.train.testing.processes import free_port, launch_env
 from deq_core.train.testing.trackers import assert_tensorboard_matches_metrics, tensorboard_hparams
 from deq_vision import train
 from deq_vision.data import write_cifar_folder
@@ -31,17 +30,6 @@ SAME_FILES = (
 )  # fmt: skip
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
-    return {**env, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-
-
 def _training(cifar_dir: Path, out: Path, *extra: str) -> list[str]:
     train_args = ["--config", "tiny-mdeq", "--data-dir", str(cifar_dir), "--output-dir", str(out), "--threads", "1"]
     return [*extra, "-m", "deq_vision.train", *train_args]
@@ -53,8 +41,14 @@ def one_machine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("ddp")
     write_cifar_folder(root / "cifar", *learnable_images(96))
     out = root / "one"
-    cmd = [*LAUNCH, *_training(root / "cifar", out, "--num_machines", "1", "--main_process_port", _free_port())]
-    done = subprocess.run([*cmd, "run.log_with=tensorboard"], capture_output=True, text=True, timeout=600, env=_env())
+    cmd = [*LAUNCH, *_training(root / "cifar", out, "--num_machines", "1", "--main_process_port", free_port())]
+    done = subprocess.run(
+        [*cmd, "run.log_with=tensorboard"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=launch_env(CUDA_VISIBLE_DEVICES=""),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 process(es)" in done.stdout
     return out, root / "cifar"
@@ -75,13 +69,13 @@ def test_two_machines_write_the_checkpoint_of_one(one_machine: tuple[Path, Path]
     """accelerate launch --num_machines 2 --machine_rank R, one process per machine, both on 127.0.0.1 (what two
     hosts run, with the first host's address): the run's checkpoint equals the one-machine run's byte for byte."""
     one, cifar = one_machine
-    out, port = tmp_path / "two", _free_port()
-    procs = []
+    out, port = tmp_path / "two", free_port()
+    procs, env = [], launch_env(CUDA_VISIBLE_DEVICES="")
     for rank in (1, 0):
         machine = ("--num_machines", "2", "--machine_rank", str(rank), "--main_process_port", port)
         cmd = [*LAUNCH, *_training(cifar, out, *machine)]
-        log = (tmp_path / f"machine{rank}.txt").open("w")
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=tmp_path))
+        with (tmp_path / f"machine{rank}.txt").open("w") as log:  # the child keeps its own handle
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path))
     try:
         codes = [proc.wait(timeout=600) for proc in procs]
     finally:
