@@ -47,6 +47,7 @@ __all__ = [
     "check_export_trust",
     "check_installed_solver_module",
     "damage_weights",
+    "edit_saved_config",
     "plant_pickle",
     "plant_solver_path",
     "python_module",
@@ -177,17 +178,29 @@ def damage_weights(run: Path, fault: str) -> Path:
     return path
 
 
+def edit_saved_config(run: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``edit`` to what ``run/config.json`` holds and to the copy of it each checkpoint keeps
+    (``run_config.json``), as a user (or a hostile run folder) changing the run's settings everywhere they are kept
+    would. Changing config.json alone is refused before anything reads it (``checkpoints.check_config_copy``)."""
+    copies = [folder / checkpoints.CONFIG_COPY_FILE for folder in checkpoints.list_checkpoints(run)]
+    for path in [run / checkpoints.CONFIG_FILE, *(p for p in copies if p.is_file())]:
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data, indent=2))
+
+
 def set_saved_setting(run: Path, key: str, value: Any) -> None:
-    """Change the setting ``key`` (dotted, ``model.width``) of the config ``run/config.json`` saved, as a user editing
-    the file after training would."""
-    path = run / checkpoints.CONFIG_FILE
-    data = json.loads(path.read_text())
+    """Change the setting ``key`` (dotted, ``model.width``) of the config the run saved (config.json and the copies
+    of its checkpoints: :func:`edit_saved_config`)."""
     *sections, name = key.split(".")
-    node = data["config"]
-    for section in sections:
-        node = node[section]
-    node[name] = value
-    path.write_text(json.dumps(data, indent=2))
+
+    def edit(data: dict[str, Any]) -> None:
+        node = data["config"]
+        for section in sections:
+            node = node[section]
+        node[name] = value
+
+    edit_saved_config(run, edit)
 
 
 # A module a test plants in a run folder: imported, it writes "ran" beside itself (what must never happen).
@@ -222,12 +235,9 @@ class Relaxed(deq_core.Solver):
 
 def plant_solver_path(run_dir: Path, field: str, solver: str = "payload:Evil") -> None:
     """Write :data:`PAYLOAD_MODULE` as ``run_dir/payload.py`` and name ``solver`` (an import path) as the run's
-    ``deq.<field>`` in its config.json (``field``: "solver" or "backward_solver")."""
+    ``deq.<field>`` in its config.json and the checkpoints' copies (``field``: "solver" or "backward_solver")."""
     (run_dir / "payload.py").write_text(PAYLOAD_MODULE)
-    path = run_dir / "config.json"
-    data = json.loads(path.read_text())
-    data["config"]["deq"][field] = solver
-    path.write_text(json.dumps(data, indent=2))
+    set_saved_setting(run_dir, f"deq.{field}", solver)
 
 
 def python_module(

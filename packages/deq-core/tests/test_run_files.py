@@ -9,17 +9,26 @@ stop, failing writes under the folder with EROFS)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from deq_core.train.checkpoints import CheckpointWriter, checkpoint_path, latest_complete_checkpoint
+from deq_core.train.checkpoints import (
+    CheckpointError,
+    CheckpointWriter,
+    checkpoint_path,
+    latest_complete_checkpoint,
+    resolve_checkpoint,
+)
 from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.files import OutputError, append_text, output_error, write_file, write_folder, write_json
 from deq_core.train.metrics import read_metrics
@@ -458,6 +467,38 @@ def test_a_deleted_config_is_restored_from_the_checkpoint_and_checked(tmp_path: 
     assert json.loads((out / "config.json").read_text())["config"] == saved["config"]
 
 
+def test_a_config_changed_since_the_checkpoint_is_one_line_on_resume_and_when_read(tmp_path: Path, capsys) -> None:
+    """config.json edited after the run started, with the command line agreeing (so that the resume check of the
+    settings passes): the checkpoint's copy disagrees, and the resume, or reading the checkpoint to evaluate or export
+    it, is one line naming the setting; nothing is written."""
+    out = tmp_path / "run"
+    _stopped_run(out)
+    path = out / "config.json"
+    data = json.loads(path.read_text())
+    data["config"]["lr"] = 0.01
+    path.write_text(json.dumps(data))
+    before = sorted(p.name for p in out.rglob("*"))
+    capsys.readouterr()
+    assert _cli(out, "--resume", "lr=0.01") == 2
+    copy = checkpoint_path(out, 4) / "run_config.json"
+    _one_line(capsys, f"{path} differs from {copy}, the copy saved with the checkpoint (config.lr: 0.03 -> 0.01)")
+    assert sorted(p.name for p in out.rglob("*")) == before
+    for where in (out, checkpoint_path(out, 4)):
+        with pytest.raises(CheckpointError, match=r"config.lr: 0.03 -> 0.01"):
+            resolve_checkpoint(where)
+
+
+def test_a_resumed_run_keeps_its_config_checked_against_each_checkpoint(tmp_path: Path, capsys) -> None:
+    """A resume adds to config.json's "resumed" list only; the run stays readable and resumable."""
+    out = tmp_path / "run"
+    _stopped_run(out)
+    data = json.loads((out / "config.json").read_text())
+    data["resumed"] = [{"step": 4, "changes": {"torch_threads": [1, 2]}}]
+    (out / "config.json").write_text(json.dumps(data))
+    assert resolve_checkpoint(out) == (out, checkpoint_path(out, 4))
+    assert _cli(out, "--resume") == 0
+
+
 def test_a_resume_without_config_or_its_copy_is_one_line(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     _stopped_run(out)
@@ -494,3 +535,54 @@ def test_an_export_deletes_only_the_leftover_of_an_interrupted_export(tmp_path: 
     assert partial.is_dir() and not out.exists()
     assert write_folder(out, write) == out
     assert sorted(p.name for p in out.iterdir()) == ["weights.bin"] and not partial.exists()
+
+
+def test_a_checkpoint_folder_named_with_dots_is_found(tmp_path: Path, monkeypatch) -> None:
+    """``RUN/checkpoints/step_N/../step_N`` and ``.`` (run in the checkpoint folder) name the checkpoint folder."""
+    out = tmp_path / "run"
+    _stopped_run(out)
+    folder = checkpoint_path(out, 4)
+    assert resolve_checkpoint(folder / ".." / folder.name) == (out, folder)
+    monkeypatch.chdir(folder)
+    assert resolve_checkpoint(".") == (out, folder)
+
+
+@contextlib.contextmanager
+def _readers_released(fifo: Path) -> Iterator[list[str]]:
+    """While the block runs, a thread opens ``fifo`` for writing whenever a reader waits on it, and closes it at once
+    (the reader then sees an empty file and goes on); the list yielded names each release: a reader that blocked."""
+    released: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.05):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO when no reader waits
+            except OSError:
+                continue
+            released.append(str(fifo))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield released
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_a_fifo_at_a_checkpoint_manifest_is_never_opened(tmp_path: Path, capsys) -> None:
+    """A FIFO at checkpoint.json would block the reader of the manifest forever (a resume, an evaluation): the
+    checkpoint is incomplete, said in one line, and the FIFO is never opened."""
+    out = tmp_path / "run"
+    _stopped_run(out)
+    manifest = checkpoint_path(out, 4) / "checkpoint.json"
+    manifest.unlink()
+    os.mkfifo(manifest)
+    capsys.readouterr()
+    with _readers_released(manifest) as released:
+        assert _cli(out, "--resume") == 2
+        with pytest.raises(FileNotFoundError, match="has no complete checkpoint"):
+            resolve_checkpoint(out)
+    assert released == []
+    _one_line(capsys, "--resume: no complete checkpoint in ")

@@ -50,7 +50,9 @@ def test_a_planted_pickle_in_any_file_never_runs(finished_run: Path, tmp_path: P
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert planted.name in err or "no complete checkpoint" in err, err
         code = _evaluate(run)
-        assert code == (2 if planted.name in ("model.safetensors", "config.json", "checkpoint.json") else 0)
+        assert code == (
+            2 if planted.name in ("model.safetensors", "config.json", "checkpoint.json", "run_config.json") else 0
+        )
         assert not marker.exists(), planted.name
 
 

@@ -6,7 +6,6 @@ returns a tiny in-memory dataset or raises the error ``datasets`` raises (no net
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -19,6 +18,7 @@ from conftest import write_tiny_corpus
 from deq_lm.data import CorpusDownloadError, CorpusNotFoundError, HFSource, load_hf_source
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main as train_main
+from lab.faults import edit_saved_config
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
@@ -173,9 +173,7 @@ def test_evaluate_offline_flag(online, monkeypatch, tmp_path, capsys):
     corpus = write_tiny_corpus(tmp_path / "corpus")
     assert train_main(["--config", "tiny-lm-transformer-xl", "--data-dir", str(corpus), "--output-dir", str(run),
                        "steps=1", "eval_every=1"]) == 0  # fmt: skip
-    saved = json.loads((run / "config.json").read_text())
-    saved["config"]["data"].update(corpus="ptb", data_dir="")  # as if trained on PTB from Hugging Face
-    (run / "config.json").write_text(json.dumps(saved))
+    edit_saved_config(run, lambda saved: saved["config"]["data"].update(corpus="ptb", data_dir=""))  # PTB from the Hub
     capsys.readouterr()
 
     loader = _record(monkeypatch, ConnectionError(NOT_CACHED))

@@ -52,7 +52,9 @@ def test_a_planted_pickle_in_any_file_never_runs(stopped_run: Path, tmp_path: Pa
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert planted.name in err or "no complete checkpoint" in err, err
         code = evaluate.main(["--checkpoint", str(run)])
-        assert code == (2 if planted.name in ("model.safetensors", "train_state.json", "checkpoint.json") else 0)
+        assert code == (
+            2 if planted.name in ("model.safetensors", "train_state.json", "checkpoint.json", "run_config.json") else 0
+        )
         assert not marker.exists(), planted.name
 
 

@@ -19,7 +19,7 @@ tensors.
 - :func:`atomic_checkpoint_dir` and :class:`CheckpointWriter`: write a checkpoint aside and rename it when complete.
 - :func:`list_checkpoints`, :func:`latest_complete_checkpoint`, :func:`prune_checkpoints`,
   :func:`clean_partial_checkpoints`, :func:`resolve_checkpoint`, :func:`checkpoint_weights`: the complete checkpoints
-  of a run.
+  of a run; :func:`check_config_copy`: the run's config.json is the one its checkpoint was trained with.
 - :func:`safe_load`, :func:`read_json`, :func:`load_checked`: read checkpoint files, nothing executable;
   :func:`load_weights`: a weights file into the model its config.json describes (names, shapes, finite values);
   :func:`save_states` / :func:`load_states`: the state dicts of optimizers, schedules and the like.
@@ -37,11 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .files import OutputError, _human, output_error
+from .files import OutputError, _human, output_error, read_bytes
 
 __all__ = [
+    "CONFIG_COPY_FILE",
     "CONFIG_FILE",
     "CheckpointError",
+    "check_config_copy",
     "CheckpointWriter",
     "atomic_checkpoint_dir",
     "checkpoint_folder",
@@ -63,6 +65,7 @@ __all__ = [
 
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_FILE = "config.json"
+CONFIG_COPY_FILE = "run_config.json"  # a checkpoint's copy of the run's config.json
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "checkpoint.json"
 PARTIAL_SUFFIX = ".partial"
@@ -79,7 +82,7 @@ def load_checked(path: str | Path, loader: Callable[[Path], Any]) -> Any:
     """``loader(path)``, with any failure (missing, truncated, or holding something that is not tensors and plain
     data) turned into one :class:`CheckpointError` naming the file. Use it for safetensors files."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing: the checkpoint is incomplete or not one of this project.")
     try:
         return loader(path)
@@ -296,9 +299,10 @@ def checkpoint_path(output_dir: str | Path, step: int) -> Path:
 
 
 def is_complete(folder: Path) -> bool:
-    """Whether ``folder`` is a complete checkpoint: its manifest is valid JSON and every file it lists exists."""
+    """Whether ``folder`` is a complete checkpoint: its manifest is a regular file of valid JSON (a FIFO there would
+    block the reader: :func:`~deq_core.train.files.read_bytes`) and every file it lists exists."""
     try:
-        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest = json.loads(read_bytes(folder / MANIFEST_FILE).decode("utf-8"))
         return all((folder / name).is_file() for name in manifest["files"])
     except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
         return False
@@ -309,7 +313,7 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
     written (``.partial``) and folders without a valid manifest (e.g. written in place by an older version and
     interrupted) are left out."""
     folder = Path(output_dir) / CHECKPOINT_DIR
-    if not folder.is_dir():
+    if not os.path.isdir(folder):
         return []
     return sorted(p for p in folder.iterdir() if p.is_dir() and p.name[5:].isdigit() and p.name.startswith("step_")
                   and is_complete(p))  # fmt: skip
@@ -353,20 +357,23 @@ def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
     """(run_dir, checkpoint_dir) from either a run directory (its newest complete checkpoint) or a complete
-    checkpoint folder.
+    checkpoint folder, whose run's config.json is the one the checkpoint was trained with (:func:`check_config_copy`).
 
     Raises:
         FileNotFoundError: neither, or a run directory without a complete checkpoint.
-        CheckpointError: (a ValueError) a checkpoint folder that is incomplete.
+        CheckpointError: (a ValueError) a checkpoint folder that is incomplete, or a config.json changed since.
     """
     path = Path(path)
-    if (path / CONFIG_FILE).is_file():
+    if os.path.isfile(path / CONFIG_FILE):  # os.path: False for a name the system cannot take, too
         latest = latest_complete_checkpoint(path)
         if latest is None:
             raise FileNotFoundError(f"{path} has no complete checkpoint under {path / CHECKPOINT_DIR}.")
+        check_config_copy(path, latest)
         return path, latest
+    if ".." in path.parts or not path.name:  # RUN/checkpoints/step_N/../step_N, or ".": as the system reads it
+        path = Path(os.path.realpath(path))
     run_dir = path.parent.parent
-    if not (run_dir / CONFIG_FILE).is_file() or not path.is_dir():
+    if not os.path.isfile(run_dir / CONFIG_FILE) or not os.path.isdir(path):
         raise FileNotFoundError(
             f"{path} is neither a run directory (with {CONFIG_FILE}) nor a checkpoint folder inside one "
             f"(RUN/{CHECKPOINT_DIR}/step_N)."
@@ -376,7 +383,44 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
             f"{path} is not a complete checkpoint (no valid {MANIFEST_FILE}: the save was interrupted); pass the run "
             f"directory {run_dir} to use its newest complete checkpoint."
         )
+    check_config_copy(run_dir, path)
     return run_dir, path
+
+
+def _changed(saved: Any, found: Any, prefix: str = "") -> list[str]:
+    """The dotted names whose values differ between two JSON values, as ``name: saved -> found``."""
+    if isinstance(saved, dict) and isinstance(found, dict):
+        return [change for key in sorted({*saved, *found}, key=str)
+                for change in _changed(saved.get(key), found.get(key), f"{prefix}{key}.")]  # fmt: skip
+    return [] if saved == found else [f"{prefix.rstrip('.')}: {saved!r} -> {found!r}"]
+
+
+def check_config_copy(run_dir: str | Path, folder: str | Path) -> None:
+    """Check that ``run_dir/config.json`` holds the settings that the checkpoint ``folder`` keeps a copy of
+    (``run_config.json``, written with every checkpoint): a resume, an evaluation or an export then uses the settings
+    the weights were trained with. Only the ``resumed`` list may differ (a later resume adds to it). Nothing to check
+    when either file is missing (a checkpoint of an earlier version; a deleted config.json, restored from the copy on
+    resume).
+
+    Raises:
+        CheckpointError: a file is not JSON, or a setting differs (one line naming the first three).
+    """
+    config, copy = Path(run_dir) / CONFIG_FILE, Path(folder) / CONFIG_COPY_FILE
+    if not (config.is_file() and copy.is_file()):
+        return
+    saved, found = read_json(copy), read_json(config)
+    if not (isinstance(saved, dict) and isinstance(found, dict)):
+        changes = [f"{CONFIG_FILE}: {type(saved).__name__} -> {type(found).__name__}"]
+    else:
+        changes = _changed({k: v for k, v in saved.items() if k != "resumed"},
+                           {k: v for k, v in found.items() if k != "resumed"})  # fmt: skip
+    if changes:
+        more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
+        raise CheckpointError(
+            f"{config} differs from {copy}, the copy saved with the checkpoint ({'; '.join(changes[:3])}{more}): one "
+            "of them was changed after training; give both the run's settings again (copy one over the other), or "
+            "train a new run in another --output-dir."
+        )
 
 
 def checkpoint_weights(folder: str | Path) -> Path:

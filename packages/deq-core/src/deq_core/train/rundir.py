@@ -12,7 +12,13 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from .checkpoints import CHECKPOINT_DIR, MANIFEST_FILE, checkpoint_folder, latest_complete_checkpoint
+from .checkpoints import (
+    CHECKPOINT_DIR,
+    MANIFEST_FILE,
+    check_config_copy,
+    checkpoint_folder,
+    latest_complete_checkpoint,
+)
 from .errors import UsageError
 from .files import OutputError, open_in_place, output_error
 
@@ -116,11 +122,13 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
     """Where a run in ``output_dir`` starts: the checkpoint to resume from (``resume``), or None for a new run.
 
     A new run needs a folder without a complete checkpoint (a folder a run left before its first checkpoint may be
-    reused: nothing in it can be resumed). Call it while holding the :class:`RunLock`.
+    reused: nothing in it can be resumed). A run resumes only with the config.json its checkpoint was trained with
+    (:func:`~deq_core.train.checkpoints.check_config_copy`). Call it while holding the :class:`RunLock`.
 
     Raises:
         RunDirError: ``resume`` and the folder does not exist or holds no complete checkpoint; or not ``resume``
             and the folder holds a run with a checkpoint.
+        CheckpointError: ``resume`` and config.json was changed since the checkpoint was written.
         OutputError: OUTPUT_DIR/checkpoints is a symbolic link (:func:`~deq_core.train.checkpoints.checkpoint_folder`).
     """
     output_dir = Path(output_dir)
@@ -139,4 +147,6 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
             f"{output_dir} already holds a run (checkpoint {latest.name}); pass --resume to continue it, or use "
             "another --output-dir."
         )
+    if latest is not None:
+        check_config_copy(output_dir, latest)
     return latest

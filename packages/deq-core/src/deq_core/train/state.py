@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoints import (
+    CONFIG_COPY_FILE,
     MANIFEST_FILE,
     WEIGHTS_FILE,
     CheckpointError,
@@ -24,7 +25,6 @@ from .rng import rng_state, set_rng_state
 __all__ = ["CONFIG_COPY_FILE", "STATE_FILE", "TrainState", "load_training_checkpoint", "save_training_checkpoint"]
 
 STATE_FILE = "train_state.json"
-CONFIG_COPY_FILE = "run_config.json"  # a checkpoint's copy of the run's config.json
 
 
 class TrainState:
