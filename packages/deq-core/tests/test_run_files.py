@@ -547,6 +547,33 @@ def test_a_checkpoint_folder_named_with_dots_is_found(tmp_path: Path, monkeypatc
     assert resolve_checkpoint(".") == (out, folder)
 
 
+def test_a_new_run_never_replaces_files_that_no_run_wrote(tmp_path: Path, capsys) -> None:
+    """A careless ``--output-dir .`` in a project folder: its own config.json (or, without one, a summary.json) would
+    be replaced by the run's; refused in one line, the files kept. A folder left by a run that stopped before its
+    first checkpoint (a run's config.json, its log) is reused."""
+    out = tmp_path / "project"
+    out.mkdir()
+    mine = {"config.json": '{"my": "settings"}\n', "summary.json": "my summary\n"}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    capsys.readouterr()
+    assert _cli(out) == 2
+    _one_line(
+        capsys, f"{out} holds files that a new run would replace and that no run wrote (config.json, summary.json)"
+    )
+    (out / "config.json").unlink()
+    assert _cli(out) == 2
+    _one_line(capsys, "that no run wrote (summary.json): move them away")
+    assert {p.name: p.read_text() for p in out.iterdir() if p.name != ".lock"} == {"summary.json": "my summary\n"}
+    left = tmp_path / "left"
+    _stopped_run(left)
+    for folder in (left / "checkpoints").iterdir():
+        for file in folder.iterdir():
+            file.unlink()
+        folder.rmdir()
+    assert _cli(left) == 0  # no checkpoint: a new run, over the files of the run before
+
+
 @contextlib.contextmanager
 def _readers_released(fifo: Path) -> Iterator[list[str]]:
     """While the block runs, a thread opens ``fifo`` for writing whenever a reader waits on it, and closes it at once
@@ -586,3 +613,16 @@ def test_a_fifo_at_a_checkpoint_manifest_is_never_opened(tmp_path: Path, capsys)
             resolve_checkpoint(out)
     assert released == []
     _one_line(capsys, "--resume: no complete checkpoint in ")
+
+
+def test_names_longer_than_the_system_takes_are_one_line(tmp_path: Path, capsys) -> None:
+    """A run folder, a checkpoint or an export named past the system's limit (255 bytes a name here): one line."""
+    long = tmp_path / ("x" * 300)
+    assert _cli(long) == 2
+    _one_line(capsys, "File name too long")
+    with pytest.raises(FileNotFoundError, match="is neither a run directory"):
+        resolve_checkpoint(long)
+    for out in (long, tmp_path / ("y" * 250)):  # too long itself, or its OUT.partial
+        with pytest.raises(OutputError, match="File name too long"):
+            write_folder(out, lambda folder: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -14,10 +14,13 @@ except ImportError:  # pragma: no cover - Windows
 
 from .checkpoints import (
     CHECKPOINT_DIR,
+    CONFIG_FILE,
     MANIFEST_FILE,
+    CheckpointError,
     check_config_copy,
     checkpoint_folder,
     latest_complete_checkpoint,
+    read_json,
 )
 from .errors import UsageError
 from .files import OutputError, open_in_place, output_error
@@ -55,8 +58,8 @@ class RunLock:
     def __enter__(self) -> RunLock:
         if fcntl is None:  # pragma: no cover - Windows
             return self
-        self._created = not self.path.parent.exists()
         try:
+            self._created = not self.path.parent.exists()
             self._lock()
         except RunDirError:
             self._release(remove=False)
@@ -122,12 +125,13 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
     """Where a run in ``output_dir`` starts: the checkpoint to resume from (``resume``), or None for a new run.
 
     A new run needs a folder without a complete checkpoint (a folder a run left before its first checkpoint may be
-    reused: nothing in it can be resumed). A run resumes only with the config.json its checkpoint was trained with
+    reused: nothing in it can be resumed) and without files of someone else's that it would replace (a config.json
+    that is not a run's, ...). A run resumes only with the config.json its checkpoint was trained with
     (:func:`~deq_core.train.checkpoints.check_config_copy`). Call it while holding the :class:`RunLock`.
 
     Raises:
         RunDirError: ``resume`` and the folder does not exist or holds no complete checkpoint; or not ``resume``
-            and the folder holds a run with a checkpoint.
+            and the folder holds a run with a checkpoint, or files of someone else's that the run would replace.
         CheckpointError: ``resume`` and config.json was changed since the checkpoint was written.
         OutputError: OUTPUT_DIR/checkpoints is a symbolic link (:func:`~deq_core.train.checkpoints.checkpoint_folder`).
     """
@@ -149,4 +153,37 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
         )
     if latest is not None:
         check_config_copy(output_dir, latest)
+    else:
+        _check_not_foreign(output_dir)
     return latest
+
+
+_REPLACED = ("metrics.jsonl", "summary.json", "training.png")  # besides config.json, what a new run writes over
+
+
+def _is_run_config(path: Path) -> bool:
+    """Whether ``path`` is a regular file holding a run's config.json (a JSON object with a ``config`` object)."""
+    try:
+        data = read_json(path)
+    except CheckpointError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("config"), dict)
+
+
+def _check_not_foreign(output_dir: Path) -> None:
+    """Refuse a new run in a folder whose files it would write over although no run wrote them: a config.json that is
+    not a run's (or a FIFO, a device there), or, without a run's config.json, a regular file metrics.jsonl,
+    summary.json or training.png (a folder there is refused when the run writes it). Symbolic links are the run's to
+    replace (never written through); a folder left by a run that stopped before its first checkpoint holds a run's
+    config.json and may be reused."""
+    config = output_dir / CONFIG_FILE
+    if config.is_file() and not config.is_symlink() and _is_run_config(config):
+        return
+    names = [name for name in _REPLACED if (output_dir / name).is_file() and not (output_dir / name).is_symlink()]
+    if config.exists() and not config.is_symlink():
+        names.insert(0, CONFIG_FILE)
+    if names:
+        raise RunDirError(
+            f"{output_dir} holds files that a new run would replace and that no run wrote ({', '.join(names)}): move "
+            "them away, or train in a new or empty folder (another --output-dir)."
+        )
