@@ -38,6 +38,7 @@ from deq_core.train.trackers import check_tracker_folders
 from lab.faults import read_only, save_points
 
 sys.path.insert(0, str(Path(__file__).parent))
+import skeleton_task  # noqa: E402
 from skeleton_task import TinyConfig, run  # noqa: E402
 
 BASE = TinyConfig(steps=8, save_every=4, eval_every=4, pretrain_steps=2)
@@ -535,6 +536,54 @@ def test_an_export_deletes_only_the_leftover_of_an_interrupted_export(tmp_path: 
     assert partial.is_dir() and not out.exists()
     assert write_folder(out, write) == out
     assert sorted(p.name for p in out.iterdir()) == ["weights.bin"] and not partial.exists()
+
+
+@pytest.mark.parametrize("ask", ["torch", "python"])
+def test_a_run_that_needs_more_memory_than_the_machine_has_is_one_line(tmp_path: Path, capsys, ask: str) -> None:
+    """A size below the integer limit can still be more than the machine's memory: torch's allocator failing (a
+    RuntimeError) or a MemoryError is one line, exit status 2. Both requests fail before anything is allocated."""
+    parser = training_parser("prog", "Train the tiny task.", ["tiny"], default="tiny", threads=False)
+
+    def train(cfg, output_dir, args):
+        torch.empty(2**62, dtype=torch.uint8) if ask == "torch" else bytearray(2**62)
+
+    assert run_training_cli(parser, ["--output-dir", str(tmp_path / "run")], lambda args: None, train) == 2
+    _one_line(capsys, "not enough memory for this run (", "lower the sizes (optim.batch_size")
+
+
+def test_other_runtime_errors_are_not_taken_for_a_lack_of_memory(tmp_path: Path) -> None:
+    parser = training_parser("prog", "Train the tiny task.", ["tiny"], default="tiny", threads=False)
+
+    def train(cfg, output_dir, args):
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_training_cli(parser, ["--output-dir", str(tmp_path / "run")], lambda args: None, train)
+
+
+def test_a_setting_the_tasks_parts_refuse_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A name the model registry, timm's optimizers or schedules do not know is a ValueError raised while the task
+    builds its parts (deq_vision.train optim.opt=nosuch was a traceback): one line; the folder the run made is gone."""
+
+    def refuse(self, accelerator):
+        raise ValueError("unknown model 'nosuch': use one of ['tiny']")
+
+    monkeypatch.setattr(skeleton_task.TinyTask, "build", refuse)
+    assert _cli(tmp_path / "run") == 2
+    _one_line(capsys, "prog: error: the run cannot be built from its settings: unknown model 'nosuch': use one of")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_name_the_terminal_cannot_show_is_escaped(tmp_path: Path, monkeypatch) -> None:
+    """With an ASCII terminal (PYTHONIOENCODING=ascii), the last line of a run in ``runs/été`` was a
+    UnicodeEncodeError traceback, after every file was written; the name is now escaped."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", out)
+    parser = training_parser("prog", "Train the tiny task.", ["tiny"], default="tiny", threads=False)
+    train = lambda cfg, output_dir, args: print(f"outputs in {output_dir}")  # noqa: E731
+    assert run_training_cli(parser, ["--output-dir", str(tmp_path / "été")], lambda args: None, train) == 0
+    out.flush()
+    assert out.buffer.getvalue().decode("ascii").endswith("\\xe9t\\xe9\n")
 
 
 def test_a_checkpoint_folder_named_with_dots_is_found(tmp_path: Path, monkeypatch) -> None:

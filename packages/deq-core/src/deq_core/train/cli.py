@@ -20,6 +20,7 @@ a :class:`~deq_core.train.errors.UsageError` naming the option.
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import sys
@@ -40,6 +41,7 @@ __all__ = [
     "check_count",
     "counts",
     "module_name",
+    "out_of_memory_line",
     "run_training_cli",
     "set_threads",
     "tolerances",
@@ -92,9 +94,13 @@ def run_training_cli(
     ValueError from ``configure`` or a UsageError from either (argparse itself exits with status 2 on an unknown
     option), or 1 when another process of the run stopped answering or died
     (:class:`~deq_core.train.launch.ProcessTimeoutError`, :class:`~deq_core.train.launch.ProcessLostError`: its line
-    is printed already)."""
+    is printed already). A run that needs more memory than the machine has is one line too (:func:`out_of_memory_line`),
+    exit status 2."""
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir or Path("runs") / args.config)
+    for stream in (sys.stdout, sys.stderr):  # a folder name the terminal cannot show is escaped, never a traceback
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         import_trusted(getattr(args, "trust_solver", []), output_dir)  # before the config imports one
         config = configure(args)
@@ -107,7 +113,29 @@ def run_training_cli(
         return usage_error(parser.prog, err)
     except (ProcessTimeoutError, ProcessLostError):
         return 1
+    except (MemoryError, RuntimeError) as err:
+        line = out_of_memory_line(err)
+        if line is None:
+            raise
+        return usage_error(parser.prog, line)
     return 0
+
+
+def out_of_memory_line(err: BaseException) -> str | None:
+    """The one line of a run that asked for more memory than the machine has (a ``MemoryError``, or torch's
+    allocator failing: a setting below the integer limit, such as ``data.n_train=2000000000``, can still need more
+    than the machine's memory), or None when ``err`` is something else."""
+    reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+    if isinstance(err, MemoryError):
+        reason = f"MemoryError {reason}" if reason != "MemoryError" else reason
+    elif not ("can't allocate memory" in reason or "out of memory" in reason.lower()):
+        return None
+    if len(reason) > 160:
+        reason = reason[:160] + " ..."
+    return (
+        f"not enough memory for this run ({reason}); a setting asks for more than the machine has: lower the sizes "
+        "(optim.batch_size, the model's widths and depths, the data's sizes) and run again."
+    )
 
 
 def usage_error(prog: str, err: Exception | str) -> int:
@@ -170,15 +198,17 @@ def tolerances(text: str, option: str) -> list[float]:
     return values
 
 
-def check_count(value: int, option: str, minimum: int = 1) -> int:
-    """``value``, a command-line option's whole number (``--batch-size 64``), if it is >= ``minimum`` (and below
-    :data:`~deq_core.train.checks.INT_LIMIT`).
+def check_count(value: int, option: str, minimum: int = 1, maximum: int = INT_LIMIT - 1) -> int:
+    """``value``, a command-line option's whole number (``--batch-size 64``), if it is from ``minimum`` to ``maximum``
+    (by default below :data:`~deq_core.train.checks.INT_LIMIT`; a smaller ``maximum`` bounds an option that counts
+    passes of work, such as a sweep's points, so that a typo is not a run that never ends).
 
     Raises:
         UsageError: it is not, naming ``option``.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value < INT_LIMIT:
-        raise UsageError(f"{option} must be a whole number >= {minimum}, got {value}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        most = "" if maximum == INT_LIMIT - 1 else f" and at most {maximum}"
+        raise UsageError(f"{option} must be a whole number >= {minimum}{most}, got {value}.")
     return value
 
 

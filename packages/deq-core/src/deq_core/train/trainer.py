@@ -268,7 +268,8 @@ def setup_run(
 
     Raises:
         UsageError: a tracker whose package is missing; a resume in another precision than the run's
-            (ResumeConfigError); and those of :func:`train`.
+            (ResumeConfigError); a ValueError of the task's ``build`` (a setting its parts refuse, such as an unknown
+            model name), as one line; and those of :func:`train`.
     """
     run_steps(task, config)
     run_cfg, optim = config.run, config.optim
@@ -308,7 +309,12 @@ def setup_run(
             )
         changes = check_resume_config(output_dir, config, task.resumable, trusted_modules=trusted_modules, **extra)
     set_seed(run_cfg.seed)
-    parts = task.build(accelerator)
+    try:
+        parts = task.build(accelerator)
+    except UsageError:
+        raise
+    except ValueError as err:  # a setting the parts refuse: an unknown model, optimizer or schedule name, ...
+        raise UsageError(f"the run cannot be built from its settings: {err}") from err
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
         clean_partial_checkpoints(output_dir)
         if found is None:
