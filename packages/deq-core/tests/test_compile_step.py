@@ -1,8 +1,9 @@
-"""``compile_step=True``: the solvers' kernels through torch.compile give the iterates and NFE of the eager path
-(forward solves and the implicit backward), the fallback where torch.compile fails warns once and runs eagerly, and
-the loop reads the device once per iteration (the stop test's flags).
+"""``compile_step=True``: a capturable solver's step traced with the loop's bookkeeping into one graph per iteration,
+another solver's kernels through torch.compile; both give the iterates and NFE of the eager path (forward solves and
+the implicit backward), the fallback where torch.compile fails warns once and runs eagerly, and the loop reads the
+device once per iteration (the stop test's flags).
 
-Compiling is slow (seconds per kernel), so every compiled solve here uses the same few shapes (B = 5, D = 12) and
+Compiling is slow (seconds per graph), so every compiled solve here uses the same few shapes (B = 5, D = 12) and
 solver settings, which torch compiles once per process and then reuses."""
 
 from __future__ import annotations
@@ -71,27 +72,30 @@ def test_compiled_step_gives_the_eager_iterates_float64(solver):
 
 
 @pytest.fixture
-def compile_calls(monkeypatch) -> list[tuple[str, object]]:
-    """(kernel name, ``dynamic``) of every torch.compile call made while the test runs."""
-    calls: list[tuple[str, object]] = []
-    real_compile = torch.compile
-    _compile._compiled.cache_clear()  # compiled kernels are kept per process: make this test's solve compile them
+def inductor_calls(monkeypatch) -> list[int]:
+    """The number of nodes of every graph the loop traces and hands to inductor while the test runs."""
+    calls: list[int] = []
+    real_compile = torch._inductor.compile
+    monkeypatch.setattr(_compile, "_TRACED", {})  # traced graphs are kept per process: make this test's solve trace
 
-    def spy(fn, **kwargs):
-        calls.append((fn.__name__, kwargs.get("dynamic")))
-        return real_compile(fn, **kwargs)
+    def spy(graph, example_inputs, *args, **kwargs):
+        calls.append(len(graph.graph.nodes))
+        return real_compile(graph, example_inputs, *args, **kwargs)
 
-    monkeypatch.setattr(torch, "compile", spy)
+    monkeypatch.setattr(torch._inductor, "compile", spy)
     return calls
 
 
-def test_compiled_anderson_float32_matches_eager(compile_calls):
+def test_compiled_anderson_float32_matches_eager(inductor_calls):
     f, z0 = _problem(torch.float32)
     solver = Anderson(m=5)
     eager = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs")
-    assert not compile_calls
+    assert not inductor_calls
     compiled = deq_core.solve(f, z0, solver, max_iter=40, tol=1e-5, stop_mode="abs", compile_step=True)
-    assert "_mix_compiled" in [name for name, _ in compile_calls]  # the kernel went through torch.compile (not f)
+    assert len(inductor_calls) == 1  # one graph for the whole solve: statistics, step and freezing (not f)
+    again = deq_core.solve(f, z0 * 0.5, solver, max_iter=40, tol=1e-5, stop_mode="abs", compile_step=True)
+    assert len(inductor_calls) == 1 and again.nfe > 1  # the same configuration: the graph is reused
+    assert compiled.nfe == eager.nfe
     assert int(eager.converged.sum()) == int(compiled.converged.sum()) == BATCH - 1
     # Both at tol 1e-5 of a contraction with Lipschitz 0.9: within 10 tol of z* and so of each other.
     ok = ~eager.nonfinite
@@ -208,14 +212,21 @@ def test_one_host_read_per_iteration(monkeypatch, solver, compile_step):
     assert reads.count == res.iterations + 1  # + the check that z0 is finite
 
 
-def test_anderson_step_is_one_graph():
-    """Anderson's compiled step traces as one graph, without a break (what compile_step=True compiles)."""
-    from deq_core._solvers.anderson import _mix_compiled
+@pytest.mark.parametrize("solver", [FixedPoint(damping=0.8), Anderson(m=5), Anderson(m=5, beta=0.6)], ids=repr)
+@pytest.mark.parametrize("stop_over", ["sample", "batch"])
+def test_the_work_between_two_calls_of_f_is_one_graph(solver, stop_over):
+    """What compile_step=True compiles for a capturable solver, the loop's statistics of an iterate, the solver's step
+    and the freezing of finished samples, traces as one graph without a break (dynamo's explain, no compiling)."""
+    from deq_core._solvers import _graph
+    from deq_core._solvers._run import SolveRun
+    from deq_core._state import FlatMap, state_spec
 
-    width, batch, dim = 4, 3, 6
-    rows = torch.randn(2 * width, batch, dim, dtype=torch.float64)
-    gram = torch.zeros(batch, width, width, dtype=torch.float64)
-    iterates = [torch.randn(batch, dim, dtype=torch.float64) for _ in range(4)]
-    ridge = torch.eye(width, dtype=torch.float64) * 1e-8
-    explained = torch._dynamo.explain(_mix_compiled)(rows, gram, torch.tensor([1]), *iterates, ridge)
+    f, z0 = _problem(torch.float64)
+    run = SolveRun(FlatMap(f, state_spec(z0), torch.float64), z0, 40, 1e-9, "abs", stop_over,
+                   compiler=_compile.Compiler(True))  # fmt: skip
+    loop = deq_core.Loop(run)
+    fz = f(z0)
+    state = solver.init(z0, fz, fz - z0, loop)
+    tol, rule = _graph._settings(run, z0)
+    explained = torch._dynamo.explain(_graph._between)(z0, fz, run.progress, tol, rule, solver, state, loop)
     assert explained.graph_count == 1 and explained.graph_break_count == 0

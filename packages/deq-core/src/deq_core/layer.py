@@ -21,7 +21,7 @@ from .backward import Backward, resolve_backward
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph
 from .plan import Plan
-from .solve import SolverResult, check_interval, check_limits, solve
+from .solve import SolverResult, check_capture, check_interval, check_limits, solve
 
 __all__ = ["DEQ", "UNCONVERGED_WARNING"]
 
@@ -61,6 +61,9 @@ class DEQ(nn.Module):
             (``Implicit(check_every=...)``).
         compile_step: run the solvers' tensor work between calls of f (forward and implicit backward solves)
             through torch.compile, f eagerly (see :func:`deq_core.solve`); False (the default): all eager.
+        capture: run the forward solve's iterations between two host checks as one compiled graph with f (see
+            :func:`deq_core.solve`; ``check_every=max_iter``: the whole solve); needs a capturable forward solver.
+            The implicit backward's solve is not captured (``compile_step`` applies to it).
 
     Attribute ``plan``: a :class:`~deq_core.Plan` (unroll, this step's max_iter, jacobian_loss) that the layer follows
     in every call, or None (the default). A training loop sets it on every DEQ layer of a model for one step with
@@ -95,6 +98,7 @@ class DEQ(nn.Module):
         warn_unconverged: str = "once",
         compile_step: bool = False,
         check_every: int | None = None,
+        capture: bool = False,
     ) -> None:
         super().__init__()
         self.solver = resolve_solver(solver)
@@ -115,6 +119,7 @@ class DEQ(nn.Module):
         if not isinstance(compile_step, bool):
             raise TypeError(f"compile_step must be True or False, got {compile_step!r}.")
         self.compile_step = compile_step
+        self.capture = check_capture(capture, self.solver)
         self.check_every = check_interval(check_every)
         self._warned: set[str] = set()  # directions ("forward", "backward") already warned about, for "once"
         self.plan: Plan | None = None  # set for one step by deq_core.step_plan
@@ -193,6 +198,7 @@ class DEQ(nn.Module):
             stop_over=self.stop_over,
             check_every=self.check_every,
             compile_step=self.compile_step,
+            capture=self.capture,
             states_at=sampled,
         )
         info = DEQInfo(forward=res)

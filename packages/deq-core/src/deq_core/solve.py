@@ -115,6 +115,18 @@ def check_interval(check_every: int | None) -> int | None:
     return check_every
 
 
+def check_capture(capture: bool, solver: Solver) -> bool:
+    """``capture`` if it is a bool and, when True, ``solver`` is capturable; TypeError / ValueError otherwise."""
+    if not isinstance(capture, bool):
+        raise TypeError(f"capture must be True or False, got {capture!r}.")
+    if capture and not solver.capturable:
+        raise ValueError(
+            f"capture=True needs a capturable solver (FixedPoint, Anderson, or a class with capturable = True); "
+            f"{solver.name} is not: pass capture=False (compile_step=True compiles what it can)."
+        )
+    return capture
+
+
 def check_states_at(states_at: Sequence[int], max_iter: int) -> tuple[int, ...]:
     """``states_at`` as a tuple; TypeError / ValueError unless it is a sequence of strictly increasing ints in
     1..max_iter."""
@@ -139,6 +151,7 @@ def solve(
     stop_over: str = "sample",
     check_every: int | None = None,
     compile_step: bool = False,
+    capture: bool = False,
     states_at: Sequence[int] | None = None,
     **options: object,
 ) -> SolverResult:
@@ -164,11 +177,18 @@ def solve(
             ``check_every - 1`` iterations (and calls of f) may follow the last sample's convergence: the price of
             fewer synchronisations, worth it on a GPU where each one stalls the queue of kernels. None (the default):
             1 on the CPU (a check costs nothing there), 4 on other devices.
-        compile_step: run the solver's tensor work between two calls of f (the kernels a solver routes through
-            :meth:`~deq_core.Loop.compiled`: Anderson's history update and mixing; Broyden and FixedPoint have none
-            yet) through ``torch.compile``; f and the loop's bookkeeping run eagerly. The same iterates up to rounding;
-            the first solve of a shape compiles (seconds), later ones reuse torch's cache. Where torch.compile does
-            not work (e.g. no C++ compiler), a RuntimeWarning says why and the solve runs eagerly.
+        compile_step: compile the solver's work between two calls of f with ``torch.compile``; f runs eagerly. A
+            capturable solver (:attr:`~deq_core.Solver.capturable`: FixedPoint, Anderson) is traced with the loop's
+            bookkeeping into one graph per iteration; another solver compiles the kernels it routes through
+            :meth:`~deq_core.Loop.compiled` (Broyden: none, it runs eagerly). The same iterates up to rounding, the
+            same NFE; the first solve of a shape compiles (seconds), later ones reuse the compiled graph. Where
+            torch.compile does not work (e.g. no C++ compiler), a RuntimeWarning says why and the solve runs eagerly.
+        capture: run the iterations between two host checks as one compiled graph, f included (on CUDA with
+            ``mode="reduce-overhead"``: a CUDA graph, replayed); the first iteration runs eagerly. Set
+            ``check_every=max_iter`` to run the whole solve as one graph. Needs a capturable solver (a ValueError
+            otherwise) and an f that torch.compile traces without a graph break (a RuntimeError at the first solve
+            otherwise). The same checks on the host, NFE and per-sample results as eager, the iterates up to rounding;
+            one graph per distinct number of iterations between two stops (checks, ``states_at``, max_iter).
         states_at: iterations (strictly increasing, in 1..max_iter) after which to keep the best iterate so far,
             returned in ``SolverResult.states`` (one state-sized copy each, whatever max_iter). Iteration 1
             evaluates z0, iteration i the solver's (i-1)-th step. A sample that converged before iteration i stands
@@ -192,7 +212,7 @@ def solve(
     solver = resolve_solver(solver, options)
     check_limits(max_iter, tol, stop_mode, stop_over)
     keep = None if states_at is None else check_states_at(states_at, max_iter)
-    compiler = Compiler(compile_step)
+    compiler = Compiler(compile_step, check_capture(capture, solver))
     spec = state_spec(z0)
     interval = check_interval(check_every) or check_every_default(spec.device)
     dtype = solver_dtype(spec.dtypes)

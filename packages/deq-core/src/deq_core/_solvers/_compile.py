@@ -1,24 +1,34 @@
-"""The optional compiled solver step (``compile_step=True``): the tensor work between two calls of f, run through
-``torch.compile``.
+"""What the solve compiles, and how: ``compile_step=True`` and ``capture=True`` through ``torch.compile``.
 
-f itself is never compiled: it runs eagerly between the compiled regions. What is compiled are the kernels a solver
-routes through :meth:`deq_core.Loop.compiled` (Anderson: its history update and mixing, one kernel per iteration;
-Broyden: its update, whose history grows by a row per iteration): pure tensor functions that take no Python number
-that changes between iterations (those are passed as tensors). A kernel of fixed shapes compiles once per shape and
-dtype (``dynamic=False``, the default); one whose shapes change between iterations asks for ``dynamic=True`` and
-compiles a few times per solve (sizes 0 and 1 are specialized), not once per shape. Later solves reuse torch's
-compile cache. The loop's own bookkeeping (residual norms, per-sample flags) stays eager: on the
-CPU inductor's kernel for the norms was measured slower than ATen's (``benchmarks/compiled_step.py``).
+- The loop's graphs, for a capturable solver (:attr:`deq_core.Solver.capturable`; see :mod:`._graph`): with
+  ``compile_step=True`` everything between two calls of f (the statistics of an iterate, the solver's step, the
+  freezing of finished samples) is one graph, f runs eagerly; with ``capture=True`` the iterations between two host
+  checks are one graph, f included (``mode="reduce-overhead"`` on CUDA: a CUDA graph replayed). Shapes are fixed
+  (``dynamic=False``). Each configuration (solver, shapes, dtype, stopping rule; for capture also the number of
+  iterations and f's code) gets a graph of its own, on a code object of its own, so that a process with many
+  configurations never meets torch's limit of 8 recompilations per code object, and a call never tries the guards of
+  another configuration's graph.
+- Kernels a solver that is not capturable routes through :meth:`deq_core.Loop.compiled` (``compile_step=True``): pure
+  tensor functions, ``dynamic=True`` where the shapes change between iterations.
+
+A call of a compiled function costs its guards (dynamo checks each input and object it read before running the
+graph) and its wrappers: on the CPU measured here, 20-30 us for a graph of 8 tensors, and about 70 us for
+``compile_step``'s graph with its solver and loop objects, more than the eager operations it replaces on small states
+(``benchmarks/compiled_step.py``). So ``compile_step``'s graph runs unguarded where torch allows it
+(``guard_filter_fn``, torch >= 2.8): its configuration key names every input's shape and dtype, the solver's
+settings, the stopping rule and the autocast state, everything the graph depends on; the inputs are the loop's own
+buffers and f's output made contiguous. ``capture``'s graph keeps dynamo's guards: it traces f, the user's code.
 
 Where torch.compile cannot run (no C++ compiler for inductor, an unsupported Python or platform), the first solve
-with the flag checks it once on a tiny kernel, warns why, and runs eagerly (same results).
+that asks checks it once on a tiny kernel, warns why, and runs eagerly (same results).
 """
 
 from __future__ import annotations
 
 import functools
+import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 import torch
@@ -52,6 +62,13 @@ def _probe(backend: str | Callable[..., object]) -> str | None:
     return None
 
 
+def _own_code(fn: Fn, tag: object) -> Fn:
+    """A copy of the function ``fn`` with a code object of its own: torch keeps compiled graphs (and counts
+    recompilations against its limit of 8) per code object, so each configuration of the loop's graphs gets its own."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(tag)) % 10**10}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)  # type: ignore
+
+
 @functools.cache
 def _compiled(fn: Callable[..., object], dynamic: bool, backend: str | Callable[..., object]) -> Callable[..., object]:
     """``torch.compile(fn, dynamic=dynamic, fullgraph=True)``, one wrapper per kernel for the process (torch caches
@@ -59,28 +76,75 @@ def _compiled(fn: Callable[..., object], dynamic: bool, backend: str | Callable[
     return torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)
 
 
-class Compiler:
-    """Compiles kernels for one solve (``compile_step=True``) or hands them back unchanged (eager).
+@functools.cache
+def _compiled_graph(
+    fn: Callable[..., object], key: Hashable, backend: str | Callable[..., object], mode: str | None
+) -> Callable[..., object]:
+    """``torch.compile(fn)`` for the configuration ``key`` (fixed shapes, one graph, dynamo's guards), on a code
+    object of its own (:func:`_own_code`)."""
+    return torch.compile(_own_code(fn, key), backend=backend, dynamic=False, fullgraph=True, mode=mode)
 
-    ``compiler(fn, dynamic)`` returns ``torch.compile(fn, dynamic=dynamic, fullgraph=True)``, or ``fn`` when compiling
-    was not asked for or when torch.compile does not work here (then a RuntimeWarning says why, once per solve).
-    Whether it works is only looked up when a solver first asks (``enabled``): a solve whose solver compiles nothing
-    pays nothing for the flag.
+
+class _Traced:
+    """A function of tensors only, traced once (``make_fx``, fake tensors: nothing runs) and compiled by inductor
+    (``torch._inductor.compile``) at its first call, then let go; later calls run the compiled code directly, without
+    dynamo's frame evaluation and guards (about 30 us of the 80 us a call of the same graph through ``torch.compile``
+    took here). Valid for the inputs' shapes, dtypes and device of the first call and for everything else the
+    function read as a constant: the caller's configuration key names all of it."""
+
+    __slots__ = ("_fn", "_run")
+
+    def __init__(self, fn: Callable[..., tuple[Tensor, ...]]) -> None:
+        self._fn: Callable[..., tuple[Tensor, ...]] | None = fn
+        self._run: Callable[..., tuple[Tensor, ...]] | None = None
+
+    def __call__(self, *tensors: Tensor) -> tuple[Tensor, ...]:
+        if self._run is None:
+            from torch._inductor import compile as inductor_compile
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            assert self._fn is not None
+            try:
+                graph = make_fx(self._fn, tracing_mode="fake")(*tensors)
+            except Exception as error:  # a Python branch on a tensor's value, .item(), an op without a fake kernel
+                first = (str(error).strip().splitlines() or [""])[0][:200]
+                raise RuntimeError(
+                    f"compile_step=True: the solver's step cannot be traced as one graph ({type(error).__name__}: "
+                    f"{first}); make it a pure tensor function (see Solver.capturable) or pass compile_step=False."
+                ) from None
+            self._run, self._fn = inductor_compile(graph, list(tensors)), None  # keeps nothing of the first solve
+        return self._run(*tensors)
+
+
+# The traced graphs of the process, by configuration (compiled code is a cache of the installation, as torch's own).
+_TRACED: dict[Hashable, _Traced] = {}
+
+
+class Compiler:
+    """What one solve compiles: nothing (eager), its step (``compile_step=True``) or its iterations with f
+    (``capture=True``), falling back to eager where torch.compile does not work here.
+
+    ``compiler(fn, dynamic)`` compiles a solver's kernel (:meth:`deq_core.Loop.compiled`); :meth:`graph` one of the
+    loop's own graphs. Whether torch.compile works is only looked up when first needed (``enabled``): a solve that
+    compiles nothing pays nothing for the flag.
     """
 
-    __slots__ = ("requested", "_enabled")
+    __slots__ = ("requested", "capture", "_enabled")
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, capture: bool = False) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"compile_step must be True or False, got {enabled!r}.")
-        self.requested = enabled
-        self._enabled: bool | None = None if enabled else False
+        if not isinstance(capture, bool):
+            raise TypeError(f"capture must be True or False, got {capture!r}.")
+        self.requested = enabled or capture
+        self.capture = capture
+        self._enabled: bool | None = None if self.requested else False
 
     @property
     def enabled(self) -> bool:
-        """Whether kernels are compiled: asked for and torch.compile works here (warns once per solve if not)."""
+        """Whether the solve compiles: asked for and torch.compile works here (warns once per solve if not)."""
         if self._enabled is None:
-            self._enabled = _available()
+            self._enabled = _available("capture" if self.capture else "compile_step")
         return self._enabled
 
     def __call__(self, fn: Fn, dynamic: bool = False) -> Fn:
@@ -88,14 +152,29 @@ class Compiler:
             return fn
         return _compiled(fn, dynamic, BACKEND)  # type: ignore[return-value]
 
+    def graph(self, fn: Fn, key: Hashable, device: torch.device) -> Fn:
+        """``fn``, one of the loop's graphs, compiled with ``torch.compile`` for the configuration ``key`` (a code
+        object of its own, see :func:`_own_code`): on CUDA with ``capture=True`` with ``mode="reduce-overhead"`` (CUDA
+        graphs)."""
+        mode = "reduce-overhead" if self.capture and device.type == "cuda" else None
+        return _compiled_graph(fn, key, BACKEND, mode)  # type: ignore[return-value]
 
-def _available() -> bool:
+    def traced(self, make: Callable[[], Callable[..., tuple[Tensor, ...]]], key: Hashable) -> _Traced:
+        """The function of tensors ``make()`` returns, for the configuration ``key``, traced and compiled without
+        dynamo (see :class:`_Traced`); ``make`` is only called the first time ``key`` is seen."""
+        graph = _TRACED.get(key)
+        if graph is None:
+            graph = _TRACED[key] = _Traced(make())
+        return graph
+
+
+def _available(flag: str) -> bool:
     reason = compiler_error()
     if reason is None:
         return True
     warnings.warn(
-        f"compile_step=True: torch.compile does not work here ({reason}); the solver runs eagerly (same results, "
-        "no speed-up). Install a C++ compiler for inductor (e.g. gcc) or pass compile_step=False to silence this.",
+        f"{flag}=True: torch.compile does not work here ({reason}); the solver runs eagerly (same results, "
+        f"no speed-up). Install a C++ compiler for inductor (e.g. gcc) or pass {flag}=False to silence this.",
         RuntimeWarning,
         stacklevel=5,
     )

@@ -40,6 +40,7 @@ from torch import Tensor
 
 from .._state import FlatMap
 from ._compile import Compiler
+from ._graph import Progress, iterate_captured, iterate_compiled
 from .base import Loop
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class SolveRun:
 
     Args:
         fn: f on flat tensors (:class:`~deq_core._state.FlatMap`).
-        x0: first iterate, (B, D), in the solver dtype; copied (never modified nor kept).
+        x0: first iterate, (B, D), in the solver dtype; never modified (the loop copies it).
         max_iter: the largest number of iterations.
         tol: residual at or below which a sample has converged.
         stop_mode: "rel" (||f(z) - z|| / ||f(z)||) or "abs" (||f(z) - z||), norms over each sample's D values.
@@ -103,30 +104,19 @@ class SolveRun:
         self, fn: FlatMap, x0: Tensor, max_iter: int, tol: float, stop_mode: str, stop_over: str = "sample",
         check_every: int = 1, compiler: Compiler | None = None, keep: Sequence[int] = (),
     ) -> None:  # fmt: skip
-        self._fn = fn
+        self.fn = fn
         self.compiler = compiler or Compiler(False)
         self.max_iter, self.tol, self.stop_mode, self.stop_over = max_iter, tol, stop_mode, stop_over
         self.check_every = check_every
         self.nfe = 0
         self.iterations = 0
         self.finished = False
-        batch, dim = x0.shape
-        block = x0.new_empty(6, batch, dim)  # slot 0: g, f(z), z; slot 1: the same
-        rows = block.unbind(0)
-        pairs = block.as_strided((5, 2, batch, dim), (batch * dim, batch * dim, dim, 1)).unbind(0)  # rows i, i + 1
-        self._slots = tuple(
-            _Slot(rows[i], rows[i + 1], rows[i + 2], pairs[i], pairs[i + 1], fn.bind(rows[i + 2], rows[i + 1]))
-            for i in (0, 3)
-        )
-        self._slot = self._slots[0]
-        self._slot.z.copy_(x0)
+        self.x0 = x0
+        self._slots: tuple[_Slot, ...] = ()  # the eager loop's iterate buffers, made by evaluate_first
         self._best = torch.stack([x0, x0])  # f(z) and z of the best iterate per sample
         self.best_fx, self.best_x = self._best.unbind(0)
-        norms = x0.new_empty(2, batch, 1)  # ||g|| and ||f(z)|| of the current iterate per sample
-        self._norms = norms
-        self._g_norm, self._f_norm = norms.unbind(0)
         # Best residual per sample, (B, 1); NaN once the sample failed (see the module docstring).
-        self.best_residual = x0.new_full((batch, 1), _INF)
+        self.best_residual = x0.new_full((x0.shape[0], 1), _INF)
         self._tiny = torch.finfo(x0.dtype).tiny
         self._huge = torch.finfo(x0.dtype).max
         self.active = self.best_residual > tol  # (B, 1) bool: samples still iterating
@@ -134,6 +124,40 @@ class SolveRun:
         self.batch_trace: list[Tensor] = []  # stop_over="batch": the batch's residual of each iteration, 0-d
         self._keep = frozenset(keep)
         self.kept: dict[int, Tensor] = {}
+
+    def _allocate(self) -> None:
+        """The eager loop's buffers: two blocks of rows [g, f(z), z] (slot 0 holding z0) and the norms."""
+        x0 = self.x0
+        batch, dim = x0.shape
+        block = x0.new_empty(6, batch, dim)  # slot 0: g, f(z), z; slot 1: the same
+        rows = block.unbind(0)
+        pairs = block.as_strided((5, 2, batch, dim), (batch * dim, batch * dim, dim, 1)).unbind(0)  # rows i, i + 1
+        self._slots = tuple(
+            _Slot(rows[i], rows[i + 1], rows[i + 2], pairs[i], pairs[i + 1], self.fn.bind(rows[i + 2], rows[i + 1]))
+            for i in (0, 3)
+        )
+        self._slot = self._slots[0]
+        self._slot.z.copy_(x0)
+        norms = x0.new_empty(2, batch, 1)  # ||g|| and ||f(z)|| of the current iterate per sample
+        self._norms = norms
+        self._g_norm, self._f_norm = norms.unbind(0)
+
+    @property
+    def progress(self) -> Progress:
+        """The per-sample standing (best iterate, best residual, active flags): the loop's buffers, no copy."""
+        return Progress(self._best, self.best_residual, self.active)
+
+    def settle(self, progress: Progress) -> None:
+        """Take ``progress`` (new tensors from a graph) as the standing of the solve."""
+        self._best, self.best_residual, self.active = progress
+        self.best_fx, self.best_x = self._best.unbind(0)
+
+    def record(self, residuals: Sequence[Tensor], batch: Sequence[Tensor]) -> None:
+        """Count the iterations whose residuals ((B, 1) each) a graph computed (and the batch's, 0-d each, with
+        ``stop_over="batch"``), the standing being the one after the last of them; then check as :meth:`_record`."""
+        self.trace.extend(residuals)
+        self.batch_trace.extend(batch)
+        self._count(len(residuals))
 
     @property
     def current(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -144,7 +168,7 @@ class SolveRun:
     def call(self, x: Tensor) -> Tensor:
         """One counted call of f at x (B, D), without bookkeeping (trial points, :meth:`~deq_core.Loop.trial`)."""
         self.nfe += 1
-        return self._fn(x)
+        return self.fn(x)
 
     def freeze(self, x: Tensor) -> Tensor:
         """``x`` (B, D) with the rows of finished samples replaced by their best iterate (a new tensor)."""
@@ -152,6 +176,7 @@ class SolveRun:
 
     def evaluate_first(self) -> None:
         """Iteration 1: f at z0."""
+        self._allocate()
         self.nfe += 1
         self._slot.call()
         self._record()
@@ -196,13 +221,25 @@ class SolveRun:
         else:
             self.active = self.best_residual > self.tol  # False for converged and failed samples
         self.trace.append(res)
-        self.iterations += 1
+        self._count(1)
+
+    def _count(self, iterations: int) -> None:
+        """Count ``iterations`` more (the statistics already recorded); keep the best iterate where asked, stop at
+        max_iter, and read the active flags on the host when a check is due."""
+        self.iterations += iterations
         if self.iterations in self._keep:  # a copy: the best iterate's buffer is updated in place later
             self.kept[self.iterations] = self.best_x.clone()
         if self.iterations >= self.max_iter:
             self.finished = True
         elif self.iterations % self.check_every == 0:
             self.finished = not any(flag for (flag,) in self.active.tolist())  # the host read
+
+    def next_stop(self) -> int:
+        """The iteration at which the loop next stops to look: a check, an iterate to keep, or max_iter."""
+        after = self.iterations + 1
+        stops = [self.max_iter, after + (-after) % self.check_every]
+        stops += [i for i in self._keep if i >= after]
+        return min(stops)
 
     def _batch_active(self) -> Tensor:
         """stop_over="batch": every finite sample stays active until the residual of the batch's finite samples (one
@@ -219,7 +256,11 @@ class SolveRun:
 
 def iterate(solver: Solver, run: SolveRun) -> None:
     """Run ``solver`` from the run's z0 until no sample is active at a check or ``run.max_iter`` iterations were made;
-    the results are in ``run`` (best iterate, residuals, trace, NFE)."""
+    the results are in ``run`` (best iterate, residuals, trace, NFE). A capturable solver in a solve that compiles
+    runs through the loop's graphs (:mod:`._graph`); every other solve runs here, eagerly."""
+    if solver.capturable and run.compiler.enabled:
+        (iterate_captured if run.compiler.capture else iterate_compiled)(solver, run)
+        return
     loop = Loop(run)
     run.evaluate_first()
     state = solver.init(*run.current, loop)

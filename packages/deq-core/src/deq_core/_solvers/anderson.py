@@ -14,13 +14,19 @@ takes a plain damped step instead (gamma = 0).
 One step is a fixed sequence of kernels of fixed shapes (``_mix``; 18 operations, no view made in the loop): the
 history always holds m - 1 columns (a column not filled yet is zero and gets a zero weight), written in turn; one
 batched product of the new difference and g with the history gives the new row and column of the Gram matrix (kept,
-float64) and the right-hand side. The same function is what ``compile_step=True`` compiles, as one graph.
+float64) and the right-hand side.
+
+Anderson is capturable (:attr:`~deq_core.Solver.capturable`): when the loop compiles (``compile_step=True`` or
+``capture=True``), its state is :class:`_Ring`, tensors only (the slot of the next difference included), and its step
+:func:`_ring_step` a pure function of them, which the loop traces into one graph with its own bookkeeping (and f,
+with ``capture=True``). The first step stores a zero difference without moving to the next slot, so the two forms
+make the same iterates up to rounding.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -66,8 +72,7 @@ class _History:
     (``new_row``) and the right-hand side g . dG_j (``rhs``, (B, 1, width)) of the step; ``ridge`` (width, width):
     reg on the diagonal; ``system`` (B, width, width): the ridge system solved, with its ``diagonal``; ``mixed``
     (B, D) the step's output (``mixed_rows``: the same as (B, 1, D)). ``g``, ``base``: g and z + beta g of the last
-    iterate (None before the first step); ``k``: differences stored so far; ``slots``: for the compiled step, the
-    int64 tensors [0], [1], ... naming the slots (empty when the solve does not compile).
+    iterate (None before the first step); ``k``: differences stored so far.
     """
 
     width: int
@@ -88,10 +93,24 @@ class _History:
     mixed_rows: Tensor
     zero: Tensor
     rows: Tensor
-    slots: tuple[Tensor, ...] = ()
     g: Tensor | None = None
     base: Tensor | None = None
     k: int = 0
+
+
+class _Ring(NamedTuple):
+    """Anderson's state in its capturable form: tensors of fixed shapes, nothing that changes on the host.
+
+    ``rows`` (2 width, B, D): the differences dG_0 .. dG_{width-1}, then those of z + beta g (as in :class:`_History`);
+    ``gram`` (B, width, width, float64): dG_i . dG_j; ``previous`` (2, B, D): g and z + beta g of the last iterate;
+    ``counters`` (2,) int64: the slot the next difference goes to, and 0 before the first step (whose difference,
+    from the last iterate to itself, is zero and keeps the slot), 1 after.
+    """
+
+    rows: Tensor
+    gram: Tensor
+    previous: Tensor
+    counters: Tensor
 
 
 @dataclass(frozen=True)
@@ -108,6 +127,7 @@ class Anderson(Solver):
     beta: float = 1.0
     reg: float = 1e-8
     name: ClassVar[str] = "anderson"
+    capturable: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_int(self.name, "m", self.m, 1)
@@ -116,15 +136,18 @@ class Anderson(Solver):
         if not check_number(self.name, "reg", self.reg) >= 0.0:
             raise ValueError(f"{self.name}: reg must be >= 0, got {self.reg}.")
 
-    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _History | None:
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _History | _Ring | None:
         width = min(self.m, loop.max_iter) - 1  # a solve stores at most max_iter - 1 differences
         if width == 0:  # m = 1 (or a one-iteration solve): damped steps, no history
             return None
         batch, dim = z.shape
         small = dict(dtype=torch.float64, device=z.device)
         rows = z.new_zeros(2 * width, batch, dim)
-        each = rows.unbind(0)
         gram = torch.zeros(batch, width, width, **small)
+        if loop.compiling:
+            previous = torch.stack((g, self._base(z, fz, g)))
+            return _Ring(rows, gram, previous, torch.zeros(2, dtype=torch.int64, device=z.device))
+        each = rows.unbind(0)
         products = torch.empty(batch, 2, width, **small)
         system = torch.empty(batch, width, width, **small)
         mixed = z.new_empty(batch, dim)
@@ -134,23 +157,24 @@ class Anderson(Solver):
             products=products, new_row=products[:, 0], rhs=products[:, 1:], ridge=torch.eye(width, **small) * self.reg,
             system=system, diagonal=system.diagonal(dim1=1, dim2=2), mixed=mixed, mixed_rows=mixed.view(batch, 1, dim),
             zero=gram.new_zeros(()), rows=rows,
-            slots=tuple(torch.tensor([i], device=z.device) for i in range(width)) if loop.compiling else (),
         )  # fmt: skip
 
-    def step(self, state: _History | None, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
-        base = fz if self.beta == 1.0 else torch.add(z, g, alpha=self.beta)  # z + beta g: the step before mixing
+    def _base(self, z: Tensor, fz: Tensor, g: Tensor) -> Tensor:
+        """z + beta g, the step before mixing (f(z) itself when beta = 1)."""
+        return fz if self.beta == 1.0 else torch.add(z, g, alpha=self.beta)
+
+    def step(self, state: _History | _Ring | None, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+        base = self._base(z, fz, g)
         if state is None:
             return Step(base, state)
+        if isinstance(state, _Ring):
+            return Step(*_ring_step(state, g, base, self.reg))
         g_old, base_old = state.g, state.base
         state.g, state.base = g, base  # rows of the loop's buffer: valid for the next step, which is all we need
         if g_old is None or base_old is None:  # no difference yet: a damped step
             return Step(base, state)
         slot = state.k % state.width
         state.k += 1
-        if loop.compiling:
-            mix_compiled = loop.compiled(_mix_compiled)
-            mixed = mix_compiled(state.rows, state.gram, state.slots[slot], g_old, base_old, g, base, state.ridge)
-            return Step(mixed, state)
         mix = _mix
         mix(state.dg_rows[slot], state.step_rows[slot], state.gram_rows[slot], state.gram_cols[slot], g_old, base_old,
             g, base, state.dg_t, state.steps, state.gram, state.products, state.new_row, state.rhs, state.ridge,
@@ -183,22 +207,21 @@ def _mix(
     torch.sub(base, mixed, out=mixed)
 
 
-def _mix_compiled(
-    rows: Tensor, gram: Tensor, slot: Tensor, g_old: Tensor, base_old: Tensor, g: Tensor, base: Tensor, ridge: Tensor
-) -> Tensor:
-    """The step of :func:`_mix` for torch.compile, from the whole buffers ``rows`` (2 width, B, D) and ``gram``
-    (B, width, width), updated in place, and the ``slot`` as an int64 tensor (1,): a compiled graph must not get
-    views of one buffer as separate inputs (it would write to the first call's views), and a slot given as a Python
-    int would compile once per value. Returns base - steps^T gamma (B, D)."""
-    width = gram.shape[1]
-    dg_new = g - g_old
-    rows.index_copy_(0, slot, dg_new.unsqueeze(0))
-    rows.index_copy_(0, slot + width, (base - base_old).unsqueeze(0))
-    products = torch.bmm(torch.stack((dg_new, g), dim=1), rows[:width].permute(1, 2, 0)).to(gram.dtype)
-    gram.index_copy_(1, slot, products[:, :1])
-    gram.index_copy_(2, slot, products[:, :1].mT)
-    system = torch.addcmul(gram, ridge, gram)
-    system.diagonal(dim1=1, dim2=2).clamp_min_(_TINY)
-    gamma, _ = torch.linalg.solve_ex(system, products[:, 1:], left=False)
-    gamma = torch.where(gamma.sum(dim=2, keepdim=True).abs() < float("inf"), gamma, 0.0)  # as _solved does
-    return base - torch.bmm(gamma.to(rows.dtype), rows[width:].transpose(0, 1)).squeeze(1)
+def _ring_step(state: _Ring, g: Tensor, base: Tensor, reg: float) -> tuple[Tensor, _Ring]:
+    """One Anderson step in the capturable form, a pure function: from the state and the current g and z + beta g
+    (B, D), the mixed iterate base - steps^T gamma (B, D) and the next state (new tensors; the loop writes them over
+    the old ones where it keeps buffers). The same arithmetic as :func:`_mix`: the new differences go to the slot
+    ``counters[0]``, one batched product gives the slot's row and column of the Gram matrix and the right-hand side,
+    :func:`_mixing_weights` the weights."""
+    width = state.gram.shape[1]
+    g_old, base_old = state.previous.unbind(0)
+    slot, started = state.counters[:1], state.counters[1:]
+    dg = g - g_old
+    rows = state.rows.index_copy(0, torch.cat((slot, slot + width)), torch.stack((dg, base - base_old)))
+    products = torch.bmm(torch.stack((dg, g), dim=1), rows[:width].permute(1, 2, 0)).to(state.gram.dtype)
+    new_row = products[:, :1]
+    gram = state.gram.index_copy(1, slot, new_row).index_copy(2, slot, new_row.mT)
+    gamma = _mixing_weights(gram, products[:, 1], reg)
+    mixed = base - torch.bmm(gamma.unsqueeze(1).to(rows.dtype), rows[width:].transpose(0, 1)).squeeze(1)
+    counters = torch.cat(((slot + started) % width, torch.ones_like(started)))
+    return mixed, _Ring(rows, gram, torch.stack((g, base)), counters)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 from torch import Tensor
 
@@ -68,8 +68,9 @@ class Loop:
 
     @property
     def compiling(self) -> bool:
-        """Whether :meth:`compiled` compiles (the solve runs with ``compile_step=True`` and torch.compile works
-        here): a solver may then take a form of fixed shapes that compiles once."""
+        """Whether the solve compiles (``compile_step=True`` or ``capture=True``, and torch.compile works here): a
+        capturable solver (:attr:`Solver.capturable`) then takes its capturable form, which the loop traces; another
+        solver may route its kernels through :meth:`compiled`."""
         return self._run.compiler.enabled
 
     def compiled(self, kernel: Fn, *, dynamic: bool = False) -> Fn:
@@ -105,7 +106,18 @@ class Solver(abc.ABC):
     overwrites them: copy what a solver needs for longer). In the iteration where a sample fails, its rows may hold
     NaN / Inf; whatever the step computes for that sample is discarded, so keep samples independent (no reduction
     over the batch).
+
+    Class attribute ``capturable`` (default False): True declares that, when ``loop.compiling`` is True, ``init``
+    returns a state that is None or a tuple (e.g. a NamedTuple) of tensors, and ``step`` is a pure function of its
+    tensors: fixed shapes, no read of a tensor's value on the host, no Python number that changes from step to step
+    (keep counters in tensors), no in-place change of its inputs or of the state (it returns the next state: new
+    tensors of the same shapes), no ``loop.trial``, ``loop.iteration`` or ``loop.active``. The loop then traces the step
+    into one graph with its own bookkeeping (``compile_step=True``; f runs eagerly between two graphs) or with f
+    over the iterations between two host checks (``capture=True``). A solver that is not capturable runs eagerly,
+    its kernels through :meth:`Loop.compiled` with ``compile_step=True``; ``capture=True`` refuses it.
     """
+
+    capturable: ClassVar[bool] = False
 
     @property
     def name(self) -> str:

@@ -22,6 +22,7 @@ class FixedPoint(Solver):
 
     damping: float = 1.0
     name: ClassVar[str] = "fixed_point"
+    capturable: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not 0.0 < check_number(self.name, "damping", self.damping) <= 1.0:
@@ -32,5 +33,5 @@ class FixedPoint(Solver):
 
     def step(self, state: None, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
         if self.damping == 1.0:
-            return Step(fz, state)  # fz may be referenced as the best f(z): not temporary
+            return Step(fz, state)
         return Step(torch.add(z, g, alpha=self.damping), state, temporary=True)
