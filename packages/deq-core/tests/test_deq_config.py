@@ -48,6 +48,10 @@ class _TaskConfig:
         ({"backward_options": ("m=6",)}, "deq.backward_options: unknown option(s) ['m'] for solver 'broyden'"),
         ({"solver_options": ("m6",)}, "deq.solver_options: 'm6' is not of the form key=value"),
         ({"solver_options": ("m=0",)}, "deq.solver_options: "),  # the solver's own range check
+        ({"check_every": 0}, "deq.check_every must be an integer >= 1 or none"),
+        ({"check_every": 2.5}, "deq.check_every must be an integer >= 1 or none"),
+        ({"backward_check_every": True}, "deq.backward_check_every must be an integer >= 1 or none"),
+        ({"backward_check_every": 2**31}, "deq.backward_check_every must be an integer from 1 to 2**31 - 1"),
     ],
 )
 def test_deq_section_names_the_bad_setting(changes, message):
@@ -73,6 +77,15 @@ def test_deq_section_builds_the_layer_and_the_schedules():
     assert parse_options(["memory=10", "beta=0.5", "line_search=true", "name=x"]) == {
         "memory": 10, "beta": 0.5, "line_search": True, "name": "x",
     }  # fmt: skip
+
+
+def test_check_every_reaches_the_forward_and_backward_solves():
+    layer = DEQConfig(check_every=4, backward_check_every=2).layer()
+    assert layer.check_every == 4 and layer.backward.check_every == 2
+    defaults = DEQConfig().layer()  # None: the device's default (1 on the CPU, 4 elsewhere), chosen per solve
+    assert defaults.check_every is None and defaults.backward.check_every is None
+    cfg = apply_overrides(_TaskConfig(), ["deq.check_every=8", "deq.backward_check_every=none"])
+    assert cfg.deq.check_every == 8 and cfg.deq.backward_check_every is None
 
 
 def test_dotted_overrides_and_changes_reach_the_section():

@@ -46,6 +46,9 @@ class DEQConfig:
             gradient of the last call of f only).
         jacobian_samples: Hutchinson probes of the Jacobian term. on_nonfinite: "raise", "warn" or "ignore" when a
             sample's f turns NaN/Inf.
+        check_every, backward_check_every: iterations between two host checks of whether a sample is still active,
+            in the forward and the implicit backward solve (None: 1 on the CPU, 4 on other devices; see
+            :func:`deq_core.solve`).
     Training (the skeleton's :class:`~deq_core.train.task.StepPlan`):
         max_iter_jitter: each training step draws its forward limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: the first ``pretrain_steps`` steps apply f ``pretrain_depth`` times with
@@ -78,6 +81,8 @@ class DEQConfig:
     phantom_damping: float = 0.5
     jacobian_samples: int = 1
     on_nonfinite: Literal["raise", "warn", "ignore"] = "raise"
+    check_every: int | None = None
+    backward_check_every: int | None = None
     max_iter_jitter: int = 0
     pretrain_steps: int = 0
     pretrain_depth: int = 2
@@ -101,13 +106,14 @@ class DEQConfig:
             solver=resolve_solver(self.solver, parse_options(self.solver_options, "solver_options")),
             max_iter=self.max_iter, tol=self.tol, stop_mode=self.stop_mode, stop_over=self.stop_over,
             eval_max_iter=self.eval_max_iter, eval_tol=self.eval_tol, jacobian_samples=self.jacobian_samples,
-            on_nonfinite=self.on_nonfinite,
+            on_nonfinite=self.on_nonfinite, check_every=self.check_every,
         )  # fmt: skip
         if self.backward == "implicit":
             adjoint = resolve_solver(self.backward_solver, parse_options(self.backward_options, "backward_options"))
             settings["backward"] = Implicit(
-                adjoint, self.backward_max_iter, self.backward_tol, self.backward_stop_mode, self.backward_stop_over
-            )
+                adjoint, self.backward_max_iter, self.backward_tol, self.backward_stop_mode, self.backward_stop_over,
+                check_every=self.backward_check_every,
+            )  # fmt: skip
         elif self.backward == "phantom":
             settings["backward"] = Phantom(steps=self.phantom_steps, damping=self.phantom_damping)
         else:
@@ -149,6 +155,13 @@ def _check_deq_config(config: DEQConfig) -> None:
         raise ValueError(f"eval_max_iter must be >= 1 or None, got {config.eval_max_iter}.")
     if config.eval_max_iter is not None:
         check_at_least(config, 1, "eval_max_iter")  # below INT_LIMIT
+    for key in ("check_every", "backward_check_every"):
+        value = getattr(config, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{key} must be an integer >= 1 or none (none: 1 on the CPU, 4 on other devices), got "
+                             f"{value!r}.")  # fmt: skip
+        if value is not None:
+            check_at_least(config, 1, key)  # below INT_LIMIT
     if config.max_iter_jitter >= config.max_iter:
         raise ValueError(f"max_iter_jitter must be < max_iter ({config.max_iter}), got {config.max_iter_jitter}.")
     if not 0.0 < config.phantom_damping <= 1.0:
