@@ -34,8 +34,8 @@ from deq_core.train.files import OutputError, append_text, output_error, write_f
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.rundir import RunDirError, RunLock
+from deq_core.train.testing.faults import read_only, save_points
 from deq_core.train.trackers import check_tracker_folders
-from lab.faults import read_only, save_points
 
 sys.path.insert(0, str(Path(__file__).parent))
 import skeleton_task  # noqa: E402

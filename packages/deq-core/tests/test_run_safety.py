@@ -28,7 +28,7 @@ from deq_core.train.rng import rng_state, set_rng_state
 from deq_core.train.run_config import check_resume_config, record_resume, save_config
 from deq_core.train.rundir import RunDirError, RunLock, check_run_dir
 from deq_core.train.state import TrainState, load_training_checkpoint, save_training_checkpoint
-from lab.faults import plant_pickle, save_points
+from deq_core.train.testing.faults import plant_pickle, save_points
 
 
 class Crash(BaseException):

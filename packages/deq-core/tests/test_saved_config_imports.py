@@ -21,6 +21,7 @@ from deq_core.train.cli import add_trust_option, module_name, run_training_cli, 
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import check_resume_config, config_from_dict, load_config, save_config
+from deq_core.train.testing.faults import PAYLOAD_MODULE, TRUSTED_SOLVER_MODULE
 from deq_core.train.trust import (
     UntrustedImportError,
     check_import_paths,
@@ -28,7 +29,6 @@ from deq_core.train.trust import (
     import_trusted,
     leave_run_folder,
 )
-from lab.faults import PAYLOAD_MODULE, TRUSTED_SOLVER_MODULE
 
 MODULE = "saved_config_payload"  # written into tmp_path by the fixture; importing it writes MARKER
 MARKER = "imported.txt"

@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 import deq_core
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.metrics import read_metrics
+from deq_core.train.testing.faults import edit_saved_config
 from deq_core.train.trainer import micro_batches, plan_step
-from lab.faults import edit_saved_config
 
 sys.path.insert(0, str(Path(__file__).parent))
 from skeleton_task import TinyConfig, run  # noqa: E402

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.testing.faults import damage_weights, plant_pickle
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main
-from lab.faults import damage_weights, plant_pickle
 
 ARGS = ["--config", "tiny-lm-deq-transformer", "steps=2", "eval_every=2"]
 

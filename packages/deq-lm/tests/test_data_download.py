@@ -15,10 +15,10 @@ import huggingface_hub.constants
 import pytest
 
 from conftest import write_tiny_corpus
+from deq_core.train.testing.faults import edit_saved_config
 from deq_lm.data import CorpusDownloadError, CorpusNotFoundError, HFSource, load_hf_source
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main as train_main
-from lab.faults import edit_saved_config
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}

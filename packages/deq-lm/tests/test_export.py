@@ -15,12 +15,12 @@ import torch
 from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import CheckpointError, checkpoint_path
 from deq_core.train.hub import HubModelError
+from deq_core.train.testing.faults import EXPORT_FAULTS, check_export_fault
 from deq_lm import evaluate, export
 from deq_lm.data import copy_memory_split
 from deq_lm.hub import PretrainedLM
 from deq_lm.train import evaluate_split
 from deq_lm.train import main as train_main
-from lab.faults import EXPORT_FAULTS, check_export_fault
 
 CPU = torch.device("cpu")
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.metrics import read_metrics
-from lab.faults import random_kills, train_with_faults
+from deq_core.train.testing.faults import random_kills, train_with_faults
 
 SETTINGS = ["steps=10", "save_every=2", "eval_every=4", "dropout=0.1", "deq.jac_weight=0.5", "deq.jac_prob=0.5"]
 POINTS_PER_SAVE = 10  # 7 files (model, optimizer, scheduler, train_state, rng, memory, manifest), dir, rename, parent

@@ -13,9 +13,9 @@ from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.metrics import read_metrics
 from deq_core.train.rundir import RunLock
+from deq_core.train.testing.faults import read_only
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main
-from lab.faults import read_only
 
 ARGS = ["--config", "tiny-lm-deq-transformer", "steps=6", "eval_every=3", "dropout=0.1"]
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from deq_lm.train import main
-from lab.faults import (
+from deq_core.train.testing.faults import (
     TRUSTED_SOLVER_MODULE,
     check_export_trust,
     check_installed_solver_module,
     plant_solver_path,
     python_module,
 )
+from deq_lm.train import main
 
 ARGS = ["--config", "tiny-deq-transformer"]
 COMMANDS = {

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from deq_core.train.errors import UsageError
+from deq_core.train.testing.faults import python_module
 from deq_toy.data.arithmetic import (
     SYMBOLS,
     VARIANTS,
@@ -20,7 +21,6 @@ from deq_toy.data.arithmetic import (
     to_indices,
     write_split,
 )
-from lab.faults import python_module
 
 
 def python_exact(text: str) -> Fraction:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.testing.faults import damage_weights, plant_pickle, set_saved_setting
 from deq_toy import evaluate, train
-from lab.faults import damage_weights, plant_pickle, set_saved_setting
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2"]
 

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.metrics import read_metrics
-from lab.faults import random_kills, train_with_faults
+from deq_core.train.testing.faults import random_kills, train_with_faults
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2", "save_every=3"]
 POINTS_PER_SAVE = 9  # 6 files flushed, the folder flushed, renamed, its parent flushed (checkpoints at 3, 6, ..., 20)

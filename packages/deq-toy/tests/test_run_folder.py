@@ -11,9 +11,9 @@ import torch
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.metrics import read_metrics
 from deq_core.train.rundir import RunLock
+from deq_core.train.testing.faults import read_only
 from deq_toy import evaluate, train
 from deq_toy.checkpoint import load_checkpoint
-from lab.faults import read_only
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress", "deq.jac_weight=2"]
 

@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from deq_core.train.testing.faults import (
+    TRUSTED_SOLVER_MODULE,
+    check_installed_solver_module,
+    plant_solver_path,
+    python_module,
+)
 from deq_toy import train
-from lab.faults import TRUSTED_SOLVER_MODULE, check_installed_solver_module, plant_solver_path, python_module
 
 ARGS = ["--config", "synthetic-tiny", "--no-progress"]
 COMMANDS = {

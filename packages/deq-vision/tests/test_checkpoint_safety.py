@@ -8,8 +8,8 @@ import pytest
 
 from conftest import learnable_images, write_cifar_folder
 from deq_core.train.checkpoints import latest_complete_checkpoint
+from deq_core.train.testing.faults import damage_weights, plant_pickle, set_saved_setting
 from deq_vision import evaluate, train
-from lab.faults import damage_weights, plant_pickle, set_saved_setting
 
 ARGS = ["--config", "tiny-mdeq", "steps=2", "ema_decay=0.9", "augment=true", "mixup=0.2"]
 

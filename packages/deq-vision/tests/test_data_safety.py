@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from conftest import learnable_images
+from deq_core.train.testing.faults import python_module
 from deq_vision import evaluate, train
 from deq_vision.data import DatasetError, image_folder, read_batch, write_cifar_folder
-from lab.faults import python_module
 
 CIFAR_RUN = ["--config", "tiny-mdeq", "steps=2"]
 FOLDER_RUN = ["--config", "tiny-mdeq", "dataset=folder", "steps=2", "eval_every=2", "save_every=2"]

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.metrics import read_metrics
-from lab.faults import random_kills, train_with_faults
+from deq_core.train.testing.faults import random_kills, train_with_faults
 
 SETTINGS = ["steps=12", "save_every=2", "eval_every=3", "augment=true", "mixup=0.2", "dropout=0.1"]
 POINTS_PER_SAVE = 9  # 6 files (model, optimizer, scheduler, train_state, rng, manifest), folder, rename, parent

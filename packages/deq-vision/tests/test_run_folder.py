@@ -14,11 +14,11 @@ from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.metrics import read_metrics
 from deq_core.train.run_config import replace_config
 from deq_core.train.rundir import RunLock
+from deq_core.train.testing.faults import read_only
 from deq_vision import evaluate, train
 from deq_vision.configs import get_config
 from deq_vision.data import build_datasets
 from deq_vision.data.seeded import SeededItems
-from lab.faults import read_only
 
 ARGS = ["--config", "tiny-mdeq", "steps=6", "eval_every=3", "save_every=3", "augment=true", "mixup=0.2"]
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from conftest import learnable_images, write_cifar_folder
-from deq_vision import train
-from lab.faults import (
+from deq_core.train.testing.faults import (
     TRUSTED_SOLVER_MODULE,
     check_export_trust,
     check_installed_solver_module,
     plant_solver_path,
     python_module,
 )
+from deq_vision import train
 
 ARGS = ["--config", "tiny-mdeq"]
 

@@ -19,11 +19,11 @@ from torch.utils.data import DataLoader, Subset
 from conftest import learnable_images, offline_hub
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.run_config import load_config
+from deq_core.train.testing.faults import EXPORT_FAULTS, check_export_fault
 from deq_vision import evaluate, export, train
 from deq_vision.configs import Config
 from deq_vision.data import build_datasets, write_cifar_folder
 from deq_vision.train import evaluate_loader, finish_eval
-from lab.faults import EXPORT_FAULTS, check_export_fault
 
 
 def _train_and_export(root: Path, preset: str) -> tuple[Path, Path, Path]:

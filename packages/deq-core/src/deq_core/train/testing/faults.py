@@ -1,12 +1,12 @@
-"""Fault injection for the tests of training scripts (of deq-core and of the task packages; nothing in the training
-code calls it or knows of it).
+"""Fault injection for the tests of training scripts (of deq-core, of the task packages, of a user's own task;
+nothing in the training code calls it or knows of it).
 
-``python -m lab.faults KILL_AT MODULE [ARGS...]`` runs ``python -m MODULE ARGS...`` and kills its own process
-with SIGKILL at the KILL_AT-th save point: right after each call of ``os.fsync``, ``os.rename`` or ``os.replace`` on a
-file or folder under OUTPUT_DIR/checkpoints (OUTPUT_DIR from ``--output-dir`` in ARGS), which this wrapper replaces in
-the process before the module runs (:func:`save_points`). A checkpoint save flushes each of its files, then its
-folder, renames the folder and flushes the folder of checkpoints: every state a kill can leave is one of these
-points. KILL_AT = 0 never kills.
+``python -m deq_core.train.testing.faults KILL_AT MODULE [ARGS...]`` runs ``python -m MODULE ARGS...`` and kills its
+own process with SIGKILL at the KILL_AT-th save point: right after each call of ``os.fsync``, ``os.rename`` or
+``os.replace`` on a file or folder under OUTPUT_DIR/checkpoints (OUTPUT_DIR from ``--output-dir`` in ARGS), which this
+wrapper replaces in the process before the module runs (:func:`save_points`). A checkpoint save flushes each of its
+files, then its folder, renames the folder and flushes the folder of checkpoints: every state a kill can leave is one
+of these points. KILL_AT = 0 never kills.
 
 :func:`train_with_faults` runs a training command again and again, killing it at chosen save points or at random
 moments of training, resuming each time, until it finishes. :func:`plant_pickle` replaces a file with a pickle that
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deq_core.train import checkpoints
+from .. import checkpoints
 
 __all__ = [
     "EXPORT_FAULTS",
@@ -483,7 +483,8 @@ def _line_count(path: Path) -> int:
 
 
 def _attempt(command: list[str], kill: Kill | None, metrics: Path, env: dict[str, str], timeout: float) -> int:
-    """Run ``command`` (a ``python -m lab.faults ...`` line) once; returns its exit code (-9 when killed)."""
+    """Run ``command`` (a ``python -m deq_core.train.testing.faults ...`` line) once; returns its exit code (-9 when
+    killed)."""
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     start_lines = _line_count(metrics)
@@ -516,16 +517,14 @@ def train_with_faults(
     Raises:
         RuntimeError: an attempt failed otherwise (its stderr is in the message).
     """
-    # the wrapper ``python -m lab.faults`` is imported from the repository's root, whatever the working directory
-    root = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": path}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     metrics = Path(output_dir) / "metrics.jsonl"
     codes: list[int] = []
     for kill in [*kills, None]:
         resume = ["--resume"] if checkpoints.latest_complete_checkpoint(output_dir) is not None else []
         point = str(kill.save_point) if kill is not None else "0"
-        command = [sys.executable, "-m", "lab.faults", point, module, *args, "--output-dir", str(output_dir)]
+        # this module as the wrapper (main): python -m deq_core.train.testing.faults KILL_AT MODULE ...
+        command = [sys.executable, "-m", __name__, point, module, *args, "--output-dir", str(output_dir)]
         codes.append(_attempt([*command, *resume], kill, metrics, env, timeout))
         if codes[-1] == 0:
             break
