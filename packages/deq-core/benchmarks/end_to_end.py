@@ -262,25 +262,45 @@ def make_batches(model: nn.Module, sizes: M.Sizes, seed: int, device: torch.devi
     return [tuple(t.to(device) for t in model.batch(sizes, gen)) for _ in range(N_BATCHES)]  # type: ignore[misc]
 
 
-def compare(name: str, solver: str, steps: int, quick: bool, seed: int, device: torch.device) -> list[Record]:
-    """Train two copies of model ``name`` through deq-core and TorchDEQ, interleaved; their records."""
+def trainers(name: str, solver: str, quick: bool, seed: int, device: torch.device) -> tuple[list[Trainer], list]:
+    """Two copies of model ``name`` with the same weights, one through deq-core and one through TorchDEQ, after
+    ``WARMUP`` steps each; and the batches."""
     model, sizes = M.build(name, quick, seed)
     batches = make_batches(model, sizes, seed, device)
-    trainers = [
+    pair = [
         Trainer(copy.deepcopy(model).to(device), Ours(solver, TRAINING)),
         Trainer(copy.deepcopy(model).to(device), TorchDEQ(solver, TRAINING)),
     ]
     for i in range(WARMUP):
-        for t in trainers:
+        for t in pair:
             t.step(batches[i % N_BATCHES])
+    return pair, batches
+
+
+def compare(name: str, solver: str, steps: int, quick: bool, seed: int, device: torch.device) -> list[Record]:
+    """Train two copies of model ``name`` through deq-core and TorchDEQ, interleaved; their records."""
+    pair, batches = trainers(name, solver, quick, seed, device)
     for i in range(steps):
         batch = batches[(WARMUP + i) % N_BATCHES]
-        for t in trainers if i % 2 == 0 else trainers[::-1]:
+        for t in pair if i % 2 == 0 else pair[::-1]:
             t.timed_step(batch, device)
     batch = batches[(WARMUP + steps) % N_BATCHES]
-    for t in trainers:
+    for t in pair:
         t.record.peak = peak_bytes(lambda t=t: t.step(batch), device)
-    return [t.record for t in trainers]
+    return [t.record for t in pair]
+
+
+def peak_ratios(quick: bool, seed: int, device: torch.device) -> dict[str, float]:
+    """Peak memory of a training step, ours / TorchDEQ, for every model and solver (as ``compare`` measures it after
+    the warm-up steps, without the timed ones), by "model / solver"."""
+    ratios = {}
+    for name in MODELS:
+        for solver in SOLVERS:
+            pair, batches = trainers(name, solver, quick, seed, device)
+            batch = batches[WARMUP % N_BATCHES]
+            ours, tdeq = (peak_bytes(lambda t=t, batch=batch: t.step(batch), device) for t in pair)
+            ratios[f"{name} / {solver}"] = ours / tdeq
+    return ratios
 
 
 def gradients(model: nn.Module, library: Library, batch: tuple[Tensor, Tensor]) -> list[Tensor]:

@@ -1,4 +1,4 @@
-"""What a solve costs beyond f, where f is cheap: operations dispatched, host synchronisations, set-up and wall time,
+"""What a solve costs beyond f, where f is cheap: operations dispatched, host synchronisations, set-up and time,
 deq-core beside TorchDEQ 0.1.0, with the targets of the GPU loop.
 
 Run: ``OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/loop_costs.py [--quick] [--out FILE] [--threads N]``.
@@ -20,7 +20,14 @@ Measured (``SolveCosts``):
   ops whose output size depends on values such as ``nonzero``), per iteration: all of a solve's divided by its
   iterations; for deq-core with its default ``check_every`` and with ``check_every=4``;
 - time at 10 iterations, Anderson: the median ratio of interleaved solves, ours / TorchDEQ (the set-up dominates
-  there).
+  there), in CPU time of the solving thread (``problems.work_clock``: the wall time of a shared machine also counts
+  the time other processes hold the core).
+
+The report ends with every target of the GPU loop's goal beside its figure, met or not: the counts and the time
+above, and, measured again here with the functions of the benchmarks they come from, ``compile_step=True`` against
+eager at 30 iterations (``compiled_step.py``), a training step's peak memory against TorchDEQ's (``end_to_end.py``)
+and our NFE against TorchDEQ's on every problem and method of the solver benchmark (``solvers.py``; ``--quick``: its
+reduced sizes).
 
 All counts are exact (no timing); the times are ratios from one run.
 """
@@ -174,19 +181,41 @@ def solve_costs(make: Callable[[int], Callable[[Callable[[Tensor], Tensor], Tens
 
 
 def time_ratio_at(iterations: int, repeats: int) -> float:
-    """Median ratio of interleaved wall times, ours / TorchDEQ, of Anderson (m = 6) solves of ``iterations``."""
+    """Median ratio of interleaved times (CPU time of the solving thread, ``problems.work_clock``), ours / TorchDEQ,
+    of Anderson (m = 6) solves of ``iterations``."""
     f, z0 = tanh_map(), torch.zeros(BATCH, DIM)
     _, name, opts, t_name, t_opts = SOLVERS[1]
     times = P.interleaved(
         {"ours": lambda: ours(name, opts, iterations)(f, z0), "tdeq": lambda: tdeq(t_name, t_opts, iterations)(f, z0)},
         repeats=repeats,
         warmup=3,
+        clock=P.work_clock("cpu"),
     )
     return P.median_ratio(times["ours"], times["tdeq"])
 
 
 def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
+
+
+def other_targets(args: Any) -> list[str]:
+    """The goal's targets measured by the other benchmarks, each beside its figure, measured again here with their
+    functions: compile_step=True against eager (``compiled_step.py``, 30 iterations of the same f), a training step's
+    peak memory against TorchDEQ's (``end_to_end.py``, one step per model and solver after the warm-up), and our NFE
+    against TorchDEQ's on every problem of the solver benchmark (``solvers.py``, one solve each)."""
+    import compiled_step
+    import end_to_end
+    import solvers
+
+    repeats = 10 if args.quick else 40
+    ratios, _ = compiled_step.small_problem(repeats, P.work_clock("cpu"), compiled_step.SMALL_MODES[:2])
+    peaks = end_to_end.peak_ratios(args.quick, args.seed, torch.device("cpu"))
+    worst = max(peaks, key=peaks.__getitem__)
+    peak_line = (f"- Peak memory of a training step at or below TorchDEQ's on every model and solver: "
+                 f"{verdict(max(peaks.values()) <= 1.0)} (ours / TorchDEQ {P.fmt(min(peaks.values()))} to "
+                 f"{P.fmt(peaks[worst])}, the largest on {worst}).")  # fmt: skip
+    return [compiled_step.compile_step_target(ratios), peak_line,
+            solvers.nfe_target(solvers.nfe_pairs(args.quick, args.seed, "cpu"))]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rep.add()
     ratio = time_ratio_at(10, 5 if args.quick else 40)
-    rep.add("### Targets")
+    rep.add("### The goal's targets")
     rep.add()
     for label, target in OPS_PER_ITERATION.items():
         mine, _, theirs = costs[label]
@@ -247,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{k} {P.fmt(c[2].syncs_per_iteration)}" for k, c in costs.items()) + ").")  # fmt: skip
     rep.add(f"- Anderson (m = 6) at 10 iterations no slower than TorchDEQ's: {verdict(ratio <= 1.0)} "
             f"(time ours / TorchDEQ {P.fmt(ratio)}).")  # fmt: skip
+    for line in other_targets(args):
+        rep.add(line)
     command = " ".join(["OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/loop_costs.py", *(argv or sys.argv[1:])])
     rep.write(args.out, f"Command: `{command}`")
     return 0

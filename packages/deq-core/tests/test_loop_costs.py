@@ -88,7 +88,9 @@ def test_the_report_prints_every_target_beside_its_figure(costs: ModuleType, tmp
     assert costs.main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
     for target in ("fixed point <= 10", "Anderson <= 30", "Broyden <= 40", "Set-up of a solve <= 30",
-                   "at most one every 4 iterations", "at 10 iterations no slower than TorchDEQ's"):  # fmt: skip
+                   "at most one every 4 iterations", "at 10 iterations no slower than TorchDEQ's",
+                   "compile_step=True no slower than eager at 30 iterations", "Peak memory of a training step",
+                   "Our NFE <= TorchDEQ's for the same method on every problem"):  # fmt: skip
         line = next(line for line in text.splitlines() if target in line)
         assert ": MET (" in line or ": NOT MET (" in line, line
     assert text.startswith("Command: `OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/loop_costs.py --quick")

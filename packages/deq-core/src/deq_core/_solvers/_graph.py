@@ -80,10 +80,11 @@ def assess(z: Tensor, fz: Tensor, progress: Progress, tol: Tensor, rule: Rule) -
 
 def _between(
     z: Tensor, fz: Tensor, progress: Progress, tol: Tensor, rule: Rule, solver: Solver, state: Any, loop: Loop
-) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:  # fmt: skip
+) -> tuple[Tensor, Tensor | None, Tensor]:  # fmt: skip
     """Everything between two calls of f: the statistics of z (B, D) and fz, the solver's step and the next iterate
-    with finished samples frozen. Writes the standing's best iterate and residuals and the solver's state over their
-    tensors; returns (residual (B, 1), the batch's residual or None, the active flags (B, 1), the next iterate)."""
+    with finished samples frozen, written over z (where f reads it next). Writes the standing's best iterate and
+    residuals and the solver's state over their tensors; returns (residual (B, 1), the batch's residual or None, the
+    active flags (B, 1))."""
     g, residual, new, batch = assess(z, fz, progress, tol, rule)
     step = solver.step(state, z, fz, g, loop)
     z_next = torch.where(new.active, step.z, new.best[1])
@@ -92,7 +93,8 @@ def _between(
     if state is not None:
         for old, value in zip(state, step.state):
             old.copy_(value)
-    return residual, batch, new.active, z_next
+    z.copy_(z_next)
+    return residual, batch, new.active
 
 
 def _chunk(
@@ -134,11 +136,14 @@ def _configuration(solver: Solver, rule: Rule, z: Tensor, state: Any) -> tuple[H
 
 def iterate_compiled(solver: Solver, run: SolveRun) -> None:
     """``compile_step=True``: f eagerly, everything between two of its calls as one graph (:func:`_between`), traced
-    once per configuration and called without dynamo (:meth:`~._compile.Compiler.traced`); f's output is made
-    contiguous, the graph's other inputs are the loop's own tensors."""
+    once per configuration and called without dynamo (:meth:`~._compile.Compiler.traced`). f reads the iterate from a
+    buffer the graph writes and writes its result into another (:meth:`~deq_core._state.FlatMap.bind`): the graph's
+    inputs are the loop's own tensors, of fixed layout."""
     loop = Loop(run)
-    z = run.x0.clone()
-    fz = run.call(z).contiguous()
+    z, fz = run.x0.clone(), torch.empty_like(run.x0)
+    call_f = run.fn.bind(z, fz)
+    run.nfe += 1
+    call_f()
     state = solver.init(z, fz, fz - z, loop)
     tol, rule = _settings(run, z)
     kind = None if state is None else type(state)
@@ -146,23 +151,24 @@ def iterate_compiled(solver: Solver, run: SolveRun) -> None:
                                                                                                     state))  # fmt: skip
     state_tensors = () if state is None else tuple(state)
     while True:
-        residual, run.active, z, *batch = between(z, fz, run._best, run.best_residual, run.active, tol, *state_tensors)
+        residual, run.active, *batch = between(z, fz, run._best, run.best_residual, run.active, tol, *state_tensors)
         run.record((residual,), batch)
         if run.finished:
             return
-        fz = run.call(z).contiguous()
+        run.nfe += 1
+        call_f()
 
 
 def _flat_between(rule: Rule, solver: Solver, loop: Loop, kind: type | None) -> Callable[..., tuple[Tensor, ...]]:
     """:func:`_between` as a function of tensors only: (z, fz, best, best_residual, active, tol, *the solver state's
-    tensors) -> (residual, active, next iterate[, the batch's residual])."""
+    tensors) -> (residual, active[, the batch's residual])."""
 
     def between(z: Tensor, fz: Tensor, best: Tensor, best_residual: Tensor, active: Tensor, tol: Tensor,
                 *state_tensors: Tensor) -> tuple[Tensor, ...]:  # fmt: skip
         state = None if kind is None else _rebuilt(kind, state_tensors)
-        residual, batch, active, z_next = _between(z, fz, Progress(best, best_residual, active), tol, rule, solver,
-                                                   state, loop)  # fmt: skip
-        return (residual, active, z_next) if batch is None else (residual, active, z_next, batch)
+        residual, batch, active = _between(z, fz, Progress(best, best_residual, active), tol, rule, solver, state,
+                                           loop)  # fmt: skip
+        return (residual, active) if batch is None else (residual, active, batch)
 
     return between
 
