@@ -265,3 +265,11 @@ def test_the_environment_kept_in_a_run_folder_stays_on_sys_path(shadowed: Path, 
     monkeypatch.syspath_prepend(str(env / "site-packages"))
     assert leave_run_folder(shadowed) == [str(shadowed)]
     assert str(env / "site-packages") in sys.path and str(shadowed) not in sys.path
+
+
+def test_a_run_folder_inside_the_environment_still_leaves_sys_path(shadowed: Path, monkeypatch) -> None:
+    """A run folder written under the virtual environment's own folder (a test runner's temporary folder there) is
+    still the run's data: its entry leaves ``sys.path``."""
+    monkeypatch.setattr(sys, "prefix", str(shadowed.parent))
+    assert leave_run_folder(shadowed) == [str(shadowed)]
+    assert str(shadowed) not in sys.path

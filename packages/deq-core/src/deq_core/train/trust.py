@@ -100,11 +100,13 @@ def _inside(entry: object, folder: Path) -> bool:
     return where == folder or folder in where.parents
 
 
-def _environment() -> list[Path]:
-    """The folders of the Python environment itself (its prefixes and the user's site-packages): a ``sys.path`` entry
-    in one of them is an installed package's, even when a run folder holds the environment."""
+def _environment(folder: Path) -> list[Path]:
+    """The folders of the Python environment itself (its prefixes and the user's site-packages) that lie inside the
+    run folder ``folder``: a ``sys.path`` entry in one of them is an installed package's, the user's environment kept
+    in the folder. An environment that holds the run folder (a run written under the virtual environment's folder)
+    keeps nothing: the run folder's own entries are still the run's."""
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, site.getuserbase()}
-    return [Path(os.path.realpath(p)) for p in found if p]
+    return [env for env in (Path(os.path.realpath(p)) for p in found if p) if folder in env.parents]
 
 
 def leave_run_folder(run_dir: str | Path) -> list[str]:
@@ -116,7 +118,7 @@ def leave_run_folder(run_dir: str | Path) -> list[str]:
     Modules imported before this call are not affected: call it first (the command lines do).
     """
     folder = Path(os.path.realpath(run_dir))
-    environment = _environment()
+    environment = _environment(folder)
     removed = [entry for entry in sys.path if _inside(entry, folder)
                and not any(_inside(entry, env) for env in environment)]  # fmt: skip
     if removed:
