@@ -30,7 +30,15 @@ from deq_core.train.checkpoints import (
     resolve_checkpoint,
 )
 from deq_core.train.cli import run_training_cli, training_parser
-from deq_core.train.files import OutputError, append_text, output_error, write_file, write_folder, write_json
+from deq_core.train.files import (
+    OutputError,
+    append_text,
+    check_new_folder,
+    output_error,
+    write_file,
+    write_folder,
+    write_json,
+)
 from deq_core.train.metrics import read_metrics
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.rundir import RunDirError, RunLock
@@ -674,4 +682,6 @@ def test_names_longer_than_the_system_takes_are_one_line(tmp_path: Path, capsys)
     for out in (long, tmp_path / ("y" * 250)):  # too long itself, or its OUT.partial
         with pytest.raises(OutputError, match="File name too long"):
             write_folder(out, lambda folder: None)
+        with pytest.raises(OutputError, match="File name too long"):  # what an export checks before it loads a run
+            check_new_folder(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == []

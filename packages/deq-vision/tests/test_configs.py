@@ -227,6 +227,7 @@ def test_color_jitter_is_checked_like_the_other_augmentation_strengths() -> None
         ("grad_clip=nan", "optim.grad_clip must be a finite number, got nan"),
         ("mixup=nan", "data.mixup must be a finite number, got nan"),
         ("run.seed=4294967296", "run.seed must be an integer from 0 to 2**32 - 1 = 4294967295"),
+        ("num_workers=100000", "data.num_workers must be at most 256, got 100000: each worker is a process"),
     ],
 )
 def test_bad_numbers_on_the_command_line_are_one_line(

@@ -1,8 +1,8 @@
 """Data files are data, never code, and an image folder never leaves its class folders: a CIFAR-10 batch
 that holds anything but the official format's numpy arrays is refused in one line before any of it runs, on train
 and on evaluate; a directory symlink inside a class folder (a loop, or a way into another class) is refused in one
-line; symlinked image files are kept; a FIFO named like an image is refused in one line instead of blocking
-training."""
+line; symlinked image files are kept; a FIFO named like an image or like a CIFAR-10 batch is refused in one line
+instead of blocking training."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pickle
 import shlex
 import shutil
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -239,3 +240,31 @@ def test_a_fifo_named_like_an_image_is_refused_in_one_line_instead_of_blocking(i
     train_set = image_folder(image_folder_dir, "train")
     with pytest.raises(DatasetError, match=f"{fifo} is not a regular file"):  # loading it (above the check's limits)
         train_set[[path for path, _ in train_set.samples].index(str(fifo))]
+
+
+@pytest.mark.parametrize("how", ["fifo", "link to a fifo"])
+def test_a_fifo_named_like_a_cifar_batch_is_refused_instead_of_blocking(tmp_path: Path, how: str) -> None:
+    """A reader that opened the FIFO would wait for a writer: after 10 s one comes and closes it at once, so that a
+    reader that waited ends (with another message) instead of hanging the test."""
+    folder = write_cifar_folder(tmp_path / "data", *learnable_images(12))
+    batch = folder / "data_batch_1"
+    batch.unlink()
+    fifo = tmp_path / "fifo" if how == "link to a fifo" else batch
+    os.mkfifo(fifo)
+    if fifo != batch:
+        batch.symlink_to(fifo)
+
+    def release() -> None:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # fails (ENXIO) when no reader waits
+        except OSError:
+            pass
+
+    writer = threading.Timer(10, release)
+    writer.start()
+    try:
+        with pytest.raises(DatasetError, match=f"{batch} is not a regular file but is named like a CIFAR-10 batch"):
+            read_batch(batch)
+    finally:
+        writer.cancel()
+        writer.join()

@@ -139,8 +139,10 @@ def test_no_progress_bar_redraws_in_a_log_file_and_tqdm_disable_is_honoured(cifa
 
 
 @pytest.mark.parametrize(
-    ("option", "value"), [("--batch-size", "0"), ("--batch-size", "-1"), ("--max-steps", "0"), ("--threads", "100000")]
-)
+    ("option", "value"),
+    [("--batch-size", "0"), ("--batch-size", "-1"), ("--max-steps", "0"), ("--threads", "100000"),
+     ("--max-steps", "1000000000")],  # a sweep of 10**9 evaluations: a run that never ends
+)  # fmt: skip
 def test_evaluate_refuses_numbers_that_mean_nothing(
     cifar_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
 ) -> None:
@@ -151,6 +153,18 @@ def test_evaluate_refuses_numbers_that_mean_nothing(
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"python -m deq_vision.evaluate: error: {option} must be a "), err
     assert err.count("\n") == 1 and f"got {value}" in err, err
+
+
+@pytest.mark.parametrize("setting", ["model.name=nosuch", "optim.opt=nosuch", "optim.sched=nosuch"])
+def test_a_name_that_timm_or_the_registry_refuses_is_one_line(
+    cifar_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str
+) -> None:
+    """The ValueError raised while the parts are built (the registry's, timm's optimizer or scheduler factory's)."""
+    args = ["--config", "tiny-mdeq", "--data-dir", str(cifar_dir), "--output-dir", str(tmp_path / "run"), "steps=1"]
+    assert train.main([*args, setting]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m deq_vision.train: error: the run cannot be built from its settings: "), err
+    assert err.count("\n") == 1 and "nosuch" in err and not (tmp_path / "run").exists(), err
 
 
 def test_a_run_that_diverges_stops_with_one_line(cifar_dir: Path, tmp_path: Path, capsys) -> None:

@@ -29,6 +29,8 @@ from .configs import Config
 from .data import DatasetError, build_datasets
 from .train import build_model, evaluate_loader, finish_eval
 
+MAX_SWEEP_STEPS = 1000  # --max-steps: one evaluation of the eval set per step; more is a typo, not a sweep
+
 
 def paper_nfe(calls: float) -> float:
     """The JR paper's NFE of a solve that made ``calls`` calls of f: ``calls - 1``.
@@ -115,7 +117,7 @@ def _evaluate(argv: Sequence[str] | None) -> int:
         "--output-dir", type=Path, default=None, help="where hard_stop.json and .png go (default: the run folder)"
     )
     args = parser.parse_args(argv)
-    check_count(args.max_steps, "--max-steps")
+    check_count(args.max_steps, "--max-steps", maximum=MAX_SWEEP_STEPS)
     check_count(args.batch_size, "--batch-size")
     set_threads(args.threads)
     try:

@@ -9,7 +9,8 @@ and nothing outside the folder is ever written.
   link, a hard link (a file that also has a name elsewhere) or anything but a regular file there is refused.
 - :func:`read_bytes`: read a run's own file, refusing a symbolic link and anything but a regular file
   (:func:`not_regular`: a folder, a FIFO).
-- :func:`check_writable`: fail at once, before a long computation, when its outputs could not be written.
+- :func:`check_writable`: fail at once, before a long computation, when its outputs could not be written;
+  :func:`check_new_folder`: the same for a folder :func:`write_folder` is to create.
 - :class:`OutputError` (a :class:`~deq_core.train.errors.UsageError` and an ``OSError``): a write that failed, one
   line saying why (no space left, with the space needed; a read-only or missing folder; a symbolic link) and what to
   do; :func:`output_error` builds it from the exception a write raised.
@@ -33,8 +34,9 @@ from typing import Any, overload
 
 from .errors import UsageError
 
-__all__ = ["OutputError", "append_text", "check_writable", "not_regular", "open_in_place", "output_error", "read_bytes",
-           "write_bytes", "write_file", "write_folder", "write_json", "write_text"]  # fmt: skip
+__all__ = ["OutputError", "append_text", "check_new_folder", "check_writable", "not_regular", "open_in_place",
+           "output_error", "read_bytes", "write_bytes", "write_file", "write_folder", "write_json",
+           "write_text"]  # fmt: skip
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 on Windows, which has no such flag (links there need privileges)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -253,12 +255,7 @@ def write_folder(out: str | Path, write: Callable[[Path], None], *, option: str 
     """
     out = Path(out)
     partial = out.with_name(out.name + ".partial")
-    try:
-        _check_destination(out, partial, option)
-    except OSError as err:  # a name too long for the system, a folder that cannot be read, ...
-        if isinstance(err, (OutputError, FileExistsError)):
-            raise
-        raise output_error(out, err, what=f"the folder {out.name}", option=option) from err
+    check_new_folder(out, option=option)
     created = [folder for folder in (partial, *partial.parents) if not os.path.exists(folder)]
     mark = partial / _PARTIAL_MARK
     try:
@@ -289,6 +286,24 @@ def write_folder(out: str | Path, write: Callable[[Path], None], *, option: str 
             raise
         raise failure from err
     return out
+
+
+def check_new_folder(out: str | Path, *, option: str = "OUT") -> None:
+    """Refuse at once what :func:`write_folder` would refuse to create as ``out``: call it before a long computation
+    whose results go there (an export's load of a run).
+
+    Raises:
+        FileExistsError: ``out`` exists and is not an empty folder.
+        OutputError: a symbolic link at ``out`` or ``OUT.partial``, an ``OUT.partial`` an export did not leave, or a
+            name the system cannot take (too long, a folder that cannot be read).
+    """
+    out = Path(out)
+    try:
+        _check_destination(out, out.with_name(out.name + ".partial"), option)
+    except OSError as err:  # a name too long for the system, a folder that cannot be read, ...
+        if isinstance(err, (OutputError, FileExistsError)):
+            raise
+        raise output_error(out, err, what=f"the folder {out.name}", option=option) from err
 
 
 def _check_destination(out: Path, partial: Path, option: str) -> None:

@@ -54,7 +54,7 @@ except ModuleNotFoundError as err:
 from .checkpoints import CONFIG_FILE, WEIGHTS_FILE, read_json
 from .cli import usage_error
 from .errors import UsageError
-from .files import write_file, write_folder
+from .files import check_new_folder, write_file, write_folder
 from .metrics import read_metrics
 from .reports import markdown_table
 from .run_config import saved_run_config
@@ -324,11 +324,11 @@ def save_new(out: str | Path, load: Callable[[], H]) -> H:
 
     Raises:
         FileExistsError: ``out`` exists and is not an empty folder (nothing is loaded or written).
-        OutputError: ``out`` cannot be written (a link there or at ``OUT.partial``, a read-only folder, a full device).
+        OutputError: ``out`` cannot be written (a link there or at ``OUT.partial``, a name the system cannot take, a
+            read-only folder, a full device): :func:`~deq_core.train.files.check_new_folder`.
     """
     out = Path(out)
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
-        raise FileExistsError(f"{out} exists and is not an empty folder: export into a new one.")
+    check_new_folder(out)
     model = load()
     write_folder(out, model.save_pretrained)
     return model

@@ -63,11 +63,20 @@ class DataConfig:
             _check_data(self)
 
 
+MAX_WORKERS = 256  # data.num_workers: DataLoader worker processes (data.num_workers=100000 started processes
+# until the machine choked, as a typo)
+
+
 def _check_data(data: DataConfig) -> None:
     check_finite(data)
     check_choice(data, "dataset")
     check_at_least(data, 1, "image_size")
     check_at_least(data, 0, "num_classes", "train_limit", "eval_limit", "num_workers")
+    if data.num_workers > MAX_WORKERS:
+        raise ValueError(
+            f"num_workers must be at most {MAX_WORKERS}, got {data.num_workers}: each worker is a process of its own "
+            "(more than the machine's cores only waits); 0 loads in the training process."
+        )
     check_at_least(data, 0, "color_jitter", "mixup", "cutmix")
     check_fraction(data, "scale_min", "hflip", "label_smoothing")
     fixed = NUM_CLASSES.get(data.dataset) if data.dataset not in IMAGE_FOLDERS else None

@@ -32,6 +32,7 @@ except ImportError:  # numpy 1.x
 
 from .arrays import ArrayImages
 from .errors import DatasetError
+from .regular import open_regular
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -130,7 +131,7 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
             runs), missing keys, or data of the wrong size or type.
     """
     try:
-        with path.open("rb") as fh:
+        with open_regular(path, "is named like a CIFAR-10 batch", f"replace it with the batch file {path.name}") as fh:
             entry = BatchUnpickler(fh, path).load()
     except DatasetError:
         raise

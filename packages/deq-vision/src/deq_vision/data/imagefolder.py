@@ -19,7 +19,6 @@ mislabels its images; link the image files, or the class folder itself, instead.
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,13 +28,13 @@ from PIL import Image
 from torchvision.datasets import ImageFolder
 
 from .errors import DatasetError
+from .regular import open_regular
 
 SPLITS = ("train", "val")
 # Before training, up to DECODE_CHECK_LIMIT files of a split are decoded (~5 ms each for ImageNet-sized JPEGs), up to
 # HEADER_CHECK_LIMIT have their header read (~0.1 ms each); beyond that (full ImageNet) only loading reports a file.
 DECODE_CHECK_LIMIT = 2_000
 HEADER_CHECK_LIMIT = 200_000
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError)
 
 
@@ -62,21 +61,14 @@ def class_folders(data_dir: str | Path, split: str = "train") -> list[str]:
 
 
 def open_image_file(path: str) -> BinaryIO:
-    """The image file ``path`` opened for reading, when it is a regular file (also through a link to one). It is
-    opened without waiting (``O_NONBLOCK``, which changes nothing for a regular file), so that a FIFO cannot block.
+    """The image file ``path`` opened for reading, when it is a regular file (also through a link to one): a FIFO
+    cannot block (:func:`~deq_vision.data.regular.open_regular`).
 
     Raises:
         DatasetError: ``path`` is not a regular file (a FIFO, a device, a socket).
         OSError: the file cannot be opened.
     """
-    fd = os.open(path, _READ_FLAGS)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise DatasetError(
-            f"{path} is not a regular file but is named like an image (a FIFO, a device or a socket, which could "
-            "block reading forever); remove it from the image folder."
-        )
-    return os.fdopen(fd, "rb")
+    return open_regular(path, "is named like an image", "remove it from the image folder")
 
 
 def load_image(path: str) -> Image.Image:
