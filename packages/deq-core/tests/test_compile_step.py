@@ -8,7 +8,9 @@ solver settings, which torch compiles once per process and then reuses."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from typing import ClassVar
 
 import pytest
 import torch
@@ -230,3 +232,38 @@ def test_the_work_between_two_calls_of_f_is_one_graph(solver, stop_over):
     tol, rule = _graph._settings(run, z0)
     explained = torch._dynamo.explain(_graph._between)(z0, fz, run.progress, tol, rule, solver, state, loop)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Relaxed(deq_core.Solver):
+    """A user's capturable solver: damped steps whose damping halves every 4 steps, the step count kept in a tensor
+    (a pure step, no Python number changing between steps); ``host_read``: it reads a value on the host instead."""
+
+    host_read: bool = False
+    capturable: ClassVar[bool] = True
+
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: deq_core.Loop) -> tuple[Tensor]:
+        return (torch.zeros((), dtype=torch.int64, device=z.device),)
+
+    def step(self, state: tuple[Tensor], z: Tensor, fz: Tensor, g: Tensor, loop: deq_core.Loop) -> deq_core.Step:
+        (count,) = state
+        damping = 0.9 * 0.5 ** torch.div(count, 4, rounding_mode="floor").to(z.dtype)
+        if self.host_read and float(damping) < 0.5:
+            damping = damping * 1.0
+        return deq_core.Step(z + damping * g, (count + 1,))
+
+
+def test_a_users_capturable_solver_compiles_and_captures():
+    """A solver of one's own with capturable = True runs in the loop's graphs (compile_step, capture) with the eager
+    loop's results; one whose step reads the device on the host is a one-line RuntimeError naming the flag."""
+    f, z0 = _problem(torch.float64)
+    settings = dict(max_iter=12, tol=1e-9, stop_mode="abs", check_every=4)
+    eager = deq_core.solve(f, z0, _Relaxed(), **settings)
+    for flag in ("compile_step", "capture"):
+        res = deq_core.solve(f, z0, _Relaxed(), **settings, **{flag: True})
+        assert (res.nfe, res.iterations) == (eager.nfe, eager.iterations)
+        torch.testing.assert_close(res.trace, eager.trace, rtol=1e-9, atol=1e-13)
+        torch.testing.assert_close(res.z, eager.z, rtol=0, atol=1e-12)
+    with pytest.raises(RuntimeError, match=r"compile_step=True: the solver's step cannot be traced") as info:
+        deq_core.solve(f, z0, _Relaxed(host_read=True), compile_step=True, **settings)
+    assert "\n" not in str(info.value)

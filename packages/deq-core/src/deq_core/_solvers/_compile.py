@@ -1,23 +1,20 @@
-"""What the solve compiles, and how: ``compile_step=True`` and ``capture=True`` through ``torch.compile``.
+"""What the solve compiles, and how (``compile_step=True``, ``capture=True``).
 
-- The loop's graphs, for a capturable solver (:attr:`deq_core.Solver.capturable`; see :mod:`._graph`): with
-  ``compile_step=True`` everything between two calls of f (the statistics of an iterate, the solver's step, the
-  freezing of finished samples) is one graph, f runs eagerly; with ``capture=True`` the iterations between two host
-  checks are one graph, f included (``mode="reduce-overhead"`` on CUDA: a CUDA graph replayed). Shapes are fixed
-  (``dynamic=False``). Each configuration (solver, shapes, dtype, stopping rule; for capture also the number of
-  iterations and f's code) gets a graph of its own, on a code object of its own, so that a process with many
-  configurations never meets torch's limit of 8 recompilations per code object, and a call never tries the guards of
-  another configuration's graph.
-- Kernels a solver that is not capturable routes through :meth:`deq_core.Loop.compiled` (``compile_step=True``): pure
-  tensor functions, ``dynamic=True`` where the shapes change between iterations.
-
-A call of a compiled function costs its guards (dynamo checks each input and object it read before running the
-graph) and its wrappers: on the CPU measured here, 20-30 us for a graph of 8 tensors, and about 70 us for
-``compile_step``'s graph with its solver and loop objects, more than the eager operations it replaces on small states
-(``benchmarks/compiled_step.py``). So ``compile_step``'s graph runs unguarded where torch allows it
-(``guard_filter_fn``, torch >= 2.8): its configuration key names every input's shape and dtype, the solver's
-settings, the stopping rule and the autocast state, everything the graph depends on; the inputs are the loop's own
-buffers and f's output made contiguous. ``capture``'s graph keeps dynamo's guards: it traces f, the user's code.
+- ``compile_step=True``, capturable solver (:attr:`deq_core.Solver.capturable`; see :mod:`._graph`): everything
+  between two calls of f (the statistics of an iterate, the solver's step, the freezing of finished samples) is one
+  graph, f runs eagerly. The graph is traced once per configuration with ``make_fx`` and compiled by inductor
+  (:class:`_Traced`), then called directly. A call through ``torch.compile`` costs its guards (dynamo checks every
+  input and every object the function read) and its frame evaluation: about 80 us per call of this graph on the
+  CPU measured here, against 50 us called directly, and 20-30 us for a graph of 8 tensors, as much as the eager
+  operations it replaces on small states (``benchmarks/compiled_step.py``). The configuration key names what the
+  trace took as constant: the solver's settings, the stopping rule, the shapes, dtype and device, the solver state's
+  structure, the autocast state; the inputs are the loop's own buffers.
+- ``capture=True``: the iterations between two host checks are one ``torch.compile`` graph, f included, with dynamo's
+  guards (f is the user's code, whose Python state the graph may depend on); ``mode="reduce-overhead"`` on CUDA (a CUDA
+  graph, replayed). Each configuration (the above, f's code and the number of iterations) gets a code object of its
+  own, so that a process with many never meets torch's limit of 8 recompilations per code object.
+- Kernels a solver that is not capturable routes through :meth:`deq_core.Loop.compiled` (``compile_step=True``):
+  ``torch.compile``, ``dynamic=True`` where the shapes change between iterations.
 
 Where torch.compile cannot run (no C++ compiler for inductor, an unsupported Python or platform), the first solve
 that asks checks it once on a tiny kernel, warns why, and runs eagerly (same results).
