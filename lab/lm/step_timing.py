@@ -57,7 +57,7 @@ def _step(entry: TimedEntry, x: Tensor, y: Tensor, state: Any) -> Callable[[], t
 
     def run() -> tuple[int, int | None] | None:
         entry.model.zero_grad(set_to_none=True)
-        with deq_core.step_plan(entry.model, plan):
+        with deq_core.use_plan(entry.model, plan):
             out = entry.model(x, state, targets=y)
         assert out.nll is not None
         loss = out.nll.mean()

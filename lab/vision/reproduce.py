@@ -183,7 +183,7 @@ def unrolled_accuracy(model: nn.Module, loader: DataLoader, steps: int, device: 
     model.eval()
     correct = count = 0
     for x, y in loader:
-        with deq_core.step_plan(model, deq_core.Plan(unroll=steps)):
+        with deq_core.use_plan(model, deq_core.Plan(unroll=steps)):
             logits = model(x.to(device))
         correct += int((logits.argmax(dim=1) == y.to(device)).sum())
         count += y.shape[0]

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 import deq_core
 from deq_core.train.deq_config import DEQConfig
 from deq_core.train.sections import OptimConfig, RunConfig
-from deq_core.train.task import Forward, Parts, StepPlan, Task
+from deq_core.train.task import Forward, Parts, StepSchedule, Task
 from deq_core.train.trainer import train
 
 
@@ -63,7 +63,7 @@ class TinyConfig:
 
 class TinyDEQModel(nn.Module):
     """x (B, 4) -> z* = tanh(W z + U x) (B, 8) -> head (B, 2); ``deq=False``: two explicit layers. The forward
-    takes no DEQ arguments: the skeleton sets its step plan on the layer."""
+    takes no DEQ arguments: the skeleton sets the step's Plan on the layer."""
 
     def __init__(self, deq: bool, dropout: float) -> None:
         super().__init__()
@@ -113,7 +113,7 @@ class TinyTask(Task):
             yield self.x[idx][rank::world], self.y[idx][rank::world]
             step += 1
 
-    def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
+    def forward(self, model: nn.Module, batch: Any, schedule: StepSchedule) -> Forward:
         x, y = batch
         out, info = model(x)
         loss = nn.functional.mse_loss(out, y)

@@ -1,4 +1,4 @@
-"""deq_core.Plan / deq_core.step_plan: the one route of a step's choices (unroll, limit, Jacobian term) to every DEQ
+"""deq_core.Plan / deq_core.use_plan: the one route of a step's choices (unroll, limit, Jacobian term) to every DEQ
 layer of a model, and the training skeleton that takes its settings from the config's sections only."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import deq_core
-from deq_core import DEQ, Plan, step_plan
+from deq_core import DEQ, Plan, use_plan
 from deq_core.train import sections, task, trainer
 from deq_core.train.deq_config import DEQConfig
 
@@ -43,7 +43,7 @@ def test_the_plan_reaches_every_layer_for_the_block_only():
     model, x = TwoLayers(), torch.randn(3, 6)
     own = [info.nfe for info in model(x)]
     assert own == [25, 40]  # each runs to its own limit
-    with step_plan(model, Plan(max_iter=7)) as found:
+    with use_plan(model, Plan(max_iter=7)) as found:
         assert found == 2 and model.first.plan == model.inner.second.plan == Plan(max_iter=7)
         assert [info.nfe for info in model(x)] == [7, 7]
     assert model.first.plan is None and model.inner.second.plan is None
@@ -55,7 +55,7 @@ def test_an_unroll_plan_calls_no_solver(monkeypatch):
     calls = []
     real = deq_core.layer.solve
     monkeypatch.setattr(deq_core.layer, "solve", lambda *a, **k: calls.append(k["max_iter"]) or real(*a, **k))
-    with step_plan(model, Plan(unroll=3, jacobian_loss=True)):
+    with use_plan(model, Plan(unroll=3, jacobian_loss=True)):
         infos = model(x)
     assert calls == [] and all(i.mode == "unrolled" and i.nfe == 3 for i in infos)
     assert all(i.jacobian_loss is not None for i in infos)
@@ -66,7 +66,7 @@ def test_an_unroll_plan_calls_no_solver(monkeypatch):
 def test_arguments_of_the_call_win_over_the_plan():
     layer, x = DEQ(solver="fixed_point", max_iter=30, warn_unconverged="never"), torch.randn(2, 4)
     f = lambda z: x - z  # noqa: E731
-    with step_plan(layer, Plan(unroll=2, max_iter=5, jacobian_loss=True)):
+    with use_plan(layer, Plan(unroll=2, max_iter=5, jacobian_loss=True)):
         _, planned = layer(f, torch.zeros_like(x))
         _, called = layer(f, torch.zeros_like(x), unroll=4, jacobian_loss=False)
         _, solved = layer(f, torch.zeros_like(x), max_iter=9, unroll=None)  # None: the plan's unroll still applies
@@ -78,9 +78,9 @@ def test_arguments_of_the_call_win_over_the_plan():
 def test_the_plan_is_restored_when_the_block_raises():
     layer = DEQ(max_iter=5)
     outer = Plan(max_iter=3)
-    with step_plan(layer, outer):
+    with use_plan(layer, outer):
         with pytest.raises(RuntimeError, match="boom"):
-            with step_plan(layer, Plan(unroll=1)):
+            with use_plan(layer, Plan(unroll=1)):
                 raise RuntimeError("boom")
         assert layer.plan is outer
     assert layer.plan is None
@@ -95,32 +95,32 @@ def test_a_bad_plan_is_refused(kwargs, error):
     with pytest.raises(error, match="Plan"):
         Plan(**kwargs)
     with pytest.raises(TypeError, match="deq_core.Plan"):
-        with step_plan(nn.Linear(1, 1), {"unroll": 2}):  # type: ignore[arg-type]
+        with use_plan(nn.Linear(1, 1), {"unroll": 2}):  # type: ignore[arg-type]
             pass
 
 
 def test_the_skeleton_holds_no_copy_of_a_section_setting():
     """Each setting of the run / optim / deq sections has one home: no TrainSettings, no per-package *_settings, and
-    neither the step plan nor the run nor the task base class repeats a section's field."""
+    neither the step schedule nor the run nor the task base class repeats a section's field."""
     assert not hasattr(task, "TrainSettings") and not hasattr(sections, "train_settings")
     section_fields = {f.name for cls in (sections.RunConfig, sections.OptimConfig, DEQConfig) for f in
                       dataclasses.fields(cls)}  # fmt: skip
-    for cls in (task.StepPlan, trainer.Run):
+    for cls in (task.StepSchedule, trainer.Run):
         assert not section_fields & {f.name for f in dataclasses.fields(cls)}, cls
     task_attributes = {k for k in vars(task.Task) if not k.startswith("_")}
     assert not section_fields & task_attributes
     # the plan's own fields: what a layer takes per step, and the DEQ.forward keywords they stand for
     assert [f.name for f in dataclasses.fields(Plan)] == ["unroll", "max_iter", "jacobian_loss"]
     assert {"unroll", "max_iter", "jacobian_loss"} <= set(inspect.signature(DEQ.forward).parameters)
-    assert list(inspect.signature(task.Task.forward).parameters) == ["self", "model", "batch", "plan"]
+    assert list(inspect.signature(task.Task.forward).parameters) == ["self", "model", "batch", "schedule"]
 
 
-def test_plan_step_gives_no_limit_without_jitter_and_the_run_reads_the_sections(tmp_path):
+def test_schedule_at_gives_no_limit_without_jitter_and_the_run_reads_the_sections(tmp_path):
     from skeleton_task import TinyConfig, TinyTask
 
     cfg = TinyConfig(max_iter=9, max_iter_jitter=0, pretrain_steps=1)
-    assert trainer.plan_step(cfg, 0).deq == Plan(unroll=2, jacobian_loss=trainer.plan_step(cfg, 0).jacobian)
-    assert trainer.plan_step(cfg, 1).deq.max_iter is None  # the layers keep their own max_iter
+    assert trainer.schedule_at(cfg, 0).deq == Plan(unroll=2, jacobian_loss=trainer.schedule_at(cfg, 0).jacobian)
+    assert trainer.schedule_at(cfg, 1).deq.max_iter is None  # the layers keep their own max_iter
     tiny = TinyTask(cfg)
     assert trainer.run_steps(tiny, cfg) == cfg.steps
     tiny.steps = 0

@@ -16,7 +16,7 @@ from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import RUN_RESUMABLE, config_from_dict, replace_config, resolve_key
 from deq_core.train.sections import OptimConfig, RunConfig, section
 from deq_core.train.task import Task
-from deq_core.train.trainer import Run, plan_step, run_steps
+from deq_core.train.trainer import Run, run_steps, schedule_at
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +144,7 @@ def test_run_folders_of_flatter_layouts_read_into_sections():
 def test_the_skeleton_reads_its_settings_from_the_sections():
     changes = ["batch_size=8", "grad_accum=2", "grad_clip=0.5", "run.seed=3", "save_every=4", "jac_weight=0.2"]
     cfg = apply_overrides(_Config(), [*changes, "jac_prob=0.5", "pretrain_steps=6", "max_iter_jitter=2"])
-    plans = [plan_step(cfg, step) for step in range(40)]
+    plans = [schedule_at(cfg, step) for step in range(40)]
     assert {p.micro_batches for p in plans} == {2} and [p.mode for p in plans[5:7]] == ["unrolled", "solve"]
     assert {p.deq.max_iter for p in plans} == {10, 11, 12} and {p.jacobian_weight for p in plans} == {0.2}
     jacobian = cfg.deq.jacobian_schedule(3)  # drawn from run.seed

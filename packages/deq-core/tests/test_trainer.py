@@ -21,7 +21,7 @@ import deq_core
 from deq_core.train.checkpoints import latest_complete_checkpoint
 from deq_core.train.metrics import read_metrics
 from deq_core.train.testing.faults import edit_saved_config
-from deq_core.train.trainer import micro_batches, plan_step
+from deq_core.train.trainer import micro_batches, schedule_at
 
 sys.path.insert(0, str(Path(__file__).parent))
 from skeleton_task import TinyConfig, run  # noqa: E402
@@ -127,23 +127,23 @@ def test_an_explicit_model_trains_without_deq_statistics(tmp_path):
     assert "nfe_forward" not in record and record["mode"] == "solve" and record["jacobian_active"] is False
 
 
-def test_plan_step_follows_the_config_sections():
+def test_schedule_at_follows_the_config_sections():
     cfg = TinyConfig(seed=3, max_iter=10, max_iter_jitter=3, pretrain_steps=5, jac_weight=1.0, jac_prob=0.5,
                      grad_accum=2)  # fmt: skip
     grown = dataclasses.replace(cfg.deq, jac_growth=0.5, jac_every=10)
     config = SimpleNamespace(run=cfg.run, optim=cfg.optim, deq=grown)
-    plans = [plan_step(config, s) for s in range(100)]
+    plans = [schedule_at(config, s) for s in range(100)]
     assert [p.deq.unroll for p in plans[:6]] == [2, 2, 2, 2, 2, None]
     assert [p.mode for p in plans[4:6]] == ["unrolled", "solve"]
     assert {p.deq.max_iter for p in plans} == {7, 8, 9, 10} and {p.micro_batches for p in plans} == {2}
     assert 20 < sum(p.jacobian for p in plans) < 80 and plans[25].jacobian_weight == 2.0
     assert all(p.jacobian == p.deq.jacobian_loss for p in plans)
-    assert plans == [plan_step(config, s) for s in range(100)]
-    steady = plan_step(
+    assert plans == [schedule_at(config, s) for s in range(100)]
+    steady = schedule_at(
         SimpleNamespace(run=cfg.run, optim=cfg.optim, deq=dataclasses.replace(grown, max_iter_jitter=0)), 9
     )
     assert steady.deq.max_iter is None  # no jitter: every DEQ layer keeps its own limit
-    explicit = plan_step(config, 0, has_deq=False)
+    explicit = schedule_at(config, 0, has_deq=False)
     assert explicit.deq == deq_core.Plan() and explicit.mode == "solve" and not explicit.jacobian
 
 

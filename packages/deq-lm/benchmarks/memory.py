@@ -238,7 +238,7 @@ def warm_state(body: nn.Module, cfg: Config, proto: Protocol, plan: deq_core.Pla
         for _ in range(max(1, math.ceil(cfg.model.mem_len / proto.tgt_len))):
             x = torch.randn(proto.batch, proto.tgt_len, width, device=device)
             limit = None if plan.max_iter is None else min(plan.max_iter, 2)
-            with deq_core.step_plan(body, deq_core.Plan(max_iter=limit)):
+            with deq_core.use_plan(body, deq_core.Plan(max_iter=limit)):
                 state = body(x, state).state
     return state
 
@@ -267,7 +267,7 @@ def training_step(
     term when the plan asks for it), backward."""
 
     def run() -> BodyOutput:
-        with deq_core.step_plan(body, plan):
+        with deq_core.use_plan(body, plan):
             out: BodyOutput = body(x, state)
         loss = (out.hidden * probe).sum()
         if out.info is not None and out.info.jacobian_loss is not None:
@@ -302,7 +302,7 @@ def measure_step(
 def measure_solve(body: nn.Module, x: Tensor, state: Any, plan: deq_core.Plan) -> int:
     """Peak live bytes of the body's forward under no_grad (a DEQ: the solver's buffers plus f's temporaries)."""
     plan = dataclasses.replace(plan, jacobian_loss=False)
-    with precomputed_weights(body), torch.no_grad(), deq_core.step_plan(body, plan):
+    with precomputed_weights(body), torch.no_grad(), deq_core.use_plan(body, plan):
         return peak_bytes(lambda: body(x, state), x.device)[1]
 
 

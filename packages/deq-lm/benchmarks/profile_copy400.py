@@ -70,7 +70,7 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 
 def plan_of(s: ps.Setup, pretrain: bool) -> deq_core.Plan | None:
-    """The step plan of a pretraining step (f unrolled) or, for ``pretrain`` False, None (solve to the limits)."""
+    """The Plan of a pretraining step (f unrolled) or, for ``pretrain`` False, None (solve to the limits)."""
     return deq_core.Plan(unroll=s.cfg.deq.pretrain_depth) if pretrain else None
 
 
@@ -79,7 +79,7 @@ def training_step(s: ps.Setup, pretrain: bool, timer: StepTimer | None = None) -
     step = ps.step_fn(s, timer)
 
     def planned() -> None:
-        with deq_core.step_plan(s.model, plan_of(s, pretrain)):
+        with deq_core.use_plan(s.model, plan_of(s, pretrain)):
             step()
 
     return planned

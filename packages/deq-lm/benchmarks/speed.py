@@ -168,7 +168,7 @@ def training_step(entry: Entry, seg: tuple[Tensor, Tensor], state: Any) -> Calla
 
     def run() -> DEQInfo | None:
         entry.model.zero_grad(set_to_none=True)
-        with deq_core.step_plan(entry.model, deq_core.Plan(jacobian_loss=entry.jacobian)):
+        with deq_core.use_plan(entry.model, deq_core.Plan(jacobian_loss=entry.jacobian)):
             out = entry.model(x, state, targets=y)
         assert out.nll is not None
         loss = out.nll.mean()

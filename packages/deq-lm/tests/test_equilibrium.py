@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import strengthen_injection
-from deq_core import Plan, step_plan
+from deq_core import Plan, use_plan
 from deq_core.train.run_config import replace_config
 from deq_lm.configs import get_config
 from deq_lm.models import UnrolledBody, build_model
@@ -75,7 +75,7 @@ def test_explicit_tied_transformer_is_the_deq_cell_unrolled():
     x = torch.randint(0, 10, (2, 10))
     with torch.no_grad():
         a = tied(x).logits
-        with step_plan(deq, Plan(unroll=tied_cfg.model.n_layers)):
+        with use_plan(deq, Plan(unroll=tied_cfg.model.n_layers)):
             b = deq(x).logits
     assert torch.allclose(a, b, atol=1e-6)
 

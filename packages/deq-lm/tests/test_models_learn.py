@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from deq_core import Plan, step_plan
+from deq_core import Plan, use_plan
 from deq_core.train.overrides import apply_overrides
 from deq_lm.configs import MODELS, get_config
 from deq_lm.configs.config import TRANSFORMERS
@@ -43,7 +43,7 @@ def test_deq_training_features_reach_the_layer(mode, attention):
     model = build_model(cfg, 10).train()
     x, y = copy_memory_batch(4, cfg.data.T, torch.Generator().manual_seed(0))
     plan = {"unroll": Plan(unroll=3), "jacobian": Plan(jacobian_loss=True), "jitter": Plan(max_iter=2)}[mode]
-    with step_plan(model, plan):  # the one route of the per-step choices: the plan set on the model's DEQ layer
+    with use_plan(model, plan):  # the one route of the per-step choices: the plan set on the model's DEQ layer
         out = model(x)
     if mode == "unroll":
         assert out.info.mode == "unrolled" and out.info.nfe == 3
@@ -59,7 +59,7 @@ def test_deq_training_features_reach_the_layer(mode, attention):
 
 
 def test_no_model_or_body_forward_takes_per_step_arguments():
-    """A training step's choices reach the DEQ layer by its plan only (deq_core.step_plan): no forward on the way
+    """A training step's choices reach the DEQ layer by its plan only (deq_core.use_plan): no forward on the way
     takes unroll / max_iter / jacobian_loss / a control object, and deq_lm.models no longer has Control."""
     import inspect
 

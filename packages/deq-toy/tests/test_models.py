@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from deq_core import DEQ, JFB, Anderson, Broyden, Implicit, Phantom, Plan, step_plan
+from deq_core import DEQ, JFB, Anderson, Broyden, Implicit, Phantom, Plan, use_plan
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import replace_config
 from deq_toy.configs import get_config, load_config
@@ -32,7 +32,7 @@ def test_deq_jacobian_loss_and_last_readout_accepts_longer_inputs():
     model = build_arithmetic_model(config)
     assert any_length(model)
     tokens = torch.nn.functional.one_hot(torch.randint(0, 15, (3, 41)), 15).float()
-    with step_plan(model, Plan(jacobian_loss=True)):
+    with use_plan(model, Plan(jacobian_loss=True)):
         logits, info = model(tokens)
     assert logits.shape == (3,) and info.jacobian_loss is not None and info.jacobian_loss.ndim == 0
     flat = build_arithmetic_model(get_config("arith-deq-tiny"))

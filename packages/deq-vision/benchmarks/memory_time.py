@@ -68,7 +68,7 @@ def measure(
     def loss() -> Tensor:
         if cfg.is_deq:
             plan = deq_core.Plan(unroll=unroll if model.training else None, jacobian_loss=jacobian)
-            with deq_core.step_plan(model, plan):
+            with deq_core.use_plan(model, plan):
                 logits, info = model(x, return_info=True)
             total = nn.functional.cross_entropy(logits, y)
             return total + cfg.deq.jac_weight * info.jacobian_loss if jacobian else total

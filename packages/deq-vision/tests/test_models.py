@@ -95,7 +95,7 @@ def test_gradients_reach_every_branch_through_the_implicit_backward() -> None:
 
 def test_pretraining_and_jacobian_loss() -> None:
     model = timm.create_model("mdeq_mini", in_chans=3, deq=default_deq(max_iter=3)).train()
-    with deq_core.step_plan(model, deq_core.Plan(unroll=2, jacobian_loss=True)):
+    with deq_core.use_plan(model, deq_core.Plan(unroll=2, jacobian_loss=True)):
         logits, info = model(torch.randn(2, 3, 16, 16), return_info=True)
     assert info.mode == "unrolled" and info.nfe == 2
     assert info.jacobian_loss is not None and float(info.jacobian_loss.detach()) > 0
@@ -178,7 +178,7 @@ def test_bad_backward_settings_raise(bad: str) -> None:
 
 
 def test_the_mdeq_forward_takes_no_per_step_arguments() -> None:
-    """Unroll, limit and Jacobian term reach the MDEQ's layer by its plan only (deq_core.step_plan), not as
+    """Unroll, limit and Jacobian term reach the MDEQ's layer by its plan only (deq_core.use_plan), not as
     arguments of forward / equilibrium."""
     import inspect
 
@@ -187,6 +187,6 @@ def test_the_mdeq_forward_takes_no_per_step_arguments() -> None:
     for method in (MDEQ.forward, MDEQ.equilibrium):
         assert not {"unroll", "max_iter", "jacobian_loss"} & set(inspect.signature(method).parameters), method
     model = timm.create_model("mdeq_mini", in_chans=3, deq=default_deq(max_iter=3)).eval()
-    with torch.no_grad(), deq_core.step_plan(model, deq_core.Plan(max_iter=1)):
+    with torch.no_grad(), deq_core.use_plan(model, deq_core.Plan(max_iter=1)):
         _, info = model(torch.randn(2, 3, 16, 16), return_info=True)
     assert info.nfe == 1 and model.deq.plan is None  # the hard stop held for the block only

@@ -33,7 +33,7 @@ def test_a_few_steps_lower_the_loss(jacobian: bool) -> None:
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(8):
-        with deq_core.step_plan(model, deq_core.Plan(jacobian_loss=jacobian)):
+        with deq_core.use_plan(model, deq_core.Plan(jacobian_loss=jacobian)):
             logits, info = model(x, return_info=True)
         loss = torch.nn.functional.cross_entropy(logits, y)
         total = loss + 0.5 * info.jacobian_loss if jacobian else loss

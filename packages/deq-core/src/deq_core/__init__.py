@@ -8,7 +8,7 @@ Public API::
     deq_core.resolve_solver("broyden" | "pkg.mod:Class" | Solver, options) -> Solver
     deq_core.DEQ(solver, max_iter, tol, stop_mode, backward=Implicit(...) | Phantom(...) | JFB(), ...)(f, z0)
         -> (z_out, DEQInfo)   # info.forward / info.backward: SolverResults; info.summary()
-    with deq_core.step_plan(model, deq_core.Plan(unroll, max_iter, jacobian_loss)): ...   # every DEQ layer of model
+    with deq_core.use_plan(model, deq_core.Plan(unroll, max_iter, jacobian_loss)): ...   # every DEQ layer of model
     deq_core.jacobian_frobenius(f, z, n_samples=1)   # Hutchinson ||J_f(z)||_F^2 / D, differentiable
     deq_core.spectral_radius(f, z, n_iters=20)       # rho(J_f(z)) per sample
     deq_core.weight_norm, deq_core.spectral_norm, deq_core.cached_weights, deq_core.VariationalDropout
@@ -22,7 +22,7 @@ from .info import DEQInfo
 from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
 from .layer import DEQ
 from .nn import VariationalDropout, cached_weights, spectral_norm, weight_norm
-from .plan import Plan, step_plan
+from .plan import Plan, use_plan
 from .profiling import peak_live_bytes, saved_tensor_bytes
 from .solve import SolverResult, solve
 
@@ -53,6 +53,6 @@ __all__ = [
     "solver_options",
     "spectral_norm",
     "spectral_radius",
-    "step_plan",
+    "use_plan",
     "weight_norm",
 ]

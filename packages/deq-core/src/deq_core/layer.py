@@ -67,7 +67,7 @@ class DEQ(nn.Module):
 
     Attribute ``plan``: a :class:`~deq_core.Plan` (unroll, this step's max_iter, jacobian_loss) that the layer follows
     in every call, or None (the default). A training loop sets it on every DEQ layer of a model for one step with
-    :func:`deq_core.step_plan`, so that models need not pass these arguments down; arguments given in a call win.
+    :func:`deq_core.use_plan`, so that models need not pass these arguments down; arguments given in a call win.
 
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
     does not grow with the number of solver iterations. With the implicit backward z_out is a view of that call's
@@ -122,7 +122,7 @@ class DEQ(nn.Module):
         self.capture = check_capture(capture, self.solver)
         self.check_every = check_interval(check_every)
         self._warned: set[str] = set()  # directions ("forward", "backward") already warned about, for "once"
-        self.plan: Plan | None = None  # set for one step by deq_core.step_plan
+        self.plan: Plan | None = None  # set for one step by deq_core.use_plan
 
     def extra_repr(self) -> str:
         return (
@@ -150,7 +150,7 @@ class DEQ(nn.Module):
                 (z* does not depend on it).
             max_iter, tol: override the limits for this call (e.g. a random jitter of max_iter during training).
                 ``max_iter``, ``unroll`` and ``jacobian_loss`` left at None come from the layer's ``plan`` when
-                one is set (:func:`deq_core.step_plan`).
+                one is set (:func:`deq_core.use_plan`).
             unroll: instead of solving, apply f ``unroll`` times from z0 with ordinary backpropagation (the
                 weight-tied pretraining phase of the papers); gradients also reach z0 when it requires grad (e.g. a
                 learned initial state); info.residual is that of the last-but-one iterate.

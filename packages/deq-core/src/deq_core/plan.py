@@ -1,11 +1,11 @@
 """What every DEQ layer of a model does on one step, set from outside the model: :class:`Plan` and
-:func:`step_plan`.
+:func:`use_plan`.
 
 A training loop decides per step whether the DEQ solves or is unrolled (pretraining), with which forward iteration
 limit (a jittered one) and whether the Jacobian term is computed. Rather than threading these through every model's
 forward, it hands one :class:`Plan` to every :class:`~deq_core.DEQ` layer of the model for the duration of the step::
 
-    with deq_core.step_plan(model, deq_core.Plan(unroll=2)):   # every DEQ layer of model unrolls f twice
+    with deq_core.use_plan(model, deq_core.Plan(unroll=2)):   # every DEQ layer of model unrolls f twice
         out = model(x)
 
 The layers read it in their forward; outside the ``with`` block they use their own limits again. Nothing global is
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-__all__ = ["Plan", "step_plan"]
+__all__ = ["Plan", "use_plan"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Plan:
 
 
 @contextlib.contextmanager
-def step_plan(model: nn.Module, plan: Plan | None) -> Iterator[int]:
+def use_plan(model: nn.Module, plan: Plan | None) -> Iterator[int]:
     """Within the block, every :class:`~deq_core.DEQ` layer in ``model.modules()`` follows ``plan`` (None: its own
     settings); on exit each gets back the plan it had. Yields the number of DEQ layers found.
 

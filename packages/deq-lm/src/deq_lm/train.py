@@ -23,7 +23,7 @@ from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import replace_config
 from deq_core.train.schedules import cosine_lr_factor
-from deq_core.train.task import Forward, Parts, StepPlan
+from deq_core.train.task import Forward, Parts, StepSchedule
 from deq_core.train.task import Task as SkeletonTask
 from deq_core.train.trainer import train as run_skeleton
 
@@ -94,17 +94,17 @@ class SequenceTask(SkeletonTask):
         for step in itertools.count(start):
             yield self.task.train_batch(step, self.cfg.optim.batch_size, rank, world)
 
-    def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
+    def forward(self, model: nn.Module, batch: Any, schedule: StepSchedule) -> Forward:
         x, y = batch
         task = self.task
-        fresh = not task.stateful or task.starts_stream(plan.step, self.cfg.optim.batch_size) or self.memory is None
-        if plan.micro == 0 and fresh:
-            self.memory = [None] * plan.micro_batches  # one state per micro-batch (its own rows)
+        fresh = not task.stateful or task.starts_stream(schedule.step, self.cfg.optim.batch_size) or self.memory is None
+        if schedule.micro == 0 and fresh:
+            self.memory = [None] * schedule.micro_batches  # one state per micro-batch (its own rows)
         assert self.memory is not None
-        out = model(x, self.memory[plan.micro], targets=y)
+        out = model(x, self.memory[schedule.micro], targets=y)
         loss, metric = task.loss_and_metric(out, y)
         if task.stateful:
-            self.memory[plan.micro] = out.state
+            self.memory[schedule.micro] = out.state
         return Forward(loss, {task.metric: float(metric)}, out.info)
 
     def evaluate(self, model: nn.Module, split: str, accelerator: Accelerator) -> dict[str, float]:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from deq_core.train.cli import set_threads
 from deq_core.train.run_config import replace_config
 from deq_core.train.schedules import cosine_lr_factor
-from deq_core.train.task import Forward, Parts, StepPlan, Task
+from deq_core.train.task import Forward, Parts, StepSchedule, Task
 from deq_core.train.trainer import train
 
 from .configs import ArithmeticConfig, Config
@@ -64,7 +64,7 @@ class ToyRun(Task):
         for step in itertools.count(start):
             yield tuple(t[rank::world] for t in self.task.batch(step))
 
-    def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
+    def forward(self, model: nn.Module, batch: Any, schedule: StepSchedule) -> Forward:
         return self.task.forward(model, batch)
 
     def evaluate(self, model: nn.Module, split: str, accelerator: Any) -> dict[str, float]:

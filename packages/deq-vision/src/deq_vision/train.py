@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader
 import deq_core
 from deq_core.train.cli import run_training_cli, training_parser
 from deq_core.train.overrides import apply_overrides
-from deq_core.train.task import Forward, Parts, StepPlan, Task
+from deq_core.train.task import Forward, Parts, StepSchedule, Task
 from deq_core.train.trainer import train as run_skeleton
 
 from .configs import PRESETS, Config, VisionOptimConfig, get_config
@@ -94,7 +94,7 @@ def evaluate_loader(
     for x, y in loader:
         x, y = x.to(device), y.to(device)
         if is_deq:
-            with deq_core.step_plan(model, plan):
+            with deq_core.use_plan(model, plan):
                 logits, info = model(x, return_info=True)
             totals["nfe_forward"] += info.nfe * x.shape[0]
             totals["residual"] += float(info.residual.float().sum())
@@ -196,7 +196,7 @@ class VisionTask(Task):
     def train_batches(self, start: int, accelerator: Accelerator) -> Iterator[tuple[Tensor, Tensor]]:
         return batches_from(self.train_loader, accelerator, start)
 
-    def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
+    def forward(self, model: nn.Module, batch: Any, schedule: StepSchedule) -> Forward:
         x, y = batch
         target: Tensor = y
         if self.mixup is not None:

@@ -49,7 +49,7 @@ class DEQConfig:
         check_every, backward_check_every: iterations between two host checks of whether a sample is still active,
             in the forward and the implicit backward solve (None: 1 on the CPU, 4 on other devices; see
             :func:`deq_core.solve`).
-    Training (the skeleton's :class:`~deq_core.train.task.StepPlan`):
+    Training (the skeleton's :class:`~deq_core.train.task.StepSchedule`):
         max_iter_jitter: each training step draws its forward limit uniformly from [max_iter - jitter, max_iter].
         pretrain_steps, pretrain_depth: the first ``pretrain_steps`` steps apply f ``pretrain_depth`` times with
             ordinary backpropagation (weight-tied unrolled pretraining).

@@ -1,7 +1,7 @@
 """What the training skeleton (:mod:`deq_core.train.trainer`) needs from a task, and what it hands to it.
 
 A task supplies data, model, loss and evaluation by subclassing :class:`Task`; the skeleton owns devices and
-processes, mixed precision, the DEQ step (:class:`StepPlan`: pretraining unroll, jittered iteration limit, Jacobian
+processes, mixed precision, the DEQ step (:class:`StepSchedule`: pretraining unroll, jittered iteration limit, Jacobian
 regularization), logging, progress, checkpoints, resume and plots. Its settings are the task config's sections,
 read where they are used: ``run`` (:class:`~deq_core.train.sections.RunConfig`), ``optim``
 (:class:`~deq_core.train.sections.OptimConfig`) and ``deq`` (:class:`~deq_core.train.deq_config.DEQConfig`).
@@ -18,18 +18,19 @@ from torch import Tensor, nn
 
 from .. import Plan
 
-__all__ = ["Forward", "Parts", "StepPlan", "Task"]
+__all__ = ["Forward", "Parts", "StepSchedule", "Task"]
 
 
 @dataclasses.dataclass(frozen=True)
-class StepPlan:
-    """What one micro-batch of one optimizer step does (a function of (seed, step) only, so that a resumed run does
-    what an uninterrupted one would), built by :func:`~deq_core.train.trainer.plan_step` from the config's ``deq``
-    section.
+class StepSchedule:
+    """What the training schedules (pretraining, jittered limit, Jacobian term) give one micro-batch of one optimizer
+    step (a function of (seed, step) only, so that a resumed run does what an uninterrupted one would), built by
+    :func:`~deq_core.train.trainer.schedule_at` from the config's ``deq`` section. The DEQ layers' part of it is one
+    :class:`deq_core.Plan` (``deq``); the rest is the skeleton's.
 
     step: 0-based index of the optimizer step; micro / micro_batches: this micro-batch's index and their number.
     deq: what every DEQ layer of the model does in this step (:class:`deq_core.Plan`: pretraining unroll, jittered
-    forward limit, Jacobian term); the skeleton hands it to the layers itself (:func:`deq_core.step_plan`) around
+    forward limit, Jacobian term); the skeleton hands it to the layers itself (:func:`deq_core.use_plan`) around
     :meth:`Task.forward`, so a model's forward takes none of it. jacobian_weight: the weight the skeleton gives
     ``info.jacobian_loss`` in the loss when ``deq.jacobian_loss`` is set.
     """
@@ -102,9 +103,9 @@ class Task:
         the batches an uninterrupted one would."""
         raise NotImplementedError
 
-    def forward(self, model: nn.Module, batch: Any, plan: StepPlan) -> Forward:
+    def forward(self, model: nn.Module, batch: Any, schedule: StepSchedule) -> Forward:
         """Forward pass of one micro-batch in train mode (``model`` may be wrapped by DistributedDataParallel). Its
-        DEQ layers already follow ``plan.deq``."""
+        DEQ layers already follow ``schedule.deq``."""
         raise NotImplementedError
 
     def evaluate(self, model: nn.Module, split: str, accelerator: Any) -> dict[str, float]:

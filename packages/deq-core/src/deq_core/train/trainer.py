@@ -3,7 +3,7 @@ Accelerate, with the settings of its config's sections ``run``, ``optim`` and ``
 
 It owns devices and processes (``Accelerator(cpu=True)`` without CUDA, so that ``accelerate launch --multi_gpu
 --num_processes N`` / ``torchrun`` processes join on CPU too), mixed precision, gradient accumulation and clipping,
-the DEQ step (:func:`plan_step`, handed to every DEQ layer of the model by :func:`deq_core.step_plan`), the
+the DEQ step (:func:`schedule_at`, handed to every DEQ layer of the model by :func:`deq_core.use_plan`), the
 metrics file, the progress bar and console lines, crash-safe checkpoints
 (:mod:`deq_core.train.state`: written aside, renamed when complete, tensors and plain data only) with bit-exact
 resume, the training plot, and experiment trackers (``run.log_with``: every metrics line and the config, under
@@ -49,7 +49,7 @@ from safetensors.torch import save_file, save_model
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from .. import DEQ, Plan, step_plan
+from .. import DEQ, Plan, use_plan
 from ..layer import UNCONVERGED_WARNING
 from .checkpoints import CONFIG_FILE, clean_partial_checkpoints, load_weights, prune_checkpoints, read_json
 from .errors import UsageError
@@ -76,7 +76,7 @@ from .run_config import ResumeConfigError, check_resume_config, record_resume, s
 from .rundir import RunLock, check_run_dir
 from .schedules import jittered_max_iter
 from .state import TrainState, load_training_checkpoint, save_training_checkpoint
-from .task import Forward, StepPlan, Task
+from .task import Forward, StepSchedule, Task
 from .trackers import (
     TRACKER_ID_KEY,
     TRACKERS_DIR,
@@ -98,7 +98,7 @@ __all__ = [
     "final_line",
     "log_record",
     "micro_batches",
-    "plan_step",
+    "schedule_at",
     "progress_postfix",
     "run_steps",
     "save_checkpoint",
@@ -156,8 +156,8 @@ def micro_batches(batch: tuple[Tensor, ...], n: int) -> list[tuple[Tensor, ...]]
     return list(zip(*(t.chunk(n) for t in batch), strict=True))
 
 
-def plan_step(config: Any, step: int, has_deq: bool = True) -> StepPlan:
-    """The plan of optimizer step ``step`` (0-based) of a config with sections ``run``, ``optim`` and ``deq``: the
+def schedule_at(config: Any, step: int, has_deq: bool = True) -> StepSchedule:
+    """The schedule of optimizer step ``step`` (0-based) of a config with sections ``run``, ``optim`` and ``deq``: the
     micro-batches of ``optim.grad_accum`` and, when the model has DEQ layers (``has_deq``), what they do
     (:class:`deq_core.Plan`): the pretraining unroll, the jittered forward limit (None without ``deq.max_iter_jitter``:
     the layers' own ``max_iter``) and the Jacobian term, each a function of (``run.seed``, step) only. The Jacobian
@@ -165,13 +165,13 @@ def plan_step(config: Any, step: int, has_deq: bool = True) -> StepPlan:
     do); the draws of the steps after pretraining do not depend on it."""
     micro_batches = config.optim.grad_accum
     if not has_deq:
-        return StepPlan(step, micro_batches=micro_batches)
+        return StepSchedule(step, micro_batches=micro_batches)
     deq, seed = config.deq, config.run.seed
     jacobian = deq.jacobian_schedule(seed)
     limit = jittered_max_iter(deq.max_iter, deq.max_iter_jitter, seed, step) if deq.max_iter_jitter else None
     unroll = deq.pretrain_schedule().unroll_at(step)
     layer_plan = Plan(unroll=unroll, max_iter=limit, jacobian_loss=unroll is None and jacobian.active(step))
-    return StepPlan(step, micro_batches=micro_batches, deq=layer_plan, jacobian_weight=jacobian.weight_at(step))
+    return StepSchedule(step, micro_batches=micro_batches, deq=layer_plan, jacobian_weight=jacobian.weight_at(step))
 
 
 @dataclass
@@ -388,21 +388,21 @@ def threads_line(saved: Any, current: int) -> str:
 
 def train_step(run: Run, batches: Iterator[Any]) -> StepStats:
     """One optimizer step (``run.state.step`` is its 0-based index): this process's batch in ``optim.grad_accum``
-    micro-batches, each forward with the step's plan set on every DEQ layer of the model (:func:`deq_core.step_plan`),
+    micro-batches, each forward with the step's Plan set on every DEQ layer of the model (:func:`deq_core.use_plan`),
     gradients synchronized on the last, the Jacobian term added when scheduled, clipped, optimizer and LR-schedule
     steps, then :meth:`Task.after_step`."""
     acc, state, optim = run.accelerator, run.state, run.config.optim
-    plan = plan_step(run.config, state.step, run.has_deq)
-    stats = StepStats(plan.mode, run.optimizer.param_groups[0]["lr"], plan.jacobian)
+    schedule = schedule_at(run.config, state.step, run.has_deq)
+    stats = StepStats(schedule.mode, run.optimizer.param_groups[0]["lr"], schedule.jacobian)
     parts = micro_batches(send_to_device(next(batches), acc.device), optim.grad_accum)
     for i, micro in enumerate(parts):
         last = i == len(parts) - 1
         with contextlib.nullcontext() if last else acc.no_sync(run.model):
-            with acc.autocast(), step_plan(run.raw, plan.deq):
-                out = run.task.forward(run.model, micro, replace(plan, micro=i))
+            with acc.autocast(), use_plan(run.raw, schedule.deq):
+                out = run.task.forward(run.model, micro, replace(schedule, micro=i))
             total = out.loss
-            if plan.jacobian and out.info is not None and out.info.jacobian_loss is not None:
-                total = total + plan.jacobian_weight * out.info.jacobian_loss
+            if schedule.jacobian and out.info is not None and out.info.jacobian_loss is not None:
+                total = total + schedule.jacobian_weight * out.info.jacobian_loss
             acc.backward(total / optim.grad_accum)
         stats.add(out)
     loss = stats.means()["loss"]

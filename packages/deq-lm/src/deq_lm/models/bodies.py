@@ -27,7 +27,7 @@ class DEQBody(nn.Module):
 
     def forward(self, x: Tensor, state: Any = None) -> BodyOutput:
         """x: (B, L, d_in) -> BodyOutput with hidden (B, L, d_out) and the DEQ statistics. The layer follows its
-        step plan when one is set (:func:`deq_core.step_plan`: pretraining unroll, jittered limit, Jacobian term)."""
+        Plan when one is set (:func:`deq_core.use_plan`: pretraining unroll, jittered limit, Jacobian term)."""
         cell: Any = self.cell
         with deq_core.cached_weights(self.cell):
             ctx = cell.setup(x, state)

@@ -4,7 +4,7 @@ A *body* maps embedded inputs (B, L, d_in) and the state carried from the previo
 (B, L, d_out), the state for the next segment, and, for DEQ bodies, the solver statistics: ``body(x, state)``. A
 *cell* is the map f(z; x) of a DEQ (or of a weight-tied network), split into the steps a body needs. What a DEQ body
 does in one training step (unrolled pretraining, a jittered limit, the Jacobian term) is not an argument: the training
-skeleton sets it on the model's DEQ layers (:func:`deq_core.step_plan`).
+skeleton sets it on the model's DEQ layers (:func:`deq_core.use_plan`).
 """
 
 from __future__ import annotations

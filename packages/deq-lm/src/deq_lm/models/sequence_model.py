@@ -53,7 +53,7 @@ class SequenceModel(nn.Module):
         also return the per-token NLL.
 
         A DEQ body's per-step choices (unrolled pretraining, a jittered limit, the Jacobian term) are set on its
-        layer for the step, ``with deq_core.step_plan(model, deq_core.Plan(...)):``, as the training skeleton does.
+        layer for the step, ``with deq_core.use_plan(model, deq_core.Plan(...)):``, as the training skeleton does.
         """
         out = self.body(self.embed(tokens), state)
         logits, nll = self.head.predict(out.hidden, targets)

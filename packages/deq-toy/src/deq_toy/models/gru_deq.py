@@ -75,7 +75,7 @@ class GRUDEQ(_GRUCellModel):
     """z* = f(z*, x) found by the DEQ layer ``deq`` from z0 = GRU0(x) and differentiated by its backward mode.
 
     GRU0 only supplies the starting point: the gradient does not flow into z0, so GRU0 keeps its initial weights.
-    Under ``deq_core.step_plan(model, deq_core.Plan(jacobian_loss=True))`` its info also holds the Hutchinson estimate
+    Under ``deq_core.use_plan(model, deq_core.Plan(jacobian_loss=True))`` its info also holds the Hutchinson estimate
     of ||J_f(z*)||_F^2 / (T H) in ``info.jacobian_loss``; the plan's ``unroll`` / ``max_iter`` apply as well.
 
     Args:

@@ -76,7 +76,7 @@ class ScalarDEQ(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, DEQInfo]:
         """x (B, 1) -> (z* (B, 1), info); ``info.jacobian_loss`` is the batch mean of (df/dz)^2 when the layer's plan
-        asks for it (``deq_core.step_plan(model, deq_core.Plan(jacobian_loss=True))``)."""
+        asks for it (``deq_core.use_plan(model, deq_core.Plan(jacobian_loss=True))``)."""
         z0 = torch.zeros_like(x)
         z_star, info = self.deq(lambda z: self.f(z, x), z0)
         assert isinstance(z_star, Tensor)

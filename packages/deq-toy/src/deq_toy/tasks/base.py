@@ -7,14 +7,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from deq_core import DEQ, DEQInfo, step_plan
+from deq_core import DEQ, DEQInfo, use_plan
 from deq_core.train.task import Forward
-from deq_core.train.trainer import plan_step
+from deq_core.train.trainer import schedule_at
 
 
 class ToyTask:
     """What both toy tasks share: the run's step budget (:func:`step_budget`), deterministic batches, and
-    :meth:`train_step` (the skeleton's step plan + forward + the scheduled Jacobian term) for training without the
+    :meth:`train_step` (the skeleton's step schedule + forward + the scheduled Jacobian term) for training without the
     skeleton. A subclass sets
     ``config``, ``model``, ``steps_per_epoch``, ``total_steps``, ``eval_every`` and implements :meth:`batch`,
     :meth:`forward`, :meth:`evaluate`, :meth:`baseline` and :meth:`finish`; the training
@@ -30,19 +30,19 @@ class ToyTask:
     def forward(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Forward:
         """Forward pass in train mode: the task loss (without the Jacobian term), statistics, the DEQ info. What the
         DEQ layer does in the step (unroll, limit, Jacobian term) is its plan, set from outside
-        (:func:`deq_core.step_plan`)."""
+        (:func:`deq_core.use_plan`)."""
         raise NotImplementedError
 
     def train_step(self, batch: tuple[Tensor, Tensor], step: int) -> tuple[Tensor, dict[str, float], DEQInfo | None]:
         """(loss to backpropagate, with the Jacobian term when scheduled at ``step``; statistics; DEQ info): the step
-        as the training skeleton takes it, the model's DEQ layer following the step's plan of the config's ``deq``
-        section (:func:`deq_core.train.trainer.plan_step`: pretraining unroll, jittered limit, Jacobian term)."""
-        plan = plan_step(self.config, step, any(isinstance(m, DEQ) for m in self.model.modules()))
-        with step_plan(self.model, plan.deq):
+        as the training skeleton takes it, the model's DEQ layer following the step's schedule of the config's ``deq``
+        section (:func:`deq_core.train.trainer.schedule_at`: pretraining unroll, jittered limit, Jacobian term)."""
+        schedule = schedule_at(self.config, step, any(isinstance(m, DEQ) for m in self.model.modules()))
+        with use_plan(self.model, schedule.deq):
             out = self.forward(self.model, batch)
         loss = out.loss
-        if plan.jacobian and out.info is not None and out.info.jacobian_loss is not None:
-            loss = loss + plan.jacobian_weight * out.info.jacobian_loss
+        if schedule.jacobian and out.info is not None and out.info.jacobian_loss is not None:
+            loss = loss + schedule.jacobian_weight * out.info.jacobian_loss
         return loss, out.stats, out.info
 
 

@@ -160,7 +160,7 @@ class MDEQ(nn.Module):
 
     def equilibrium(self, x: Tensor) -> tuple[tuple[Tensor, ...], deq_core.DEQInfo]:
         """Images (B, in_chans, H, W) -> (the state f(z*), one tensor per branch; DEQ statistics). The layer follows
-        its step plan when one is set (:func:`deq_core.step_plan`: pretraining unroll, a limit, the Jacobian term)."""
+        its Plan when one is set (:func:`deq_core.use_plan`: pretraining unroll, a limit, the Jacobian term)."""
         injection = self.stem(x)
         if self.injection is not None:
             injection = self.injection(injection)
@@ -198,7 +198,7 @@ class MDEQ(nn.Module):
         ``forward(x) == forward_head(forward_features(x))``.
 
         A training step's choices reach the layer as a plan, not as arguments:
-        ``with deq_core.step_plan(model, deq_core.Plan(unroll=2, jacobian_loss=True)): model(x, return_info=True)``
+        ``with deq_core.use_plan(model, deq_core.Plan(unroll=2, jacobian_loss=True)): model(x, return_info=True)``
         unrolls f twice with ordinary backprop (pretraining) and estimates ||J_f(z*)||_F^2 / D
         (``info.jacobian_loss``); ``Plan(max_iter=k)`` stops the solve at k calls of f.
         """
