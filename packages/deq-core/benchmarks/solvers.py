@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     conv_rows = {r.method: r for r in rows if r.problem == "conv"}
     t_f = P.median([t for r in conv_rows.values() for t in r.f_times])
     base = conv_rows["fixed_point"].ours.overhead
-    anderson_rows = int(deq_core.solver_options("anderson")["m"]) - 1
+    anderson_rows = int(deq_core.options_of("anderson")["m"]) - 1
     broyden_rows = max(conv_rows["broyden"].ours.nfe // 2, 1)  # every update kept: on average half of them
     pass_a, pass_b = history_pass_time(conv, anderson_rows), history_pass_time(conv, broyden_rows)
     rep.add("### Overhead floor on the conv problem")

@@ -127,7 +127,7 @@ def test_solver_by_import_path_with_options():
     by_object = deq_core.solve(f, z0, SecantStep(max_step=4.0), max_iter=200, tol=1e-10)
     assert by_path.solver == SecantStep(max_step=4.0)
     assert torch.equal(by_path.z, by_object.z) and by_path.nfe == by_object.nfe
-    assert deq_core.solver_options(PATH) == {"max_step": 10.0}
+    assert deq_core.options_of(PATH) == {"max_step": 10.0}
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_builtin_solvers_are_checked_once_and_frozen():
     solver = deq_core.Anderson(m=4)
     with pytest.raises(dataclasses.FrozenInstanceError):
         solver.m = 3  # type: ignore[misc]
-    assert deq_core.solver_options(solver) == {"m": 4, "beta": 1.0, "reg": 1e-8}
-    assert deq_core.solver_options(deq_core.Broyden) == deq_core.solver_options("broyden")
+    assert deq_core.options_of(solver) == {"m": 4, "beta": 1.0, "reg": 1e-8}
+    assert deq_core.options_of(deq_core.Broyden) == deq_core.options_of("broyden")
     res = deq_core.solve(torch.cos, torch.zeros(3, 2), solver, tol=1e-8)
     assert res.solver is solver and res.summary().startswith("anderson:")

@@ -85,7 +85,7 @@ def test_unknown_option_lists_valid_options(method):
         deq_core.solve(ident, Z, solver=method, bogus=1)
     message = str(err.value)
     assert "bogus" in message
-    for name in deq_core.solver_options(method):
+    for name in deq_core.options_of(method):
         assert name in message
     # options of another method are unknown too
     other = {"fixed_point": "m", "anderson": "memory", "broyden": "damping"}[method]

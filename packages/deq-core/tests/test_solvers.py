@@ -431,10 +431,10 @@ def test_inf_is_treated_like_nan(method):
     assert torch.isfinite(res.z).all()
 
 
-def test_solver_options_lists_defaults():
-    assert deq_core.solver_options("fixed_point") == {"damping": 1.0}
-    assert set(deq_core.solver_options("anderson")) == {"m", "beta", "reg"}
-    assert set(deq_core.solver_options("broyden")) == {"memory", "line_search", "ls_steps", "armijo"}
+def test_options_of_lists_defaults():
+    assert deq_core.options_of("fixed_point") == {"damping": 1.0}
+    assert set(deq_core.options_of("anderson")) == {"m", "beta", "reg"}
+    assert set(deq_core.options_of("broyden")) == {"memory", "line_search", "ls_steps", "armijo"}
 
 
 @pytest.mark.parametrize(

@@ -184,7 +184,7 @@ def history_bytes(
     i.e. from iteration memory + 2; by default memory = max_iter: never reduced); fixed-point iteration none.
     Options not given take deq-core's defaults (m = 8, memory None). ``solver``: a name with ``options``, or a solver
     object (its own options)."""
-    settings = {**deq_core.solver_options(solver), **options}
+    settings = {**deq_core.options_of(solver), **options}
     solver = solver if isinstance(solver, str) else solver.name
 
     def sized(entries: int) -> int:

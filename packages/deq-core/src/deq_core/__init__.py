@@ -4,7 +4,7 @@ Public API::
 
     deq_core.solve(f, z0, solver=Anderson(m=8), max_iter=50, tol=1e-4, stop_mode="rel") -> SolverResult
     deq_core.FixedPoint(damping), Anderson(m, beta, reg), Broyden(memory, line_search, ls_steps, armijo)
-    deq_core.Solver (init / step -> Step; a Loop for trial calls of f), solver_options(solver)
+    deq_core.Solver (init / step -> Step; a Loop for trial calls of f), options_of(solver)
     deq_core.resolve_solver("broyden" | "pkg.mod:Class" | Solver, options) -> Solver
     deq_core.DEQ(solver, max_iter, tol, stop_mode, backward=Implicit(...) | Phantom(...) | JFB(), ...)(f, z0)
         -> (z_out, DEQInfo)   # info.forward / info.backward: SolverResults; info.summary()
@@ -16,7 +16,7 @@ Public API::
     deq_core.peak_live_bytes(fn) -> (fn(), peak bytes of the storages fn creates)
 """
 
-from ._solvers import Anderson, Broyden, FixedPoint, Loop, Solver, Step, resolve_solver, solver_options
+from ._solvers import Anderson, Broyden, FixedPoint, Loop, Solver, Step, options_of, resolve_solver
 from .backward import JFB, Implicit, Phantom
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
@@ -46,11 +46,11 @@ __all__ = [
     "cached_weights",
     "frobenius_from_graph",
     "jacobian_frobenius",
+    "options_of",
     "peak_live_bytes",
     "resolve_solver",
     "saved_tensor_bytes",
     "solve",
-    "solver_options",
     "spectral_norm",
     "spectral_radius",
     "use_plan",

@@ -51,31 +51,31 @@ def sampled_iterations(limit: int, n_states: int | None, states_at: Sequence[int
 
 def tracked_states(
     backward: Backward, f: Callable[[State], State], z0: State, res: SolverResult, info: DEQInfo,
-    bad: Tensor | None,
+    excluded: Tensor | None,
 ) -> list[State]:  # fmt: skip
     """The differentiable states at the solve's kept iterates ``res.states`` (see the module's docstring). The rows
-    of the samples in ``bad`` (f was non-finite for them) are their iterate z_i, detached."""
+    of the samples in ``excluded`` (f was non-finite for them) are their iterate z_i, detached."""
     strategy = backward if isinstance(backward, Phantom) else JFB()
     states = []
     for z in res.states or ():
         z_t = tuple(t.detach() for t in as_tensors(z))
         fz = as_tensors(f(rebuild(z0, z_t)))
         out = strategy._output(f, z0, z_t, fz, info, lambda res, direction: None)
-        states.append(rebuild(z0, _excluded(out, z_t, bad)))
+        states.append(rebuild(z0, _rows_replaced(out, z_t, excluded)))
     return states
 
 
-def untracked_states(f: Callable[[State], State], z0: State, res: SolverResult, bad: Tensor | None) -> list[State]:
-    """f(z_i) at the solve's kept iterates, without autograd (one call of f each); z_i in the rows of ``bad``."""
+def untracked_states(f: Callable[[State], State], z0: State, res: SolverResult, excluded: Tensor | None) -> list[State]:
+    """f(z_i) at the solve's kept iterates, without autograd (one call of f each); z_i in the rows of ``excluded``."""
     states = []
     for z in res.states or ():
         out = as_tensors(f(z))
-        states.append(rebuild(z0, _excluded(out, as_tensors(z), bad)))
+        states.append(rebuild(z0, _rows_replaced(out, as_tensors(z), excluded)))
     return states
 
 
-def _excluded(out: tuple[Tensor, ...], z: tuple[Tensor, ...], bad: Tensor | None) -> tuple[Tensor, ...]:
-    """``out`` with the rows of the samples in ``bad`` replaced by those of ``z`` (finite, no gradient)."""
-    if bad is None:
+def _rows_replaced(out: tuple[Tensor, ...], z: tuple[Tensor, ...], excluded: Tensor | None) -> tuple[Tensor, ...]:
+    """``out`` with the rows of the samples in ``excluded`` replaced by those of ``z`` (finite, no gradient)."""
+    if excluded is None:
         return out
-    return tuple(torch.where(bad.view(-1, *([1] * (t.dim() - 1))), r.detach(), t) for t, r in zip(out, z))
+    return tuple(torch.where(excluded.view(-1, *([1] * (t.dim() - 1))), r.detach(), t) for t, r in zip(out, z))

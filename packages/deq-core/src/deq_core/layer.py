@@ -202,17 +202,17 @@ class DEQ(nn.Module):
             states_at=sampled,
         )
         info = DEQInfo(forward=res)
-        bad = self._report_nonfinite(res)
+        excluded = self._report_nonfinite(res)
         self._report_unconverged(res, "forward")
         if not torch.is_grad_enabled():
             if sampled is not None:  # fixed-point correction: the states before the output
-                info.states = [*untracked_states(f, z0, res, bad), res.fz]
+                info.states = [*untracked_states(f, z0, res, excluded), res.fz]
             return res.fz, info
-        with _nonfinite_rows_sanitized(bad is not None):
-            out = self._tracked(f, z0, res, info, jacobian_loss, bad)
-            states = None if sampled is None else tracked_states(self.backward, f, z0, res, info, bad)
-        if bad is not None:  # the samples f produced NaN/Inf for: their best finite value, no gradient through them
-            out = tuple(torch.where(_rows_mask(bad, t), r.detach(), t) for t, r in zip(out, as_tensors(res.fz)))
+        with _nonfinite_rows_sanitized(excluded is not None):
+            out = self._tracked(f, z0, res, info, jacobian_loss, excluded)
+            states = None if sampled is None else tracked_states(self.backward, f, z0, res, info, excluded)
+        if excluded is not None:  # samples f produced NaN/Inf for: their best finite value, no gradient through them
+            out = tuple(torch.where(_rows_mask(excluded, t), r.detach(), t) for t, r in zip(out, as_tensors(res.fz)))
         z_out = rebuild(z0, out)
         if states is not None:
             info.states = [*states, z_out]
@@ -220,10 +220,10 @@ class DEQ(nn.Module):
 
     def _tracked(
         self, f: Callable[[State], State], z0: State, res: SolverResult, info: DEQInfo, jacobian_loss: bool,
-        bad: Tensor | None,
+        excluded: Tensor | None,
     ) -> tuple[Tensor, ...]:  # fmt: skip
         """The differentiable output from the solver's z*: the one tracked call f(z*) (and the phantom steps), with
-        the backward strategy attached; sets ``info.jacobian_loss`` (averaged over the samples not in ``bad``)."""
+        the backward strategy attached; sets ``info.jacobian_loss`` (averaged over the samples not in ``excluded``)."""
         z_star = detached_leaves(res.z)
         fz = f(rebuild(z0, z_star))
         check_output(fz, state_spec(z0), f, "f(z*)")
@@ -231,7 +231,7 @@ class DEQ(nn.Module):
         needed = _needs_grad(fz_t, z_star)
         if jacobian_loss:
             per_sample = frobenius_from_graph(fz_t, z_star, self.jacobian_samples)
-            kept = per_sample if bad is None else per_sample[~bad]
+            kept = per_sample if excluded is None else per_sample[~excluded]
             loss = kept.mean() if kept.numel() else kept.sum()  # no sample left: 0, not NaN
             info.jacobian_loss = loss if needed else loss.detach()
         if not needed:  # nothing f computes with needs a gradient: a plain tensor, no graph, no backward strategy

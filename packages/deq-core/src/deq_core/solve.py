@@ -193,7 +193,7 @@ def solve(
             returned in ``SolverResult.states`` (one state-sized copy each, whatever max_iter). Iteration 1
             evaluates z0, iteration i the solver's (i-1)-th step. A sample that converged before iteration i stands
             at its z there, and so does every sample when the solve stopped before i.
-        **options: options of a solver given as a string, checked by name (see :func:`solver_options`), e.g.
+        **options: options of a solver given as a string, checked by name (see :func:`~deq_core.options_of`), e.g.
             ``solve(f, z0, "broyden", memory=10)``.
 
     The solver computes in float64 when the state has a float64 tensor and in float32 otherwise (also for
@@ -236,7 +236,7 @@ def solve(
         iterate(solver, run)
         trace = torch.stack(run.trace).view(run.iterations, spec.batch_size).nan_to_num_(nan=math.inf)
         nonfinite = run.best_residual.view(-1).isnan()
-        z, fz, residual, nonfinite = _returned(run, spec, dtype, trace.amin(dim=0), nonfinite)
+        z, fz, residual, nonfinite = _best_iterate(run, spec, dtype, trace.amin(dim=0), nonfinite)
         converged, per_sample = _convergence(run, trace, residual, nonfinite)
         states = None if keep is None else [z if i not in run.kept else unflatten(run.kept[i], spec) for i in keep]
         return SolverResult(
@@ -264,7 +264,7 @@ def _convergence(run: SolveRun, trace: Tensor, residual: Tensor, nonfinite: Tens
     return converged, above + converged
 
 
-def _returned(
+def _best_iterate(
     run: SolveRun, spec: StateSpec, dtype: torch.dtype, residual: Tensor, nonfinite: Tensor
 ) -> tuple[State, State, Tensor, Tensor]:
     """(z, f(z), residual, nonfinite) of the iterate returned to the user, from the solver's best iterate, its

@@ -5,6 +5,6 @@ from .anderson import Anderson
 from .base import Loop, Solver, Step
 from .broyden import Broyden
 from .fixed_point import FixedPoint
-from .resolve import resolve_solver, solver_options
+from .resolve import options_of, resolve_solver
 
-__all__ = ["Anderson", "Broyden", "FixedPoint", "Loop", "Solver", "Step", "resolve_solver", "solver_options"]
+__all__ = ["Anderson", "Broyden", "FixedPoint", "Loop", "Solver", "Step", "options_of", "resolve_solver"]

@@ -53,21 +53,21 @@ def _solver_class(solver: str | type[Solver]) -> type[Solver] | Solver:
             f"unknown solver {solver!r}; choose one of {sorted(shorthands)}, give a deq_core.Solver object, or an "
             "import path 'package.module:Class'."
         )
-    found = _imported(solver)
-    if not (isinstance(found, Solver) or (isinstance(found, type) and issubclass(found, Solver))):
-        raise ValueError(f"solver {solver!r} is {found!r}, not a deq_core.Solver subclass or instance.")
-    return found
+    target = _imported(solver)
+    if not (isinstance(target, Solver) or (isinstance(target, type) and issubclass(target, Solver))):
+        raise ValueError(f"solver {solver!r} is {target!r}, not a deq_core.Solver subclass or instance.")
+    return target
 
 
-def solver_options(solver: SolverLike) -> dict[str, object]:
-    """The options (dataclass fields) a solver accepts, with their defaults (for an object: its values), e.g.
-    ``solver_options("anderson") == {"m": 8, "beta": 1.0, "reg": 1e-08}``."""
-    found = solver if isinstance(solver, Solver) else _solver_class(solver)
-    if not dataclasses.is_dataclass(found):
+def options_of(solver: SolverLike) -> dict[str, object]:
+    """A solver's options (its dataclass fields) as a dict name -> value: the defaults of a class, shorthand or import
+    path, an object's own values; e.g. ``options_of("anderson") == {"m": 8, "beta": 1.0, "reg": 1e-08}``."""
+    target = solver if isinstance(solver, Solver) else _solver_class(solver)
+    if not dataclasses.is_dataclass(target):
         return {}
-    if isinstance(found, Solver):
-        return {f.name: getattr(found, f.name) for f in dataclasses.fields(found)}
-    return {f.name: f.default for f in dataclasses.fields(found) if f.default is not dataclasses.MISSING}
+    if isinstance(target, Solver):
+        return {f.name: getattr(target, f.name) for f in dataclasses.fields(target)}
+    return {f.name: f.default for f in dataclasses.fields(target) if f.default is not dataclasses.MISSING}
 
 
 def resolve_solver(solver: SolverLike, options: Mapping[str, Any] | None = None) -> Solver:
@@ -84,17 +84,18 @@ def resolve_solver(solver: SolverLike, options: Mapping[str, Any] | None = None)
         return solver
     if not isinstance(solver, (str, type)):
         raise TypeError(f"solver must be a deq_core.Solver, its class or a name, got {solver!r}.")
-    found = _solver_class(solver)
-    if isinstance(found, Solver):  # an import path naming an instance
-        return resolve_solver(found, options)
-    if not issubclass(found, Solver):
-        raise TypeError(f"solver class {found!r} is not a deq_core.Solver subclass.")
-    known = solver_options(found)
+    target = _solver_class(solver)
+    if isinstance(target, Solver):  # an import path naming an instance
+        return resolve_solver(target, options)
+    if not issubclass(target, Solver):
+        raise TypeError(f"solver class {target!r} is not a deq_core.Solver subclass.")
+    known = options_of(target)
     unknown = sorted(set(options) - set(known))
-    if unknown and dataclasses.is_dataclass(found):
+    if unknown and dataclasses.is_dataclass(target):
         listing = ", ".join(f"{k}={v!r}" for k, v in known.items()) or "none"
-        raise TypeError(f"unknown option(s) {unknown} for solver {_label(solver, found)!r}; its options are {listing}.")
-    return found(**options)
+        label = _label(solver, target)
+        raise TypeError(f"unknown option(s) {unknown} for solver {label!r}; its options are {listing}.")
+    return target(**options)
 
 
 def _label(solver: str | type[Solver], cls: type[Solver]) -> str:

@@ -185,10 +185,10 @@ class StepStats:
 
     def add(self, out: Forward) -> None:
         """Record one micro-batch (after its backward pass, so that the DEQ's backward statistics are set)."""
-        found = {"loss": float(out.loss.detach()), **out.stats}
+        record = {"loss": float(out.loss.detach()), **out.stats}
         if out.info is not None:
-            found.update(out.info.statistics())
-        for key, value in found.items():
+            record.update(out.info.statistics())
+        for key, value in record.items():
             self.values.setdefault(key, []).append(float(value))
 
     def means(self) -> dict[str, float]:
@@ -205,7 +205,7 @@ class Run:
     output_dir: Path
     accelerator: Accelerator
     model: nn.Module  # prepared (e.g. wrapped in DistributedDataParallel)
-    raw: nn.Module  # the unwrapped model
+    unwrapped: nn.Module  # the model itself, unwrapped
     optimizer: Any
     scheduler: Any
     state: TrainState
@@ -218,7 +218,8 @@ class Run:
     liveness: Any = None  # a spare gloo group to find the ranks that stopped answering (several processes)
 
     @property
-    def main(self) -> bool:
+    def is_main(self) -> bool:
+        """Whether this is the main process (it writes the run's files)."""
         return self.accelerator.is_main_process
 
     @property
@@ -293,13 +294,13 @@ def setup_run(
             f"batch_size ({optim.batch_size}) must be divisible by processes x grad_accum ({world} x {accum}): "
             "change batch_size, grad_accum or the number of processes."
         )
-    found = check_run_dir(output_dir, resume)
+    checkpoint = check_run_dir(output_dir, resume)
     extra = {**task.config_extra(), THREADS_KEY: torch.get_num_threads()}
     changes: dict[str, tuple[Any, Any]] = {}
     if resume:
         if accelerator.is_main_process and saved and not (output_dir / CONFIG_FILE).is_file():
             write_json(output_dir / CONFIG_FILE, saved, indent=2)
-            print(f"{output_dir / CONFIG_FILE} was missing: restored from the copy in {found}", flush=True)
+            print(f"{output_dir / CONFIG_FILE} was missing: restored from the copy in {checkpoint}", flush=True)
         accelerator.wait_for_everyone()
         if not (output_dir / CONFIG_FILE).is_file():
             raise ResumeConfigError(
@@ -317,26 +318,26 @@ def setup_run(
         raise UsageError(f"the run cannot be built from its settings: {err}") from err
     if accelerator.is_main_process:  # the data are checked: the folder becomes this run's
         clean_partial_checkpoints(output_dir)
-        if found is None:
+        if checkpoint is None:
             ids = {PRECISION_KEY: accelerator.mixed_precision, TRACKER_ID_KEY: uuid.uuid4().hex}
             save_config(config, output_dir, name, **extra, **ids)
     model, optimizer = accelerator.prepare(parts.model, parts.optimizer)
-    raw = accelerator.unwrap_model(model)
-    has_deq = any(isinstance(m, DEQ) for m in raw.modules())
-    run = Run(task, config, output_dir, accelerator, model, raw, optimizer, parts.scheduler, TrainState(),
+    unwrapped = accelerator.unwrap_model(model)
+    has_deq = any(isinstance(m, DEQ) for m in unwrapped.modules())
+    run = Run(task, config, output_dir, accelerator, model, unwrapped, optimizer, parts.scheduler, TrainState(),
               MetricsLog(output_dir / "metrics.jsonl"), name=name, has_deq=has_deq, progress=progress,
               liveness=liveness_group(run_cfg.dist_timeout))  # fmt: skip
     run.summary[PRECISION_KEY] = accelerator.mixed_precision
-    if found is not None:
+    if checkpoint is not None:
         extra_state = load_training_checkpoint(
-            found, run.state, run.objects(), rank=accelerator.process_index, processes=accelerator.num_processes,
-            read_weights=lambda path: load_weights(run.raw, path),  # read on the CPU, copied into the parameters
+            checkpoint, run.state, run.objects(), rank=accelerator.process_index, processes=accelerator.num_processes,
+            read_weights=lambda path: load_weights(run.unwrapped, path),  # read on the CPU, copied into the parameters
             per_process=list(task.process_state()),
         )  # fmt: skip
         task.load_process_state(extra_state, accelerator.device)
-        accelerator.print(f"resumed from {found} at step {run.state.step}")
-    if run.main:
-        if found is not None:
+        accelerator.print(f"resumed from {checkpoint} at step {run.state.step}")
+    if run.is_main:
+        if checkpoint is not None:
             if run.log.resume_at(run.state.metrics_lines):
                 print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
             record_resume(output_dir, run.state.step, changes)
@@ -355,7 +356,7 @@ def start_trackers(run: Run) -> None:
     the config as hyperparameters (flat dotted keys, plus the precision used and the number of processes), continuing a
     resumed run from its step (:func:`~deq_core.train.trackers.tracker_init_kwargs`)."""
     cfg, acc = run.config.run, run.accelerator
-    if not cfg.log_with or not run.main:
+    if not cfg.log_with or not run.is_main:
         return
     saved = read_json(run.output_dir / CONFIG_FILE)
     config = hyperparameters(run.config, mixed_precision=acc.mixed_precision, num_processes=acc.num_processes)
@@ -398,7 +399,7 @@ def train_step(run: Run, batches: Iterator[Any]) -> StepStats:
     for i, micro in enumerate(parts):
         last = i == len(parts) - 1
         with contextlib.nullcontext() if last else acc.no_sync(run.model):
-            with acc.autocast(), use_plan(run.raw, schedule.deq):
+            with acc.autocast(), use_plan(run.unwrapped, schedule.deq):
                 out = run.task.forward(run.model, micro, replace(schedule, micro=i))
             total = out.loss
             if schedule.jacobian and out.info is not None and out.info.jacobian_loss is not None:
@@ -408,15 +409,15 @@ def train_step(run: Run, batches: Iterator[Any]) -> StepStats:
     loss = stats.means()["loss"]
     if not math.isfinite(loss):
         raise FloatingPointError(f"training loss is {loss} at step {state.step + 1}; stopping.")
-    if run.config.run.save_grads_at == state.step + 1 and run.main:
-        save_gradients(run.raw, run.output_dir / f"grads_step{state.step + 1}.safetensors")
+    if run.config.run.save_grads_at == state.step + 1 and run.is_main:
+        save_gradients(run.unwrapped, run.output_dir / f"grads_step{state.step + 1}.safetensors")
     if optim.grad_clip > 0:
         acc.clip_grad_norm_(run.model.parameters(), optim.grad_clip)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     step_scheduler(run.scheduler, state.step)
-    run.task.after_step(run.raw, state.step)
+    run.task.after_step(run.unwrapped, state.step)
     return stats
 
 
@@ -455,14 +456,14 @@ def train_record(run: Run, stats: StepStats, seconds: float, steps: int) -> dict
 def evaluate(run: Run, split: str, log: bool = True) -> dict[str, float]:
     """The task's results on ``split`` (every process; the model in eval mode, no gradients), logged by the main
     process (with ``log``) and kept in the summary as ``{split}_{key}``."""
-    was_training = run.raw.training
-    run.raw.eval()
+    was_training = run.unwrapped.training
+    run.unwrapped.eval()
     try:
         with torch.no_grad():
-            result = run.task.evaluate(run.raw, split, run.accelerator)
+            result = run.task.evaluate(run.unwrapped, split, run.accelerator)
     finally:
-        run.raw.train(was_training)
-    if run.main and log:
+        run.unwrapped.train(was_training)
+    if run.is_main and log:
         log_record(run, {"step": run.state.step, "split": split, **result})
     run.summary.update({f"{split}_{k}": v for k, v in result.items()})
     return result
@@ -472,14 +473,15 @@ def save_checkpoint(run: Run) -> None:
     """Checkpoint the run at its step (every process calls it), with a copy of config.json; keep the newest
     ``run.keep_checkpoints``."""
     acc = run.accelerator
-    run.state.metrics_lines = run.log.line_count() if run.main else 0
+    run.state.metrics_lines = run.log.line_count() if run.is_main else 0
     metadata = run.task.weights_metadata() or None
+    model = run.unwrapped
     save_training_checkpoint(
         run.output_dir, run.state, run.objects(), rank=acc.process_index, processes=acc.num_processes,
-        barrier=acc.wait_for_everyone, write_weights=lambda path: save_model(run.raw, str(path), metadata=metadata),
-        per_process=run.task.process_state(), config=run.config_file if run.main else None,
+        barrier=acc.wait_for_everyone, write_weights=lambda path: save_model(model, str(path), metadata=metadata),
+        per_process=run.task.process_state(), config=run.config_file if run.is_main else None,
     )  # fmt: skip
-    if run.main:
+    if run.is_main:
         prune_checkpoints(run.output_dir, run.config.run.keep_checkpoints)
     acc.wait_for_everyone()
 
@@ -564,8 +566,8 @@ def train(
     The trackers are ended (``accelerator.end_training()``) when training ends, and also when it fails.
     """
     refuse_sharded_modes(os.environ)  # before the folder is locked (or made) and before Accelerate starts
-    main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
-    with RunLock(output_dir) if main else contextlib.nullcontext():
+    is_main = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+    with RunLock(output_dir) if is_main else contextlib.nullcontext():
         run = setup_run(task, config, Path(output_dir), resume, trusted_modules, name, progress)
         try:
             with warnings.catch_warnings():  # counted in metrics.jsonl and summed up once at the end instead
@@ -619,7 +621,7 @@ def _end_after_failure(run: Run, error: BaseException) -> ProcessTimeoutError | 
 def _announce(run: Run) -> None:
     """The first console lines: what is trained, on what, by how many processes; data warnings."""
     acc = run.accelerator
-    run.summary["parameters"] = sum(p.numel() for p in run.raw.parameters() if p.requires_grad)
+    run.summary["parameters"] = sum(p.numel() for p in run.unwrapped.parameters() if p.requires_grad)
     acc.print(
         f"{run.name}: {run.summary['parameters']} parameters, {run.task.describe()}, {acc.num_processes} "
         f"process(es), {run.steps} steps"
@@ -627,16 +629,16 @@ def _announce(run: Run) -> None:
     if run.has_deq and run.state.step < run.config.deq.pretrain_steps:
         deq = run.config.deq
         acc.print(f"unrolled pretraining (depth {deq.pretrain_depth}) for {deq.pretrain_steps} steps, then solving")
-    for warning in run.task.warnings() if run.main else []:
+    for warning in run.task.warnings() if run.is_main else []:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
 
 def _loop(run: Run) -> dict[str, Any]:
     state, steps, cfg = run.state, run.steps, run.config.run
     _announce(run)
-    bar = tqdm(total=steps, initial=state.step, disable=not (run.progress and progress_enabled(run.main)),
+    bar = tqdm(total=steps, initial=state.step, disable=not (run.progress and progress_enabled(run.is_main)),
                desc=run.name, dynamic_ncols=True)  # fmt: skip
-    say = bar.write if run.main else (lambda text: None)
+    say = bar.write if run.is_main else (lambda text: None)
     batches = run.task.train_batches(state.step, run.accelerator)
     window = [0.0, 0]  # training-step seconds and steps since the last metrics line
     seconds = 0.0
@@ -677,7 +679,7 @@ def _loop(run: Run) -> dict[str, Any]:
 
 def _log_train(run: Run, record: dict[str, Any], bar: Any) -> None:
     """Write the train record (main process; none when ``bar`` is None) and keep its loss and NFE in the summary."""
-    if run.main and bar is not None:
+    if run.is_main and bar is not None:
         log_record(run, record)
         bar.set_postfix(progress_postfix(record, run.task.metric))
     run.summary["train_loss"] = record["loss"]
@@ -692,7 +694,7 @@ def _finish(run: Run) -> None:
     for split in run.task.eval_splits:  # resumed from the last checkpoint: nothing was evaluated in this session
         if f"{split}_loss" not in run.summary:
             evaluate(run, split, log=False)
-    if not run.main:
+    if not run.is_main:
         return
     if "train_loss" not in run.summary:
         _log_train(run, [r for r in run.log.read() if r.get("split") == "train"][-1], None)

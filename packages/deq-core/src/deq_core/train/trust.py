@@ -105,8 +105,8 @@ def _environment(folder: Path) -> list[Path]:
     run folder ``folder``: a ``sys.path`` entry in one of them is an installed package's, the user's environment kept
     in the folder. An environment that holds the run folder (a run written under the virtual environment's folder)
     keeps nothing: the run folder's own entries are still the run's."""
-    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, site.getuserbase()}
-    return [env for env in (Path(os.path.realpath(p)) for p in found if p) if folder in env.parents]
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, site.getuserbase()}
+    return [env for env in (Path(os.path.realpath(p)) for p in prefixes if p) if folder in env.parents]
 
 
 def leave_run_folder(run_dir: str | Path) -> list[str]:
