@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 
 import pytest
+import timm
+import torch
 
 from deq_vision.configs import get_config
-from deq_vision.models import ARCHITECTURES, MDEQ
 
 CIFAR_TRAIN, IMAGENET_TRAIN = 50_000, 1_281_167
 COMMON = dict(NUM_GROUPS=8, EXPANSION_FACTOR=5, LR_SCHEDULER="cosine", ETA_MIN=1e-6)  # ETA_MIN: cls_train.py
@@ -89,7 +90,7 @@ def test_paper_presets_take_the_numbers_of_the_authors_yaml(name: str) -> None:
     assert (optim.sched, optim.min_lr, optim.warmup_steps) == (yaml["LR_SCHEDULER"], yaml["ETA_MIN"], 0)
     assert data.augment == yaml["AUGMENT"] and data.color_jitter == 0.0  # cls_train.py: crop and flip only
     # the model section: the architecture, as MDEQNet.parse_cfg reads it
-    arch = {**_mdeq_defaults(), **ARCHITECTURES[cfg.model.name]}
+    arch = _architecture(cfg.model.name)
     dropout = arch["dropout"] if cfg.model.dropout is None else cfg.model.dropout
     assert dropout == yaml["DROPOUT"] and arch["post_gn_affine"] == yaml["POST_GN_AFFINE"]
     widths = (yaml["NUM_CHANNELS"], yaml["HEAD_CHANNELS"], yaml["FINAL_CHANSIZE"])
@@ -110,11 +111,18 @@ def test_paper_presets_take_the_numbers_of_the_authors_yaml(name: str) -> None:
     assert deq.max_iter_jitter == 0
 
 
-def _mdeq_defaults() -> dict[str, object]:
-    """The MDEQ constructor's defaults (what an ARCHITECTURES entry leaves out)."""
-    import inspect
-
-    return {k: p.default for k, p in inspect.signature(MDEQ).parameters.items() if p.default is not p.empty}
+def _architecture(name: str) -> dict[str, object]:
+    """The architecture timm builds for ``name`` (on the meta device: shapes without numbers), read from its layers:
+    the MDEQ arguments the authors' MODEL section sets."""
+    with torch.device("meta"):
+        model = timm.create_model(name)
+    block = model.blocks[0]
+    return dict(
+        channels=model.channels, head_channels=tuple(b.body[0].out_channels for b in model.head.increase),
+        final_channels=model.num_features, stem_strides=tuple(part[0].stride[0] for part in model.stem),
+        expansion=block.conv1.out_channels // model.channels[0], num_groups=block.gn1.num_groups,
+        dropout=block.drop.p, post_gn_affine=model.fusion.post[0][2].affine,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["glyphs-mdeq", "glyphs-mdeq-jr"])

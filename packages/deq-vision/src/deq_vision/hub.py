@@ -48,7 +48,8 @@ from deq_core.train.hub import (
 from . import __version__
 from .data import data_config
 from .evaluate import load_model
-from .models.registry import MODEL_NAMES, layer_settings
+from .models import MODEL_NAMES
+from .models.deq_layer import layer_settings
 from .models.weights_config import DATA_KEYS, weights_metadata
 
 __all__ = ["PretrainedClassifier"]

@@ -37,8 +37,8 @@ from deq_core.train.trainer import train as run_skeleton
 from .configs import PRESETS, Config, VisionOptimConfig, get_config
 from .data import DatasetError, build_datasets, data_config, resolve_num_classes
 from .data.seeded import SeededItems
-from .models import create_model, weights_config
-from .models.registry import layer_settings
+from .models import create_model, is_deq_model, weights_config
+from .models.deq_layer import layer_settings
 
 MAIN_JOB = "digits-mdeq"
 # Settings that may change when a run is resumed (they do not change what is computed), by dotted name.
@@ -87,7 +87,7 @@ def evaluate_loader(
     the layer as a :class:`deq_core.Plan`) and restores the model's training mode."""
     was_training = model.training
     model.eval()
-    is_deq = hasattr(model, "deq")
+    is_deq = is_deq_model(model)
     topk = (1, 5) if getattr(model, "num_classes", 10) >= 5 else (1, 1)
     totals = dict.fromkeys(("count", "loss", "acc", "acc5", "nfe_forward", "residual"), 0.0)
     plan = None if max_iter is None else deq_core.Plan(max_iter=max_iter)

@@ -18,6 +18,8 @@ from deq_core.train.checks import check_at_least, check_choice, check_finite, ch
 from deq_core.train.deq_config import DEQConfig, deq_section
 from deq_core.train.sections import OptimConfig, RunConfig, section
 
+from ..models import is_deq_model
+
 DatasetName = Literal["cifar10", "imagenet", "folder", "digits", "glyphs"]
 # Classes of each dataset by default ("folder": as many as DATA_DIR/train has class folders).
 NUM_CLASSES = {"cifar10": 10, "imagenet": 1000, "digits": 10, "glyphs": 10}
@@ -169,7 +171,8 @@ class Config:
 
     @property
     def is_deq(self) -> bool:
-        return self.model.name.startswith("mdeq_")
+        """Whether ``model.name`` is a DEQ (:func:`deq_vision.models.is_deq_model`)."""
+        return is_deq_model(self.model.name)
 
     @property
     def head_classes(self) -> int:

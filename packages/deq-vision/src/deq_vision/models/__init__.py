@@ -1,7 +1,12 @@
-"""Models: the MDEQ (registered with timm) and the explicit baselines (timm's ResNets).
+"""Models: the MDEQ and the explicit baselines (timm's ResNets), registered with timm.
 
-:func:`create_model` builds any of them by timm name; MDEQs take their DEQ settings as one ready layer,
-``deq=deq_core.DEQ(...)`` (the training configs build it from their ``deq`` section, ``cfg.deq.layer()``).
+Each architecture's file registers its models as timm's own files do (the class, ``default_cfgs`` and the
+``@register_model`` entrypoints): ``mdeq`` (the MDEQs of the papers and ``mdeq_mini``) and ``resnet_mini``. A new
+architecture is its file (:mod:`~deq_vision.models.build` says what it uses) plus one import below.
+
+:func:`create_model` builds any of them by timm name; DEQs (:func:`is_deq_model`) take their DEQ settings as one
+ready layer, ``deq=deq_core.DEQ(...)`` (the training configs build it from their ``deq`` section,
+``cfg.deq.layer()``).
 """
 
 from __future__ import annotations
@@ -14,16 +19,13 @@ from torch import nn
 
 import deq_core
 
+from . import mdeq, resnet_mini  # noqa: F401  (each registers its models with timm)
+from .build import is_deq_model, registered_models
 from .mdeq import MDEQ, default_deq
-from .registry import ARCHITECTURES, DEFAULT_DEQ_LIMITS, MODEL_NAMES
 
-MDEQ_SETTINGS = ("dropout",)  # the MDEQ's own settings create_model passes on (besides deq and TIMM_SETTINGS)
+MODEL_NAMES: tuple[str, ...] = registered_models(__name__)  # the timm names this package registers, sorted
+MDEQ_SETTINGS = ("dropout",)  # a DEQ's own settings create_model passes on (besides deq and TIMM_SETTINGS)
 TIMM_SETTINGS = ("drop_rate", "drop_path_rate")  # timm's regularization arguments, taken by every model
-
-
-def is_deq_model(name: str) -> bool:
-    """Whether the timm name is one of our MDEQs (else an explicit network)."""
-    return name in ARCHITECTURES
 
 
 def create_model(
@@ -34,8 +36,8 @@ def create_model(
     data: Mapping[str, Any] | None = None,
     **settings: Any,
 ) -> nn.Module:
-    """Build ``name`` through timm. For MDEQs, ``deq`` is the DEQ layer (None: the architecture's default,
-    ``default_deq(**DEFAULT_DEQ_LIMITS[name])``) and ``settings`` (``dropout``, ``drop_rate``, ``drop_path_rate``)
+    """Build ``name`` through timm. For DEQs (:func:`is_deq_model`), ``deq`` is the DEQ layer (None: the
+    architecture's default, its entrypoint's) and ``settings`` (``dropout``, ``drop_rate``, ``drop_path_rate``)
     override the architecture's defaults; explicit networks ignore ``deq`` and ``dropout`` and take ``drop_rate`` and
     ``drop_path_rate``. ``data``: the data the model is for, in timm's ``pretrained_cfg`` terms (``input_size``,
     ``mean``, ``std``, ...: ``deq_vision.data.data_config``), replacing the architecture's in ``model.pretrained_cfg``
@@ -72,6 +74,6 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "ARCHITECTURES", "DEFAULT_DEQ_LIMITS", "MDEQ", "MDEQ_SETTINGS", "MODEL_NAMES", "TIMM_SETTINGS", "count_parameters",
-    "create_model", "default_deq", "is_deq_model",
+    "MDEQ", "MDEQ_SETTINGS", "MODEL_NAMES", "TIMM_SETTINGS", "count_parameters", "create_model", "default_deq",
+    "is_deq_model",
 ]  # fmt: skip

@@ -10,20 +10,33 @@
 The solve and its implicit backward come from :class:`deq_core.DEQ` with a tuple state (one tensor per resolution).
 The layers follow the authors' code (locuslab/deq, branch master, MDEQ-Vision/lib/models/mdeq_core.py and mdeq.py);
 docs/fidelity.md lists each part against it.
+
+This file also registers the architectures with timm, as timm's own model files do (``default_cfgs`` and the
+``@register_model`` entrypoints at the end): after ``import deq_vision``, ``timm.create_model(NAME)`` builds
+``mdeq_tiny_cifar10``, ``mdeq_large_cifar10``, ``mdeq_small_imagenet``, ``mdeq_large_imagenet``, the JR paper's
+ImageNet variants ``mdeq_small_imagenet_jr`` and ``mdeq_large_imagenet_jr``, and the CPU-scale ``mdeq_mini``. Keyword
+arguments (num_classes, in_chans, dropout, drop_path_rate, ...) override an entrypoint's ``model_args``;
+``deq=deq_core.DEQ(...)`` replaces the architecture's default layer (solvers, limits, backward mode), and so does
+``deq=dict(...)``, the layer's settings as plain data (:func:`~.deq_layer.layer_settings`; what an exported run's
+config.json holds). Each model carries a ``pretrained_cfg`` describing the data it is for (input size, mean / std,
+crop, classes); trained weights load as :mod:`~.build` describes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from timm.models import generate_default_cfgs, register_model
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 import deq_core
 
 from .blocks import BranchBlock, ClassificationHead, Fusion, conv_bn_relu
+from .build import CIFAR10_DATA, GLYPHS_DIGITS_DATA, IMAGENET_DATA, build_model, pretrained_cfg
+from .deq_layer import LayerSpec
 
 # The standard deviation of the N(0, std) draw of every convolution that is not weight-normalized (MDEQClsNet.
 # init_weights); a weight-normalized one computes its weight from g and v and keeps PyTorch's default.
@@ -35,8 +48,8 @@ def default_deq(max_iter: int = 19, backward_max_iter: int = 20, stop_mode: str 
     implicit backward by Broyden to 1e-3 in ``backward_max_iter``; the training limits also hold at inference. The
     defaults are the CIFAR-10 files' F_THRES 18 (a Broyden threshold T makes T + 1 calls of f) and B_THRES 20 (their
     backward's first call, at u = 0, gives the incoming gradient, our starting point). Each sample stops on its own
-    residual (deq-core's default); the presets stop on the batch's, as the authors' solvers do. The registered
-    architectures (``deq_vision.models.registry``) pass their own limits."""
+    residual (deq-core's default); the presets stop on the batch's, as the authors' solvers do. Each registered
+    architecture (its entrypoint below) passes its own limits."""
     return deq_core.DEQ(
         solver=deq_core.Broyden(),
         max_iter=max_iter,
@@ -319,3 +332,116 @@ def _take_indices(count: int, indices: int | Sequence[int] | None) -> list[int]:
     if bad:
         raise ValueError(f"feature indices {bad} out of range for the MDEQ's {count} feature maps (0 to {count - 1}).")
     return taken
+
+
+# timm registration. Each entrypoint's ``model_args`` are the MODEL section of the authors' file it names (locuslab/deq,
+# branch master, MDEQ-Vision/experiments/): branch widths, head widths, final width, stem strides (DOWNSAMPLE_TIMES 0:
+# (1, 1), 2: (2, 2)), dropout and the affine after the fusion; all have 8 GroupNorm groups and expansion 5 (the MDEQ's
+# defaults). Its default layer, used when no ``deq`` is given, is the MDEQ paper's (default_deq) with the file's
+# F_THRES + 1 calls of f forward (a Broyden threshold T evaluates f(z0) and takes T steps) and B_THRES backward (their
+# first backward call, at u = 0, returns the incoming gradient: our starting point). The presets in deq_vision.configs
+# build their own layer from the config. Classes and input channels come from the pretrained_cfg.
+
+
+def _cfg(data: Mapping[str, Any], pool_size: tuple[int, int], description: str) -> dict[str, Any]:
+    """An MDEQ's pretrained_cfg (:func:`~.build.pretrained_cfg`): ``pool_size`` is the head's map at that input."""
+    return pretrained_cfg(data, pool_size, description, first_conv="stem.0.0", classifier="head.classifier")
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "mdeq_tiny_cifar10": _cfg(CIFAR10_DATA, (16, 16), "MDEQ-tiny, CIFAR-10 (MDEQ paper)"),
+        "mdeq_large_cifar10": _cfg(CIFAR10_DATA, (4, 4), "MDEQ-large, CIFAR-10 (MDEQ and JR papers)"),
+        "mdeq_small_imagenet": _cfg(IMAGENET_DATA, (7, 7), "MDEQ-small, ImageNet (MDEQ paper)"),
+        "mdeq_small_imagenet_jr": _cfg(IMAGENET_DATA, (7, 7), "MDEQ-small as trained with JR, ImageNet (JR paper)"),
+        "mdeq_large_imagenet": _cfg(IMAGENET_DATA, (7, 7), "MDEQ-large, ImageNet (MDEQ paper)"),
+        "mdeq_large_imagenet_jr": _cfg(IMAGENET_DATA, (7, 7), "MDEQ-large as trained with JR, ImageNet (JR paper)"),
+        "mdeq_mini": _cfg(GLYPHS_DIGITS_DATA, (8, 8), "CPU-scale MDEQ: 16x16 grayscale digits and glyphs"),
+    }
+)
+
+
+def _create_mdeq(variant: str, pretrained: bool, deq: LayerSpec, default: deq_core.DEQ, **kwargs: Any) -> MDEQ:
+    """The MDEQ ``variant`` built by :func:`~.build.build_model`: ``kwargs`` are the MDEQ's arguments, ``deq`` the
+    caller's layer and ``default`` the architecture's. ``features_only=True`` gives timm's FeatureGetterNet over
+    :meth:`MDEQ.forward_intermediates`, one map per branch."""
+    features = dict(out_indices=tuple(range(len(kwargs["channels"]))), feature_cls="getter")
+    return build_model(MDEQ, variant, pretrained, default_deq=default, deq=deq, feature_cfg=features, **kwargs)
+
+
+@register_model
+def mdeq_tiny_cifar10(pretrained: bool = False, deq: LayerSpec = None, **kwargs: Any) -> MDEQ:
+    """MDEQ-tiny for 32x32 CIFAR-10 (about 170K parameters; cifar/cls_mdeq_TINY.yaml)."""
+    model_args = dict(channels=(24, 24), head_channels=(8, 16), final_channels=200, stem_strides=(1, 1), dropout=0.25)
+    default = default_deq(max_iter=18 + 1, backward_max_iter=20)
+    return _create_mdeq("mdeq_tiny_cifar10", pretrained, deq, default, **dict(model_args, **kwargs))
+
+
+@register_model
+def mdeq_large_cifar10(pretrained: bool = False, deq: LayerSpec = None, **kwargs: Any) -> MDEQ:
+    """MDEQ-large for 32x32 CIFAR-10 (about 10M parameters; cifar/cls_mdeq_LARGE.yaml; its JR run,
+    cls_mdeq_LARGE_reg.yaml, changes only the dropout: a preset setting)."""
+    model_args = dict(
+        channels=(32, 64, 128, 256), head_channels=(14, 28, 56, 112), final_channels=1680, stem_strides=(1, 1),
+        dropout=0.3,
+    )  # fmt: skip
+    default = default_deq(max_iter=18 + 1, backward_max_iter=20)
+    return _create_mdeq("mdeq_large_cifar10", pretrained, deq, default, **dict(model_args, **kwargs))
+
+
+@register_model
+def mdeq_small_imagenet(pretrained: bool = False, deq: LayerSpec = None, **kwargs: Any) -> MDEQ:
+    """MDEQ-small for 224x224 ImageNet (about 18M parameters; imagenet/cls_mdeq_SMALL.yaml)."""
+    model_args = dict(
+        channels=(32, 64, 128, 256), head_channels=(24, 48, 96, 192), final_channels=2048, stem_strides=(2, 2),
+        dropout=0.0, post_gn_affine=True,
+    )  # fmt: skip
+    default = default_deq(max_iter=26 + 1, backward_max_iter=27, stop_mode="abs")
+    return _create_mdeq("mdeq_small_imagenet", pretrained, deq, default, **dict(model_args, **kwargs))
+
+
+@register_model
+def mdeq_small_imagenet_jr(pretrained: bool = False, deq: LayerSpec = None, **kwargs: Any) -> MDEQ:
+    """MDEQ-small as the JR paper trains it on 224x224 ImageNet (imagenet/cls_mdeq_SMALL_reg.yaml): a wider head,
+    dropout 0.02, no affine after the fusion (about 19M parameters)."""
+    model_args = dict(
+        channels=(32, 64, 128, 256), head_channels=(28, 56, 112, 224), final_channels=2048, stem_strides=(2, 2),
+        dropout=0.02, post_gn_affine=False,
+    )  # fmt: skip
+    default = default_deq(max_iter=14 + 1, backward_max_iter=14, stop_mode="abs")
+    return _create_mdeq("mdeq_small_imagenet_jr", pretrained, deq, default, **dict(model_args, **kwargs))
+
+
+@register_model
+def mdeq_large_imagenet(pretrained: bool = False, deq: LayerSpec = None, **kwargs: Any) -> MDEQ:
+    """MDEQ-large for 224x224 ImageNet (about 63M parameters; imagenet/cls_mdeq_LARGE.yaml)."""
+    model_args = dict(
+        channels=(80, 160, 320, 640), head_channels=(32, 64, 128, 256), final_channels=2048, stem_strides=(2, 2),
+        dropout=0.0, post_gn_affine=True,
+    )  # fmt: skip
+    default = default_deq(max_iter=26 + 1, backward_max_iter=27, stop_mode="abs")
+    return _create_mdeq("mdeq_large_imagenet", pretrained, deq, default, **dict(model_args, **kwargs))
+
+
+@register_model
+def mdeq_large_imagenet_jr(pretrained: bool = False, deq: LayerSpec = None, **kwargs: Any) -> MDEQ:
+    """MDEQ-large as the JR paper trains it on 224x224 ImageNet (imagenet/cls_mdeq_LARGE_reg.yaml): no affine after
+    the fusion (about 63M parameters)."""
+    model_args = dict(
+        channels=(80, 160, 320, 640), head_channels=(32, 64, 128, 256), final_channels=2048, stem_strides=(2, 2),
+        dropout=0.0, post_gn_affine=False,
+    )  # fmt: skip
+    default = default_deq(max_iter=14 + 1, backward_max_iter=14, stop_mode="abs")
+    return _create_mdeq("mdeq_large_imagenet_jr", pretrained, deq, default, **dict(model_args, **kwargs))
+
+
+@register_model
+def mdeq_mini(pretrained: bool = False, deq: LayerSpec = None, **kwargs: Any) -> MDEQ:
+    """A narrow two-branch MDEQ (about 90K parameters) for CPU-scale runs on 16x16 digits and glyphs: branches at
+    16x16 and 8x8."""
+    model_args = dict(
+        channels=(16, 32), head_channels=(8, 16), final_channels=64, stem_strides=(1, 1), expansion=2, num_groups=4,
+        dropout=0.1,
+    )  # fmt: skip
+    default = default_deq(max_iter=12, backward_max_iter=12)
+    return _create_mdeq("mdeq_mini", pretrained, deq, default, **dict(model_args, **kwargs))

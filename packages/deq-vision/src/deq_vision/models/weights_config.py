@@ -7,10 +7,10 @@ A training checkpoint's and an export's ``model.safetensors`` hold, in their saf
 - ``pretrained_cfg``: the data the model was trained on and is evaluated with, in timm's terms (:data:`DATA_KEYS`:
   ``input_size`` (C, H, W), ``mean`` / ``std``, ``crop_pct``, ``crop_mode``, ``interpolation``, ``num_classes``);
 - ``deq``: the DEQ layer the run trained and evaluated with, as plain settings (solvers, limits, tolerances, stop rules,
-  backward mode, eval limits; ``deq_vision.models.registry.layer_settings``); absent for an explicit network.
+  backward mode, eval limits; :func:`~deq_vision.models.deq_layer.layer_settings`); absent for an explicit network.
 
 ``timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=...))`` (and ``dict(hf_hub_id=...)``)
-reads them before building the model (``deq_vision.models.registry``); nothing here imports code.
+reads them before building the model (:func:`deq_vision.models.build.build_model`); nothing here imports code.
 """
 
 from __future__ import annotations
