@@ -62,3 +62,16 @@ def test_user_errors_share_one_base_and_stay_value_errors() -> None:
 
     for error in (CheckpointError, RunDirError, ResumeConfigError):
         assert issubclass(error, UsageError) and issubclass(error, ValueError), error
+
+
+def test_package_exports_what_a_task_author_uses() -> None:
+    import deq_core.train as train_package
+    from deq_core.train import task, trainer
+
+    assert len(train_package.__all__) == len(set(train_package.__all__))
+    for name in train_package.__all__:
+        value = getattr(train_package, name)
+        assert value.__module__.startswith("deq_core.train."), (name, value.__module__)
+    assert (train_package.Task, train_package.StepSchedule, train_package.train) == (
+        task.Task, task.StepSchedule, trainer.train
+    )  # fmt: skip

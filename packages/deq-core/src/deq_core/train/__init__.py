@@ -1,5 +1,21 @@
 """What the training scripts of the task packages (deq-toy, deq-lm, deq-vision) share; installed with the extra
-``pip install 'deq-core[train]'`` and never imported by ``import deq_core``. One job per module:
+``pip install 'deq-core[train]'`` and never imported by ``import deq_core``.
+
+A task author imports from the package itself (``from deq_core.train import Task, train, ...``); ``__all__`` lists
+those names, what a task package's training script and config module use:
+
+- the skeleton: :class:`Task` (what a task supplies), :class:`Parts` and :class:`Forward` (what it returns),
+  :class:`StepSchedule` (what the skeleton hands to it each step) and :func:`train`;
+- the config: the ``run``, ``optim`` and ``deq`` sections (:class:`RunConfig`, :class:`OptimConfig`,
+  :class:`DEQConfig`, built with :func:`section` and :func:`deq_section`; :func:`deq_settings` for
+  presets), their checks (``check_*``, :func:`in_section`), :func:`replace_config` and
+  :func:`apply_overrides` (``key=value`` changes);
+- the command line: :func:`training_parser`, :func:`run_training_cli`, :func:`check_count`, :func:`set_threads` and
+  :class:`UsageError` (one line, exit status 2);
+- :func:`cosine_lr_factor`, the learning-rate schedule the task packages share.
+
+The rest (evaluation and export tools, run folders, checkpoints, files) is imported from its module. One job per
+module:
 
 - :mod:`~deq_core.train.trainer`, :mod:`~deq_core.train.task`: the training skeleton (:func:`trainer.train`) and what
   a task supplies to it (:class:`task.Task`; its settings are the config's ``run``, ``optim`` and ``deq`` sections).
@@ -35,10 +51,9 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-__all__: list[str] = []
-
-# The distributions of the extra ``deq-core[train]`` (packages/deq-core/pyproject.toml), by import name.
-_EXTRA = ("accelerate", "safetensors", "tqdm", "matplotlib")
+# The distributions of the extra ``deq-core[train]`` (packages/deq-core/pyproject.toml), by import name: checked before
+# any module of the package is imported.
+_EXTRA = ("accelerate", "safetensors", "tqdm", "matplotlib", "omegaconf")
 
 _missing = [name for name in _EXTRA if find_spec(name) is None]
 if _missing:
@@ -46,3 +61,42 @@ if _missing:
         f"deq_core.train needs {', '.join(_missing)}, which `pip install deq-core` does not install: "
         "pip install 'deq-core[train]'"
     )
+
+from .checks import check_at_least, check_choice, check_finite, check_fraction, check_seed, in_section  # noqa: E402
+from .cli import check_count, run_training_cli, set_threads, training_parser  # noqa: E402
+from .deq_config import DEQConfig, deq_section, deq_settings  # noqa: E402
+from .errors import UsageError  # noqa: E402
+from .overrides import apply_overrides  # noqa: E402
+from .run_config import replace_config  # noqa: E402
+from .schedules import cosine_lr_factor  # noqa: E402
+from .sections import OptimConfig, RunConfig, section  # noqa: E402
+from .task import Forward, Parts, StepSchedule, Task  # noqa: E402
+from .trainer import train  # noqa: E402
+
+__all__ = [
+    "DEQConfig",
+    "Forward",
+    "OptimConfig",
+    "Parts",
+    "RunConfig",
+    "StepSchedule",
+    "Task",
+    "UsageError",
+    "apply_overrides",
+    "check_at_least",
+    "check_choice",
+    "check_count",
+    "check_finite",
+    "check_fraction",
+    "check_seed",
+    "cosine_lr_factor",
+    "deq_section",
+    "deq_settings",
+    "in_section",
+    "replace_config",
+    "run_training_cli",
+    "section",
+    "set_threads",
+    "training_parser",
+    "train",
+]
