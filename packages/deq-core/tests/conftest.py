@@ -15,7 +15,9 @@ import pytest
 import torch
 from torch import Tensor
 
-METHODS = ("fixed_point", "anderson", "broyden")
+from deq_core import BUILTIN_SOLVERS
+
+METHODS = tuple(BUILTIN_SOLVERS)  # every built-in solver's shorthand
 FLOAT_DTYPES = (torch.float32, torch.float64)
 # Shapes (without the batch dim) of the tensors of a tuple state of different shapes.
 TUPLE_SHAPES = ((3, 4), (5,))

@@ -124,7 +124,7 @@ INT_MAX = "2**31 - 1 = 2147483647, got 1e+30"  # the largest integer setting, an
         (["--config", "synthetic-tiny", "epochs=0"], "optim.epochs must be a number >= 1, got 0"),
         (["--config", "synthetic-tiny", "optim.lr=-1"], "optim.lr must be > 0, got -1.0"),
         (["--config", "synthetic-tiny", "run.threads=0"], "run.threads must be a number >= 1, got 0"),
-        (["--config", "synthetic-tiny", "eval_solver=newton"], "Invalid value 'newton'"),
+        (["--config", "synthetic-tiny", "eval_solver=newton"], "run.eval_solver: unknown solver 'newton'"),
         (["--config", "arith-fc-tiny", "length=30"], "data.length and long_length must be odd and >= 3"),
         (["--config", "arith-fc-tiny", "readout=last"], "model.readout=last applies to the GRU models only"),
         (["--config", "arith-fc-tiny", "model=lstm"], "'model=lstm': Invalid value 'lstm'"),

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from deq_core.train.testing.faults import (
+    PAYLOAD_MODULE,
     TRUSTED_SOLVER_MODULE,
     check_installed_solver_module,
     plant_solver_path,
     python_module,
+    set_saved_setting,
 )
 from deq_toy import train
 
@@ -46,6 +48,20 @@ def test_a_solver_import_path_in_config_json_runs_no_code(stopped_run: Path, tmp
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"python -m {COMMANDS[command][0]}: error: "), line
     assert f"deq.{field} is the import path 'payload:Evil', and a saved config imports no module" in line
+    assert line.endswith("if you trust the module 'payload', add --trust-solver payload."), line
+    assert not (run / "ran").exists()
+
+
+def test_an_eval_solver_import_path_in_config_json_runs_no_code(stopped_run: Path, tmp_path: Path) -> None:
+    """run.eval_solver may name a user's solver as deq.solver may, so a saved one is refused the same way."""
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    (run / "payload.py").write_text(PAYLOAD_MODULE)
+    set_saved_setting(run, "run.eval_solver", "payload:Evil")
+    done = python_module(*COMMANDS["evaluate"], cwd=run)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "run.eval_solver is the import path 'payload:Evil', and a saved config imports no module" in line
     assert line.endswith("if you trust the module 'payload', add --trust-solver payload."), line
     assert not (run / "ran").exists()
 

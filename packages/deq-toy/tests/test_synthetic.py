@@ -1,8 +1,11 @@
 """The 1D data, the scalar DEQ and its layer, and the effect of the Jacobian regularizer."""
 
+import sys
+
+import pytest
 import torch
 
-from deq_core import DEQ, JFB, Implicit, Phantom
+from deq_core import DEQ, JFB, FixedPoint, Implicit, Phantom
 from deq_core.train.run_config import replace_config
 from deq_toy.configs import get_config, load_config
 from deq_toy.data.synthetic import make_synthetic, target_function
@@ -88,3 +91,25 @@ def test_synthetic_overrides_reach_the_scalar_deqs_layer():
     layer = DEQ(solver="anderson", max_iter=30, tol=1e-6, stop_mode="abs", backward="jfb")
     model = ScalarDEQ(width=8, deq=layer)
     assert model.deq is layer and bool(model(torch.randn(5, 1))[1].converged.all())
+
+
+def test_eval_solver_takes_what_deq_solver_takes(tmp_path, monkeypatch):
+    """run.eval_solver names a solver as deq.solver does: a built-in's shorthand or a user's import path (the
+    statistics are keyed by that name); an unknown name is refused naming the field and the built-ins."""
+    from deq_core.train.errors import UsageError
+    from deq_core.train.testing.faults import TRUSTED_SOLVER_MODULE
+
+    (tmp_path / "my_solvers.py").write_text(TRUSTED_SOLVER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
+    torch.manual_seed(0)
+    task = SyntheticTask(load_config("synthetic-tiny", ["eval_solver=my_solvers:Relaxed"]))
+    result = task.evaluate()
+    damped = equilibrium_statistics(task.model, task.data.x_valid, FixedPoint(damping=0.9), 100, 1e-3)
+    assert result["nfe_my_solvers:Relaxed_mean"] == float(damped["nfe"].float().mean())  # Relaxed: damping 0.9
+    assert result["converged_my_solvers:Relaxed"] == float(damped["converged"].float().mean())
+    with pytest.raises(UsageError) as info:
+        load_config("synthetic-tiny", ["eval_solver=newton"])
+    assert "run.eval_solver: unknown solver 'newton'; choose one of ['anderson', 'broyden', 'fixed_point']" in str(
+        info.value
+    )

@@ -5,7 +5,7 @@ Public API::
     deq_core.solve(f, z0, solver=Anderson(m=8), max_iter=50, tol=1e-4, stop_mode="rel") -> SolverResult
     deq_core.FixedPoint(damping), Anderson(m, beta, reg), Broyden(memory, line_search, ls_steps, armijo)
     deq_core.Solver (init / step -> Step; a Loop for trial calls of f), options_of(solver)
-    deq_core.resolve_solver("broyden" | "pkg.mod:Class" | Solver, options) -> Solver
+    deq_core.resolve_solver("broyden" | "pkg.mod:Class" | Solver, options) -> Solver   # names: BUILTIN_SOLVERS
     deq_core.DEQ(solver, max_iter, tol, stop_mode, backward=Implicit(...) | Phantom(...) | JFB(), ...)(f, z0)
         -> (z_out, DEQInfo)   # info.forward / info.backward: SolverResults; info.summary()
     with deq_core.use_plan(model, deq_core.Plan(unroll, max_iter, jacobian_loss)): ...   # every DEQ layer of model
@@ -16,7 +16,7 @@ Public API::
     deq_core.peak_live_bytes(fn) -> (fn(), peak bytes of the storages fn creates)
 """
 
-from ._solvers import Anderson, Broyden, FixedPoint, Loop, Solver, Step, options_of, resolve_solver
+from ._solvers import BUILTIN_SOLVERS, Anderson, Broyden, FixedPoint, Loop, Solver, Step, options_of, resolve_solver
 from .backward import JFB, Implicit, Phantom
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph, jacobian_frobenius, spectral_radius
@@ -29,6 +29,7 @@ from .solve import SolverResult, solve
 __version__ = "0.9.0"
 
 __all__ = [
+    "BUILTIN_SOLVERS",
     "DEQ",
     "Anderson",
     "Broyden",

@@ -163,7 +163,8 @@ def solve(
         z0: Tensor (B, ...) or tuple/list of such Tensors (e.g. one per MDEQ resolution), batch first.
         solver: a :class:`~deq_core.Solver` object (``FixedPoint(damping)``, ``Anderson(m, beta, reg)``,
             ``Broyden(memory, line_search, ls_steps, armijo)`` or a user's own), or a string: a built-in's shorthand
-            ("fixed_point", "anderson", "broyden") or an import path "package.module:Class", built with ``options``.
+            (a key of :data:`deq_core.BUILTIN_SOLVERS`) or an import path "package.module:Class", built with
+            ``options``.
         max_iter: the largest number of iterations; each evaluates f once (more with Broyden's line search).
         tol: a sample has converged when its residual is <= tol; it then stops changing.
         stop_mode: "rel" for ||f(z) - z|| / ||f(z)|| or "abs" for ||f(z) - z||, per sample.

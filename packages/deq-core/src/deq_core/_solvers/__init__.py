@@ -5,6 +5,16 @@ from .anderson import Anderson
 from .base import Loop, Solver, Step
 from .broyden import Broyden
 from .fixed_point import FixedPoint
-from .resolve import options_of, resolve_solver
+from .resolve import BUILTIN_SOLVERS, options_of, resolve_solver
 
-__all__ = ["Anderson", "Broyden", "FixedPoint", "Loop", "Solver", "Step", "options_of", "resolve_solver"]
+__all__ = [
+    "BUILTIN_SOLVERS",
+    "Anderson",
+    "Broyden",
+    "FixedPoint",
+    "Loop",
+    "Solver",
+    "Step",
+    "options_of",
+    "resolve_solver",
+]

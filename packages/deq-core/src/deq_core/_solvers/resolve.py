@@ -1,4 +1,4 @@
-"""A solver given by name: the built-ins' shorthands ("fixed_point", "anderson", "broyden") or an import path
+"""A solver given by name: a built-in's shorthand (a key of :data:`BUILTIN_SOLVERS`) or an import path
 "package.module:Class" of a user's :class:`~deq_core.Solver` (imported with importlib; there is no registry)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .anderson import Anderson
@@ -13,19 +14,20 @@ from .base import Solver
 from .broyden import Broyden
 from .fixed_point import FixedPoint
 
-BUILTIN: tuple[type[Solver], ...] = (FixedPoint, Anderson, Broyden)
+BUILTIN_SOLVERS: Mapping[str, type[Solver]] = MappingProxyType(
+    {str(cls.name): cls for cls in (FixedPoint, Anderson, Broyden)}
+)
+"""The built-in solvers by shorthand (each class's ``name``), read-only: the one list of the names a solver given as a
+string may take besides an import path (:func:`resolve_solver`, the ``deq.solver`` settings of a training config)."""
+
 SolverLike = Solver | str | type[Solver]
-
-
-def _shorthands() -> dict[str, type[Solver]]:
-    return {str(cls.name): cls for cls in BUILTIN}
 
 
 def import_path_module(solver: object) -> str | None:
     """The module that resolving ``solver`` would import: ``"pkg.module"`` for the import path
     ``"pkg.module:Class"``; None for anything that imports nothing (a built-in's shorthand, a Solver class or object,
     an unknown name without ``:``, a value that is not a string)."""
-    if not isinstance(solver, str) or solver in _shorthands() or ":" not in solver:
+    if not isinstance(solver, str) or solver in BUILTIN_SOLVERS or ":" not in solver:
         return None
     return solver.partition(":")[0]
 
@@ -45,12 +47,11 @@ def _imported(path: str) -> Any:
 def _solver_class(solver: str | type[Solver]) -> type[Solver] | Solver:
     if not isinstance(solver, str):
         return solver
-    shorthands = _shorthands()
-    if solver in shorthands:
-        return shorthands[solver]
+    if solver in BUILTIN_SOLVERS:
+        return BUILTIN_SOLVERS[solver]
     if import_path_module(solver) is None:
         raise ValueError(
-            f"unknown solver {solver!r}; choose one of {sorted(shorthands)}, give a deq_core.Solver object, or an "
+            f"unknown solver {solver!r}; choose one of {sorted(BUILTIN_SOLVERS)}, give a deq_core.Solver object, or an "
             "import path 'package.module:Class'."
         )
     target = _imported(solver)

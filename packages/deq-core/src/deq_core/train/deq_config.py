@@ -20,7 +20,7 @@ from .trust import import_path_field
 if TYPE_CHECKING:
     from .. import DEQ
 
-__all__ = ["REFERENCE_STOP", "DEQConfig", "deq_section", "deq_settings", "parse_options"]
+__all__ = ["REFERENCE_STOP", "DEQConfig", "check_solver_field", "deq_section", "deq_settings", "parse_options"]
 
 _OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its solver)
 
@@ -30,7 +30,7 @@ class DEQConfig:
     """A task config's DEQ settings (its ``deq`` section). Iteration limits count solver iterations (calls of f).
 
     Layer (:class:`deq_core.DEQ`):
-        solver, solver_options: the forward solver: a deq-core shorthand ("anderson", "broyden", "fixed_point") or
+        solver, solver_options: the forward solver: a built-in's shorthand (:data:`deq_core.BUILTIN_SOLVERS`) or
             the import path of a user's ``deq_core.Solver`` ("my_pkg.my_module:MySolver"), with its own options as
             ``key=value`` strings (``("m=6", "beta=0.8")`` for Anderson, ``("memory=10",)`` for Broyden), checked by
             the solver. Building the section imports the module of an import path; a config read from a file
@@ -167,18 +167,27 @@ def _check_deq_config(config: DEQConfig) -> None:
     if not 0.0 < config.phantom_damping <= 1.0:
         raise ValueError(f"phantom_damping must be in (0, 1], got {config.phantom_damping}.")
     for options_field, solver_field in _OPTION_FIELDS:
-        _check_solver(config, solver_field, options_field)
+        check_solver_field(config, solver_field, options_field)
 
 
-def _check_solver(config: DEQConfig, solver_field: str, options_field: str) -> None:
-    """The solver named by ``solver_field`` (a built-in's shorthand or an import path) with the options of
-    ``options_field`` (``key=value`` strings), checked by the solver itself; ValueError naming the field."""
+def check_solver_field(config: Any, solver_field: str, options_field: str | None = None) -> None:
+    """Check the field ``solver_field`` of the dataclass instance ``config`` as :class:`DEQConfig` checks its
+    ``solver``: a built-in's shorthand (:data:`deq_core.BUILTIN_SOLVERS`) or the import path of a
+    :class:`deq_core.Solver` (imported; make the field with :func:`~deq_core.train.trust.import_path_field`, so
+    that a config read from a file imports only trusted modules), with the options of ``options_field`` (``key=value``
+    strings; None: the solver's defaults), checked by the solver itself.
+
+    Raises:
+        ValueError: naming the field (``solver: unknown solver 'newton'; choose one of [...]``).
+    """
     from .._solvers import resolve_solver
 
     try:
         resolve_solver(getattr(config, solver_field))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{solver_field}: {error}") from None
+    if options_field is None:
+        return
     options = parse_options(getattr(config, options_field), options_field)
     try:
         resolve_solver(getattr(config, solver_field), options)

@@ -4,7 +4,7 @@ module. A run folder is data that may come from anyone, and ``python -m`` puts t
 so a config read from a file (a run's ``config.json``) imports no module the user did not allow: before anything is
 built, :func:`check_import_paths` refuses every import path whose module is not among the trusted ones
 (``--trust-solver MODULE`` on the command line, ``trusted_modules`` in Python). The built-in solvers' shorthands
-("anderson", "broyden", "fixed_point") import nothing and are always read. A config built from the command line
+(:data:`deq_core.BUILTIN_SOLVERS`) import nothing and are always read. A config built from the command line
 (``deq.solver=pkg.module:Class`` for a new run) is the user's own choice and is not checked here.
 
 A trusted name is the module installed in the environment, never a file of the run folder: a run folder holding a

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from deq_core.train.checks import check_at_least, check_choice, check_finite, check_seed, in_section
-from deq_core.train.deq_config import DEQConfig, deq_section, deq_settings
+from deq_core.train.deq_config import DEQConfig, check_solver_field, deq_section, deq_settings
 from deq_core.train.run_config import replace_config
 from deq_core.train.sections import section
+from deq_core.train.trust import import_path_field
 
 from .sections import ToyOptimConfig, ToyRunConfig
 
@@ -50,14 +51,16 @@ class SyntheticModelConfig:
 @dataclass(frozen=True)
 class SyntheticRunConfig(ToyRunConfig):
     """The synthetic config's ``run`` section: :class:`~deq_toy.configs.sections.ToyRunConfig` plus ``eval_solver``,
-    the solver of the evaluation statistics (NFE and |df/dz| of plain fixed-point iteration by default)."""
+    the solver of the evaluation statistics (NFE and |df/dz| of plain fixed-point iteration by default). It takes what
+    ``deq.solver`` takes: a built-in's shorthand (:data:`deq_core.BUILTIN_SOLVERS`) or the import path of a user's
+    ``deq_core.Solver``, imported from a saved config only when trusted (``--trust-solver``), with its defaults."""
 
-    eval_solver: Literal["fixed_point", "anderson", "broyden"] = "fixed_point"
+    eval_solver: str = import_path_field("fixed_point")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         with in_section("run"):
-            check_choice(self, "eval_solver")
+            check_solver_field(self, "eval_solver")
 
 
 @dataclass(frozen=True)

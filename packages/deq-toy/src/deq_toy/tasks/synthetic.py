@@ -19,8 +19,11 @@ from ..models.scalar_deq import ScalarDEQ
 from .base import ToyTask, epoch_batch_indices, step_budget
 
 
-def equilibrium_statistics(model: ScalarDEQ, x: Tensor, method: str, max_iter: int, tol: float) -> dict[str, Any]:
-    """Solve z = f(z; x) for every x (B, 1) from z0 = 0 with ``method`` to absolute residual ``tol``.
+def equilibrium_statistics(
+    model: ScalarDEQ, x: Tensor, method: str | deq_core.Solver, max_iter: int, tol: float
+) -> dict[str, Any]:
+    """Solve z = f(z; x) for every x (B, 1) from z0 = 0 with ``method`` (a solver's shorthand or import path, or a
+    :class:`deq_core.Solver`) to absolute residual ``tol``.
 
     Returns z* (B, 1), per-sample NFE (B,), |df/dz| at z* (B,), the converged mask (B,) and the solver result.
     """
