@@ -43,8 +43,8 @@ def test_the_plan_reaches_every_layer_for_the_block_only():
     model, x = TwoLayers(), torch.randn(3, 6)
     own = [info.nfe for info in model(x)]
     assert own == [25, 40]  # each runs to its own limit
-    with use_plan(model, Plan(max_iter=7)) as found:
-        assert found == 2 and model.first.plan == model.inner.second.plan == Plan(max_iter=7)
+    with use_plan(model, Plan(max_iter=7)) as count:
+        assert count == 2 and model.first.plan == model.inner.second.plan == Plan(max_iter=7)
         assert [info.nfe for info in model(x)] == [7, 7]
     assert model.first.plan is None and model.inner.second.plan is None
     assert [info.nfe for info in model(x)] == own
@@ -75,6 +75,48 @@ def test_arguments_of_the_call_win_over_the_plan():
     assert solved.mode == "unrolled" and solved.nfe == 2
 
 
+def test_an_evaluation_plan_sets_the_limits_and_leaves_the_layers_own():
+    """An evaluation at other limits (a sweep) is a Plan too: it overrides eval_max_iter / eval_tol in eval mode (and
+    the training limits in train mode) for the block, and the layer's own settings never change."""
+    layer = DEQ(solver="fixed_point", max_iter=30, tol=1e-6, eval_max_iter=12, eval_tol=1e-3, warn_unconverged="never")
+    w = torch.randn(5, 5, generator=torch.Generator().manual_seed(0)) * 0.2
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    f = lambda z: torch.tanh(z @ w + x)  # noqa: E731  (a contraction: converges)
+    layer.eval()
+    assert layer.limits() == (12, 1e-3)
+    with torch.no_grad(), use_plan(layer, Plan(max_iter=4, tol=1e-9)):
+        assert layer.limits() == (4, 1e-9)
+        _, info = layer(f, torch.zeros_like(x))
+        _, tol_only = layer(f, torch.zeros_like(x), max_iter=50)
+    assert (info.forward.max_iter, info.forward.tol, info.nfe) == (4, 1e-9, 4)
+    assert tol_only.forward.tol == 1e-9 and tol_only.nfe > 12  # 1e-9 needs more than the eval limit's 12 iterations
+    assert (layer.max_iter, layer.tol, layer.eval_max_iter, layer.eval_tol, layer.limits()) == (30, 1e-6, 12, 1e-3,
+                                                                                              (12, 1e-3))  # fmt: skip
+    layer.train()
+    with use_plan(layer, Plan(tol=1e-2)):
+        assert layer.limits() == (30, 1e-2)
+    assert layer.limits() == (30, 1e-6)
+
+
+@pytest.mark.parametrize("value", [0, -3, True, 2.5, "8"])
+def test_an_iteration_limit_has_one_rule_wherever_it_is_given(value):
+    """solve, the layer (training and eval limits), a Plan and the config's deq section refuse the same values."""
+    for build in (lambda: deq_core.solve(torch.cos, torch.zeros(1, 2), max_iter=value), lambda: DEQ(max_iter=value),
+                  lambda: DEQ(eval_max_iter=value), lambda: Plan(max_iter=value),
+                  lambda: DEQConfig(max_iter=value), lambda: DEQConfig(eval_max_iter=value)):  # fmt: skip
+        with pytest.raises(ValueError, match="max_iter must be"):
+            build()
+
+
+@pytest.mark.parametrize("value", [0.0, -1e-3, float("nan"), float("inf"), True, "1e-3"])
+def test_a_tolerance_has_one_rule_wherever_it_is_given(value):
+    for build in (lambda: deq_core.solve(torch.cos, torch.zeros(1, 2), tol=value), lambda: DEQ(tol=value),
+                  lambda: DEQ(eval_tol=value), lambda: Plan(tol=value), lambda: DEQConfig(tol=value),
+                  lambda: DEQConfig(eval_tol=value)):  # fmt: skip
+        with pytest.raises(ValueError, match="tol must be"):
+            build()
+
+
 def test_the_plan_is_restored_when_the_block_raises():
     layer = DEQ(max_iter=5)
     outer = Plan(max_iter=3)
@@ -89,7 +131,8 @@ def test_the_plan_is_restored_when_the_block_raises():
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [({"unroll": 0}, ValueError), ({"max_iter": 1.5}, ValueError), ({"unroll": True}, ValueError),
-     ({"jacobian_loss": 1}, TypeError)],
+     ({"jacobian_loss": 1}, TypeError), ({"tol": 0.0}, ValueError), ({"tol": float("inf")}, ValueError),
+     ({"tol": True}, ValueError)],
 )  # fmt: skip
 def test_a_bad_plan_is_refused(kwargs, error):
     with pytest.raises(error, match="Plan"):
@@ -110,8 +153,8 @@ def test_the_skeleton_holds_no_copy_of_a_section_setting():
     task_attributes = {k for k in vars(task.Task) if not k.startswith("_")}
     assert not section_fields & task_attributes
     # the plan's own fields: what a layer takes per step, and the DEQ.forward keywords they stand for
-    assert [f.name for f in dataclasses.fields(Plan)] == ["unroll", "max_iter", "jacobian_loss"]
-    assert {"unroll", "max_iter", "jacobian_loss"} <= set(inspect.signature(DEQ.forward).parameters)
+    assert [f.name for f in dataclasses.fields(Plan)] == ["unroll", "max_iter", "jacobian_loss", "tol"]
+    assert {"unroll", "max_iter", "jacobian_loss", "tol"} <= set(inspect.signature(DEQ.forward).parameters)
     assert list(inspect.signature(task.Task.forward).parameters) == ["self", "model", "batch", "schedule"]
 
 

@@ -21,7 +21,7 @@ from .backward import Backward, resolve_backward
 from .info import DEQInfo
 from .jacobian import frobenius_from_graph
 from .plan import Plan
-from .solve import SolverResult, check_capture, check_interval, check_limits, solve
+from .solve import SolverResult, check_capture, check_interval, check_limits, check_max_iter, check_tol, solve
 
 __all__ = ["DEQ", "UNCONVERGED_WARNING"]
 
@@ -65,9 +65,11 @@ class DEQ(nn.Module):
             :func:`deq_core.solve`; ``check_every=max_iter``: the whole solve); needs a capturable forward solver.
             The implicit backward's solve is not captured (``compile_step`` applies to it).
 
-    Attribute ``plan``: a :class:`~deq_core.Plan` (unroll, this step's max_iter, jacobian_loss) that the layer follows
-    in every call, or None (the default). A training loop sets it on every DEQ layer of a model for one step with
-    :func:`deq_core.use_plan`, so that models need not pass these arguments down; arguments given in a call win.
+    Attribute ``plan``: a :class:`~deq_core.Plan` (unroll, this step's max_iter and tol, jacobian_loss) that the layer
+    follows in every call, or None (the default). A training loop sets it on every DEQ layer of a model for one step
+    with :func:`deq_core.use_plan`, and an evaluation at other limits (a sweep) for its forward passes, so that models
+    need not pass these arguments down and the layer's own limits never change; arguments given in a call win.
+    :meth:`limits` says which limits a call would solve to.
 
     Memory: the solve runs without autograd; only the final call f(z*) is kept for backward, so training memory
     does not grow with the number of solver iterations. With the implicit backward z_out is a view of that call's
@@ -103,8 +105,8 @@ class DEQ(nn.Module):
         super().__init__()
         self.solver = resolve_solver(solver)
         check_limits(max_iter, tol, stop_mode, stop_over)
-        eval_limits = (max_iter if eval_max_iter is None else eval_max_iter, tol if eval_tol is None else eval_tol)
-        check_limits(*eval_limits, stop_mode)
+        check_max_iter(eval_max_iter, "eval_max_iter", optional=True)
+        check_tol(eval_tol, "eval_tol", optional=True)
         self.backward = resolve_backward(backward)
         check_int("DEQ", "jacobian_samples", jacobian_samples, 1)
         if on_nonfinite not in ("raise", "warn", "ignore"):
@@ -149,8 +151,8 @@ class DEQ(nn.Module):
             z0: initial state, Tensor (B, ...) or tuple/list of Tensors. When solving, no gradient flows into z0
                 (z* does not depend on it).
             max_iter, tol: override the limits for this call (e.g. a random jitter of max_iter during training).
-                ``max_iter``, ``unroll`` and ``jacobian_loss`` left at None come from the layer's ``plan`` when
-                one is set (:func:`deq_core.use_plan`).
+                ``max_iter``, ``tol``, ``unroll`` and ``jacobian_loss`` left at None come from the layer's ``plan``
+                when one is set (:func:`deq_core.use_plan`; :meth:`limits`).
             unroll: instead of solving, apply f ``unroll`` times from z0 with ordinary backpropagation (the
                 weight-tied pretraining phase of the papers); gradients also reach z0 when it requires grad (e.g. a
                 learned initial state); info.residual is that of the last-but-one iterate.
@@ -175,7 +177,6 @@ class DEQ(nn.Module):
         """
         plan = self.plan
         if plan is not None:
-            max_iter = plan.max_iter if max_iter is None else max_iter
             unroll = plan.unroll if unroll is None else unroll
             jacobian_loss = plan.jacobian_loss if jacobian_loss is None else jacobian_loss
         jacobian_loss = bool(jacobian_loss)
@@ -183,10 +184,7 @@ class DEQ(nn.Module):
             raise RuntimeError("jacobian_loss=True needs autograd; call the layer outside torch.no_grad().")
         if unroll is not None:
             return self._unrolled(f, z0, unroll, jacobian_loss, n_states, states_at)
-        if self.training:
-            limit, tolerance = self.max_iter, self.tol
-        else:
-            limit, tolerance = self._eval_limits()
+        limit, tolerance = self.limits()
         sampled = sampled_iterations(limit if max_iter is None else max_iter, n_states, states_at)
         res = solve(
             f,
@@ -268,6 +266,16 @@ class DEQ(nn.Module):
         if sampled is not None:
             info.states = [*states, z]
         return z, info
+
+    def limits(self) -> tuple[int, float]:
+        """(max_iter, tol) of the forward solve of a call without those arguments: the plan's where it sets them
+        (:func:`deq_core.use_plan`), else ``eval_max_iter`` / ``eval_tol`` in eval mode (where given), else the
+        training ones."""
+        limit, tolerance = (self.max_iter, self.tol) if self.training else self._eval_limits()
+        if self.plan is not None:
+            limit = limit if self.plan.max_iter is None else self.plan.max_iter
+            tolerance = tolerance if self.plan.tol is None else self.plan.tol
+        return limit, tolerance
 
     def _eval_limits(self) -> tuple[int, float]:
         """max_iter and tol in eval mode: eval_max_iter / eval_tol where given (not None), else the training ones."""

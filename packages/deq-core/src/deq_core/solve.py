@@ -92,12 +92,35 @@ class SolverResult:
         return text
 
 
+def check_max_iter(value: object, name: str = "max_iter", optional: bool = False) -> None:
+    """The one rule of an iteration limit (a solve's, a DEQ layer's in training or eval mode, a
+    :class:`~deq_core.Plan`'s, a training config's ``deq`` section): an int >= 1, not a bool; None too when
+    ``optional``. ValueError naming ``name`` otherwise."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        rule = ">= 1 or None" if optional else "a number >= 1"
+        whole = " (an iteration count: a whole number)" if isinstance(value, float) and value >= 1 else ""
+        raise ValueError(f"{name} must be {rule}, got {value!r}{whole}.")
+
+
+def check_tol(value: object, name: str = "tol", optional: bool = False) -> None:
+    """The one rule of a tolerance (where :func:`check_max_iter` applies): a finite number > 0, not a bool; None too
+    when ``optional``. ValueError naming ``name`` otherwise."""
+    if value is None and optional:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and not math.isfinite(value):  # type: ignore[arg-type]
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    if not number or not value > 0:  # type: ignore[operator]
+        raise ValueError(f"{name} must be > 0{' or None' if optional else ''}, got {value!r}.")
+
+
 def check_limits(max_iter: int, tol: float, stop_mode: str, stop_over: str = "sample") -> None:
-    """Raise ValueError for a bad iteration limit, tolerance, stop mode or stop rule."""
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (tol > 0 and math.isfinite(tol)):
-        raise ValueError(f"tol must be a finite number > 0, got {tol!r}.")
+    """Raise ValueError for a bad iteration limit, tolerance (:func:`check_max_iter`, :func:`check_tol`), stop mode
+    or stop rule."""
+    check_max_iter(max_iter)
+    check_tol(tol)
     if stop_mode not in _STOP_MODES:
         raise ValueError(f"unknown stop_mode {stop_mode!r}; choose one of {list(_STOP_MODES)}.")
     if stop_over not in _STOP_OVER:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..solve import check_max_iter, check_tol
 from .checks import check_at_least, check_choice, check_finite, check_fraction, in_section
 from .schedules import JacobianSchedule, PretrainSchedule
 from .trust import import_path_field
@@ -142,19 +143,15 @@ def _check_deq_config(config: DEQConfig) -> None:
     check_choice(
         config, "stop_mode", "stop_over", "backward_stop_mode", "backward_stop_over", "backward", "on_nonfinite"
     )
-    check_at_least(config, 1, "max_iter", "backward_max_iter", "pretrain_depth", "phantom_steps", "jacobian_samples")
+    for key in ("max_iter", "backward_max_iter", "eval_max_iter"):  # the layer's own rules (deq_core.solve)
+        check_max_iter(getattr(config, key), key, optional=key == "eval_max_iter")
+    for key in ("tol", "backward_tol", "eval_tol"):
+        check_tol(getattr(config, key), key, optional=key == "eval_tol")
+    limits = ("max_iter", "backward_max_iter") + (() if config.eval_max_iter is None else ("eval_max_iter",))
+    check_at_least(config, 1, *limits)  # as every integer setting of a config: below INT_LIMIT
+    check_at_least(config, 1, "pretrain_depth", "phantom_steps", "jacobian_samples")
     check_at_least(config, 0, "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop")
     check_fraction(config, "jac_prob")
-    for key in ("tol", "backward_tol", "eval_tol"):
-        value = getattr(config, key)
-        optional = key == "eval_tol"
-        if not (value is None and optional) and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                                 or value <= 0):  # fmt: skip
-            raise ValueError(f"{key} must be > 0{' or None' if optional else ''}, got {value}.")
-    if config.eval_max_iter is not None and (isinstance(config.eval_max_iter, bool) or config.eval_max_iter < 1):
-        raise ValueError(f"eval_max_iter must be >= 1 or None, got {config.eval_max_iter}.")
-    if config.eval_max_iter is not None:
-        check_at_least(config, 1, "eval_max_iter")  # below INT_LIMIT
     for key in ("check_every", "backward_check_every"):
         value = getattr(config, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
