@@ -34,7 +34,7 @@ from deq_core.train.reports import markdown_table
 from deq_core.train.run_config import replace_config
 from deq_lm.configs import Config, get_config
 from deq_lm.models import build_model, count_parameters
-from deq_lm.tasks import build_task
+from deq_lm.problems import build_problem
 from lab.claims import Claim, ClaimResult, mean_spread
 from lab.lm.claims import relative_fall
 
@@ -143,12 +143,12 @@ def gradient_reach(cfg: Config) -> int:
     support, which the solver's limits set).
     """
     torch.manual_seed(0)
-    task = build_task(cfg)
-    model = build_model(cfg, task.vocab_size).train()
+    problem = build_problem(cfg)
+    model = build_model(cfg, problem.vocab_size).train()
     for layer in model.modules():
         if isinstance(layer, deq_core.DEQ):
             layer.warn_unconverged = "never"
-    x, y = task.train_batch(0, 4)
+    x, y = problem.train_batch(0, 4)
     embedded = model.embed(x).detach().requires_grad_(True)
     _, nll = model.head.predict(model.body(embedded).hidden, y)
     nll[:, -RECALL:].sum().backward()
@@ -168,7 +168,7 @@ def measure(model: str, cfg: Config, folders: Sequence[Path]) -> Copy400:
         model=model,
         loss=tuple(float(t["loss"]) for t in tests),
         acc=tuple(float(t["acc"]) for t in tests),
-        params=count_parameters(build_model(cfg, build_task(cfg).vocab_size)),
+        params=count_parameters(build_model(cfg, build_problem(cfg).vocab_size)),
         valid_loss=tuple(float(r["loss"]) for r in valid),
         valid_steps=tuple(int(r["step"]) for r in valid),
         nfe=sum(float(t.get("nfe_forward", 0.0)) for t in tests) / len(tests),

@@ -66,7 +66,7 @@ from deq_lm.configs.pythondocs import (
 from deq_lm.data.pythondocs_corpus import write_pythondocs_corpus
 from deq_lm.evaluate import SWEEP_FILE, load_model
 from deq_lm.models import SequenceModel, build_model, count_parameters
-from deq_lm.tasks import Task, build_task
+from deq_lm.problems import Problem, build_problem
 from deq_lm.train import RESUMABLE_CHANGES, train
 from lab.claims import Claim, ClaimResult, mean_spread, read_earlier, write_claims
 
@@ -189,15 +189,15 @@ def ensure_run(cfg: Config, folder: Path, name: str) -> None:
         raise RuntimeError(f"{name} in {folder} stopped before step {cfg.optim.steps}; rerun to resume it.")
 
 
-def saved_activation_bytes(model: SequenceModel, task: Task, cfg: Config) -> int:
+def saved_activation_bytes(model: SequenceModel, problem: Problem, cfg: Config) -> int:
     """Bytes of activations the body saves for backward in one training step (second training segment, after the
     memory of the first; tensors whose first dim is the batch: parameters and weights derived from them excluded)."""
     model.train()
     batch_size = cfg.optim.batch_size
-    x, _ = task.train_batch(0, batch_size)
+    x, _ = problem.train_batch(0, batch_size)
     with torch.no_grad():
         state = model(x).state
-    x2, _ = task.train_batch(1, batch_size)
+    x2, _ = problem.train_batch(1, batch_size)
     embedded = model.embed(x2).detach()
     _, saved = saved_tensor_bytes(
         lambda: model.body(embedded, state).hidden, exclude=[*model.parameters(), embedded], batch_size=batch_size
@@ -223,25 +223,25 @@ def read_sweep(run_dir: Path) -> dict[int, float]:
     return {int(row["max_iter"]): float(row["ppl"]) for row in data.get("rows", []) if data.get("split") == "test"}
 
 
-def fresh_model(cfg: Config, task: Task) -> SequenceModel:
+def fresh_model(cfg: Config, problem: Problem) -> SequenceModel:
     """A model of ``cfg`` with its seed's initial weights (parameter counts and saved activations do not depend on the
     weights, so a finished run needs no checkpoint for them)."""
     torch.manual_seed(cfg.run.seed)
-    return build_model(cfg, task.vocab_size)
+    return build_model(cfg, problem.vocab_size)
 
 
-def measure(preset: str, cfgs: Sequence[Config], folders: Sequence[Path], task: Task) -> lc.Measured:
+def measure(preset: str, cfgs: Sequence[Config], folders: Sequence[Path], problem: Problem) -> lc.Measured:
     """Test ppl and NFE of every seed's run (its logged final test evaluation), parameters and saved activations of
     a model of the first seed's config."""
     tests = [test_record(f) for f in folders]
-    model = fresh_model(cfgs[0], task)
+    model = fresh_model(cfgs[0], problem)
     valid = [r for r in read_metrics(folders[0] / "metrics.jsonl") if r["split"] == "valid"]
     return lc.Measured(
         label=preset.removeprefix(f"{PREFIX}-"),
         ppl=tuple(float(t["ppl"]) for t in tests),
         nfe=tuple(float(t.get("nfe_forward", 0.0)) for t in tests),
         params=count_parameters(model.body),
-        saved_bytes=saved_activation_bytes(model, task, cfgs[0]),
+        saved_bytes=saved_activation_bytes(model, problem, cfgs[0]),
         layers=1 if cfgs[0].is_deq else cfgs[0].model.n_layers,  # tracked layer applications per step
         valid_ppl=tuple(float(r["ppl"]) for r in valid),
         valid_steps=tuple(int(r["step"]) for r in valid),
@@ -274,7 +274,7 @@ def runs_table(measured: dict[str, lc.Measured], folders: dict[str, list[Path]],
 
 
 def step_times(
-    models: dict[str, SequenceModel], configs: dict[str, Config], task: Task, repeats: int
+    models: dict[str, SequenceModel], configs: dict[str, Config], problem: Problem, repeats: int
 ) -> dict[str, lc.StepTime]:
     """Median training-step seconds of the unregularized DEQ and every JR setting, timed interleaved in this process;
     a JR setting's time is the expectation over its term's probability (with and without the term timed)."""
@@ -285,7 +285,7 @@ def step_times(
         if cfg.deq.jac_weight > 0:
             entries[label + "+term"] = TimedEntry(label + "+term", cfg, model, jacobian=True)
     cfg = next(iter(configs.values()))
-    first, second = task.train_batch(0, cfg.optim.batch_size), task.train_batch(1, cfg.optim.batch_size)
+    first, second = problem.train_batch(0, cfg.optim.batch_size), problem.train_batch(1, cfg.optim.batch_size)
     time_training_steps(list(entries.values()), first, second, repeats)
     times = {}
     for label in models:
@@ -298,7 +298,7 @@ def step_times(
     return times
 
 
-def step_record(folder: Path, cfg: Config, reference: Config, task: Task, repeats: int) -> lc.StepTime | None:
+def step_record(folder: Path, cfg: Config, reference: Config, problem: Problem, repeats: int) -> lc.StepTime | None:
     """The finished DEQ run's training step (expected over its Jacobian term's probability, trained weights) and a
     fresh Transformer-XL twin's (``reference``), timed interleaved in this process: read from RUN/step_time.json, or
     measured from the run's checkpoint and written there. None when neither exists (a restored run whose record was
@@ -309,8 +309,8 @@ def step_record(folder: Path, cfg: Config, reference: Config, task: Task, repeat
     if latest_complete_checkpoint(folder) is None:
         return None
     _, _, model, _ = load_model(folder, Path(cfg.data.data_dir))
-    times = step_times({"run": model, "reference": fresh_model(reference, task)}, {"run": cfg, "reference": reference},
-                       task, repeats)  # fmt: skip
+    models = {"run": model, "reference": fresh_model(reference, problem)}
+    times = step_times(models, {"run": cfg, "reference": reference}, problem, repeats)
     run, ref = times["run"], times["reference"]
     step = lc.StepTime(cpu=run.cpu, wall=run.wall, reference_cpu=ref.cpu, reference_wall=ref.wall)
     record = {"step": dataclasses.asdict(step), "reference": f"{TXL} (fresh weights)", "repeats": repeats}
@@ -385,15 +385,15 @@ def runtime_configs(
     return deq, twin
 
 
-def runtime(deq_cfg: Config, twin_cfg: Config, folder: Path, task: Task, repeats: int) -> lc.Runtime:
+def runtime(deq_cfg: Config, twin_cfg: Config, folder: Path, problem: Problem, repeats: int) -> lc.Runtime:
     """One Table 4 pair (``deq_cfg``, ``twin_cfg``: :func:`runtime_configs`): fresh models of both (a step's cost
     depends on its iterations, not on the weights), the DEQ's solver held to the iterations its run in ``folder``
     logged (:func:`logged_iterations`), their training steps and then their inference steps timed interleaved in
     this process (``repeats`` rounds each, on one training segment after the memory of another)."""
     held = held_config(deq_cfg, logged_iterations(folder))
-    models = {"deq": (held, fresh_model(held, task)), "twin": (twin_cfg, fresh_model(twin_cfg, task))}
+    models = {"deq": (held, fresh_model(held, problem)), "twin": (twin_cfg, fresh_model(twin_cfg, problem))}
     batch = deq_cfg.optim.batch_size
-    first, second = task.train_batch(0, batch), task.train_batch(1, batch)
+    first, second = problem.train_batch(0, batch), problem.train_batch(1, batch)
     steps, nfe = {}, []
     for what, timer in (("train", time_training_steps), ("inference", time_inference_steps)):
         deq, twin = (TimedEntry(label, cfg, model) for label, (cfg, model) in models.items())
@@ -552,11 +552,12 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
     folders = {p: [run_dir(out, p, s) for s in args.seeds] for p in PRESETS}
     available = available_presets(args, data_dir, folders)
     configs = {p: [run_config(p, s, data_dir, args.quick) for s in args.seeds] for p in PRESETS}
-    task = build_task(configs[DEQ][0])
-    measured = {p: measure(p, configs[p], folders[p], task) for p in available}
+    problem = build_problem(configs[DEQ][0])
+    measured = {p: measure(p, configs[p], folders[p], problem) for p in available}
     times = {}
     for preset in (p for p in (DEQ, *JR) if p in available):
-        record = step_record(folders[preset][0], configs[preset][0], configs[TXL][0], task, TIMING_REPEATS[args.quick])
+        repeats = TIMING_REPEATS[args.quick]
+        record = step_record(folders[preset][0], configs[preset][0], configs[TXL][0], problem, repeats)
         if record is not None:
             times[measured[preset].label] = record
     command = "python -m lab.lm " + " ".join(shlex.quote(a) for a in args.argv)
@@ -596,8 +597,8 @@ def claims(args: argparse.Namespace, data_dir: Path) -> list[ClaimResult]:
             results += not_measured(pair.claims, [pair.deq], command)
             continue
         repeats, folder = TIMING_REPEATS[args.quick], folders[pair.deq][0]
-        deq_cfg, twin_cfg = runtime_configs(pair, args.seeds[0], data_dir, args.quick, task.vocab_size)
-        rt = runtime(deq_cfg, twin_cfg, folder, task, repeats)
+        deq_cfg, twin_cfg = runtime_configs(pair, args.seeds[0], data_dir, args.quick, problem.vocab_size)
+        rt = runtime(deq_cfg, twin_cfg, folder, problem, repeats)
         runtimes[rt.deq] = rt
         note = (f"{sizing_note(rt, configs[pair.deq][0], deq_cfg, twin_cfg)} "
                 f"{runtime_note(rt, folder, repeats, configs[TXL][0].model.n_layers)}")  # fmt: skip
@@ -693,12 +694,12 @@ def plan(args: argparse.Namespace, data_dir: Path) -> str:
     configs = {p: run_config(p, args.seeds[0], data_dir, args.quick) for p in PRESETS}
     configs = {p: replace_config(c, {"deq.tol": 1e-12, "deq.backward_tol": 1e-12}) if c.is_deq else c
                for p, c in configs.items()}  # fmt: skip
-    task = build_task(configs[DEQ])
+    problem = build_problem(configs[DEQ])
     models = {}
     for preset, cfg in configs.items():
         torch.manual_seed(cfg.run.seed)
-        models[preset] = build_model(cfg, task.vocab_size)
-    times = step_times(models, configs, task, TIMING_REPEATS[args.quick] + 2)
+        models[preset] = build_model(cfg, problem.vocab_size)
+    times = step_times(models, configs, problem, TIMING_REPEATS[args.quick] + 2)
     rows = []
     for preset, cfg in configs.items():
         t = times[preset]

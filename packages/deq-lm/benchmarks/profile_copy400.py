@@ -86,13 +86,14 @@ def training_step(s: ps.Setup, pretrain: bool, timer: StepTimer | None = None) -
 
 
 def evaluation(s: ps.Setup, split: str) -> Callable[[], dict[str, float]]:
-    """The task's evaluation of the whole ``split`` in eval mode (the DEQ's evaluation limit), as training runs it."""
-    task = ps.build_task(s.cfg)
+    """The problem's evaluation of the whole ``split`` in eval mode (the DEQ's evaluation limit), as training runs
+    it."""
+    problem = ps.build_problem(s.cfg)
 
     def run() -> dict[str, float]:
         s.model.eval()
         try:
-            return task.evaluate(s.model, split, CPU)
+            return problem.evaluate(s.model, split, CPU)
         finally:
             s.model.train()
 

@@ -33,7 +33,7 @@ from deq_core.train.devices import add_device_argument
 from deq_core.train.overrides import apply_overrides
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model
-from deq_lm.tasks import build_task
+from deq_lm.problems import build_problem
 
 # lab/ (the step timer) belongs to the checkout and is never installed: found from this file, wherever the
 # script is run from.
@@ -63,11 +63,11 @@ class Setup:
 def make_setup(name: str, overrides: Sequence[str], device: torch.device, seed: int) -> Setup:
     """The config's fresh model on ``device`` with Adam, the second training segment and the first's memory."""
     cfg = apply_overrides(get_config(name), overrides)
-    task = build_task(cfg)
+    problem = build_problem(cfg)
     torch.manual_seed(seed)
-    model = build_model(cfg, task.vocab_size).to(device).train()
-    first = task.train_batch(0, cfg.optim.batch_size)[0].to(device)
-    x, y = (t.to(device) for t in task.train_batch(1, cfg.optim.batch_size))
+    model = build_model(cfg, problem.vocab_size).to(device).train()
+    first = problem.train_batch(0, cfg.optim.batch_size)[0].to(device)
+    x, y = (t.to(device) for t in problem.train_batch(1, cfg.optim.batch_size))
     with torch.no_grad():
         state = model(first).state
     return Setup(cfg, model, torch.optim.Adam(model.parameters(), lr=cfg.optim.lr), x, y, state)

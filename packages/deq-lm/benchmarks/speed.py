@@ -52,7 +52,7 @@ from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import replace_config
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model
-from deq_lm.tasks import Task, build_task
+from deq_lm.problems import Problem, build_problem
 
 DEQ_PRESET, JR_PRESET, TXL_PRESET = "pydoc-deq-transformer", "pydoc-deq-transformer-jr", "pydoc-transformer-xl"
 DEEP_TXL_LAYERS = 18
@@ -104,11 +104,12 @@ def fresh_model(cfg: Config, vocab_size: int, seed: int) -> SequenceModel:
     return build_model(cfg, vocab_size)
 
 
-def fresh_entries(overrides: Sequence[str], seed: int) -> tuple[list[Entry], Task]:
-    """The five models of the module docstring, freshly initialized, and the pydoc task (its vocabulary, segments)."""
+def fresh_entries(overrides: Sequence[str], seed: int) -> tuple[list[Entry], Problem]:
+    """The five models of the module docstring, freshly initialized, and the pydoc problem (its vocabulary,
+    segments)."""
     deq, jr, txl = (apply_overrides(get_config(name), overrides) for name in (DEQ_PRESET, JR_PRESET, TXL_PRESET))
-    task = build_task(deq)
-    vocab = task.vocab_size
+    problem = build_problem(deq)
+    vocab = problem.vocab_size
     jr_model = fresh_model(jr, vocab, seed)
     entries = [
         Entry("DEQ", deq, fresh_model(deq, vocab, seed), False, "fresh"),
@@ -117,7 +118,7 @@ def fresh_entries(overrides: Sequence[str], seed: int) -> tuple[list[Entry], Tas
         Entry(f"TXL {txl.model.n_layers} layers", txl, fresh_model(txl, vocab, seed), False, "fresh"),
     ]
     entries.append(deep_txl(txl, vocab, seed))
-    return entries, task
+    return entries, problem
 
 
 def deep_txl(txl: Config, vocab_size: int, seed: int) -> Entry:
@@ -126,19 +127,19 @@ def deep_txl(txl: Config, vocab_size: int, seed: int) -> Entry:
     return Entry(f"TXL {DEEP_TXL_LAYERS} layers", cfg, fresh_model(cfg, vocab_size, seed), False, "fresh")
 
 
-def run_entries(runs: Sequence[Path], seed: int) -> tuple[list[Entry], Task]:
+def run_entries(runs: Sequence[Path], seed: int) -> tuple[list[Entry], Problem]:
     """Entries for trained run directories (a DEQ with a Jacobian weight gives two: with and without the term),
-    plus a fresh 18-layer TXL of the first TXL run's width (or the preset's); and the first run's task."""
+    plus a fresh 18-layer TXL of the first TXL run's width (or the preset's); and the first run's problem."""
     from deq_lm.evaluate import load_model  # imports the training loop (Accelerate): only when runs are given
 
     entries: list[Entry] = []
-    task: Task | None = None
+    problem: Problem | None = None
     txl: Config | None = None
     for run in runs:
-        cfg, run_task, model, run_dir = load_model(run)
-        task = task or run_task
-        if run_task.vocab_size != task.vocab_size:
-            raise SystemExit(f"{run} has a vocabulary of {run_task.vocab_size}, the first run {task.vocab_size}.")
+        cfg, run_problem, model, run_dir = load_model(run)
+        problem = problem or run_problem
+        if run_problem.vocab_size != problem.vocab_size:
+            raise SystemExit(f"{run} has a vocabulary of {run_problem.vocab_size}, the first run {problem.vocab_size}.")
         source = f"{run_dir.name} @ {resolve_checkpoint(run)[1].name}"
         if model.is_deq and cfg.deq.jac_weight > 0:
             entries.append(Entry(f"{run_dir.name} + JR", cfg, model, True, source))
@@ -147,14 +148,14 @@ def run_entries(runs: Sequence[Path], seed: int) -> tuple[list[Entry], Task]:
             entries.append(Entry(run_dir.name, cfg, model, False, source))
         if cfg.model.name == "transformer_xl" and txl is None:
             txl = cfg
-    assert task is not None
-    entries.append(deep_txl(txl or get_config(TXL_PRESET), task.vocab_size, seed))
-    return entries, task
+    assert problem is not None
+    entries.append(deep_txl(txl or get_config(TXL_PRESET), problem.vocab_size, seed))
+    return entries, problem
 
 
-def segments(task: Task, batch_size: int, device: torch.device = CPU) -> Segments:
+def segments(problem: Problem, batch_size: int, device: torch.device = CPU) -> Segments:
     """The first two training segments for a batch of ``batch_size`` sequences, on ``device``."""
-    first, second = (tuple(t.to(device) for t in task.train_batch(i, batch_size)) for i in (0, 1))
+    first, second = (tuple(t.to(device) for t in problem.train_batch(i, batch_size)) for i in (0, 1))
     return Segments(first, second)  # type: ignore[arg-type]
 
 
@@ -342,12 +343,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     repeats = 1 if args.quick else args.repeats
     if args.runs:
-        entries, task = run_entries(args.runs, args.seed)
+        entries, problem = run_entries(args.runs, args.seed)
     else:
-        entries, task = fresh_entries(args.set, args.seed)
+        entries, problem = fresh_entries(args.set, args.seed)
     for e in entries:
         e.model.to(args.device)
-    seg = segments(task, entries[0].cfg.optim.batch_size, args.device)
+    seg = segments(problem, entries[0].cfg.optim.batch_size, args.device)
     run_rounds(entries, seg, repeats)
     rep = lb.Report()
     rep.add("## Training and inference time: DEQ-Transformer (with and without JR) vs Transformer-XL")

@@ -22,7 +22,7 @@ import torch
 from conftest import subprocess_env, write_tiny_corpus
 from deq_core.train.metrics import read_metrics
 from deq_lm.evaluate import main as evaluate_main
-from deq_lm.tasks import UNK_WARNING_RATE
+from deq_lm.problems import UNK_WARNING_RATE
 from deq_lm.train import main
 
 PREFIX = "python -m deq_lm.train: error: "

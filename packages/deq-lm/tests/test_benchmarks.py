@@ -19,7 +19,7 @@ from deq_core.train.checkpoints import atomic_checkpoint_dir
 from deq_core.train.run_config import replace_config, save_config
 from deq_lm.configs import get_config
 from deq_lm.models import build_model
-from deq_lm.tasks import build_task
+from deq_lm.problems import build_problem
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 # Small widths for the pydoc presets of the speed benchmark (a few seconds per model).
@@ -139,7 +139,7 @@ def fake_run(run_dir: Path, preset: str, seed: int) -> None:
 
     cfg = apply_overrides(cfg, SMALL)
     torch.manual_seed(seed)
-    model = build_model(cfg, build_task(cfg).vocab_size)
+    model = build_model(cfg, build_problem(cfg).vocab_size)
     save_config(cfg, run_dir, preset)
     with atomic_checkpoint_dir(run_dir, 3) as ckpt:
         ckpt.save_with("model.safetensors", lambda path: save_model(model, str(path)))

@@ -58,12 +58,12 @@ def test_export_writes_weights_and_config(copy_run: tuple[Path, Path]) -> None:
 
 def test_load_pretrained_gives_the_outputs_and_metrics_of_the_run(copy_run: tuple[Path, Path]) -> None:
     run, out = copy_run
-    cfg, task, reference, _ = evaluate.load_model(run)
+    cfg, problem, reference, _ = evaluate.load_model(run)
     model = export.load_pretrained(out)
     assert not model.training and model.body.deq.max_iter == reference.body.deq.max_iter == 15
     tokens, _ = copy_memory_split(16, cfg.data.T, seed=123)
     _same_outputs(model, reference, tokens)
-    assert evaluate_split(model, task, "test", CPU) == evaluate_split(reference, task, "test", CPU)
+    assert evaluate_split(model, problem, "test", CPU) == evaluate_split(reference, problem, "test", CPU)
 
 
 def test_a_language_model_with_tied_weights_and_memory(tmp_path: Path) -> None:
@@ -71,16 +71,16 @@ def test_a_language_model_with_tied_weights_and_memory(tmp_path: Path) -> None:
     the next gives the same outputs too."""
     corpus = write_tiny_corpus(tmp_path / "corpus")
     run, out = _train_and_export(tmp_path, "tiny-lm-deq-transformer", "--data-dir", str(corpus))
-    _, task, reference, _ = evaluate.load_model(run)
+    _, problem, reference, _ = evaluate.load_model(run)
     model = export.load_pretrained(out)
     assert model.head.weight is model.embed.weight
-    tokens = torch.randint(0, task.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, problem.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         first, first_ref = model(tokens[:, :8]), reference(tokens[:, :8])
         second, second_ref = model(tokens[:, 8:], first.state), reference(tokens[:, 8:], first_ref.state)
     torch.testing.assert_close(first.logits, first_ref.logits, rtol=0, atol=0)
     torch.testing.assert_close(second.logits, second_ref.logits, rtol=0, atol=0)
-    assert evaluate_split(model, task, "test", CPU) == evaluate_split(reference, task, "test", CPU)
+    assert evaluate_split(model, problem, "test", CPU) == evaluate_split(reference, problem, "test", CPU)
 
 
 def test_an_explicit_model_exports_too(tmp_path: Path) -> None:

@@ -66,22 +66,22 @@ def test_the_saved_folder(word_run: tuple[Path, Path]) -> None:
     training = config["training"]
     assert training["preset"] == "tiny-lm-deq-transformer" and training["step"] == 4
     assert training["config"]["data"]["data_dir"] == "" and training["config"]["optim"] == run_config["optim"]
-    _, task, _, _ = evaluate.load_model(run)
+    _, problem, _, _ = evaluate.load_model(run)
     vocabulary = (saved / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    assert vocabulary == list(task.corpus.tokenizer.itos) and len(vocabulary) == config["vocab_size"]
+    assert vocabulary == list(problem.corpus.tokenizer.itos) and len(vocabulary) == config["vocab_size"]
 
 
 def test_from_pretrained_gives_the_runs_logits_and_test_metrics(word_run: tuple[Path, Path]) -> None:
     run, saved = word_run
-    _, task, reference, _ = evaluate.load_model(run)
+    _, problem, reference, _ = evaluate.load_model(run)
     lm = PretrainedLM.from_pretrained(saved)
     assert not lm.training and lm.model.head.weight is lm.model.embed.weight  # tied again on loading
     assert lm.model.body.deq.max_iter == reference.body.deq.max_iter == 15
-    tokens = torch.randint(0, task.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, problem.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     for got, want in zip(_logits(lm, tokens), _logits(reference, tokens), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-    ours = evaluate_split(lm, task, "test", CPU)
-    assert ours == evaluate_split(reference, task, "test", CPU)
+    ours = evaluate_split(lm, problem, "test", CPU)
+    assert ours == evaluate_split(reference, problem, "test", CPU)
     # The card's test metrics are those the run logged for these weights; evaluated again here in float32 with the
     # same reductions, they agree to float32 rounding.
     (logged,) = [row for row in read_metrics(run / "metrics.jsonl") if row["split"] == "test"]
@@ -93,13 +93,13 @@ def test_from_pretrained_gives_the_runs_logits_and_test_metrics(word_run: tuple[
 
 def test_the_vocabulary_encodes_the_corpus_ids(word_run: tuple[Path, Path]) -> None:
     run, saved = word_run
-    _, task, _, _ = evaluate.load_model(run)
+    _, problem, _, _ = evaluate.load_model(run)
     lm = PretrainedLM.from_pretrained(saved)
     corpus = Path(json.loads((run / "config.json").read_text())["config"]["data"]["data_dir"])
     test_text = (corpus / "test.txt").read_text()
-    assert torch.equal(lm.encode(test_text), task.corpus.test)  # the whole test split, id for id
+    assert torch.equal(lm.encode(test_text), problem.corpus.test)  # the whole test split, id for id
     ids = lm.encode(TEXT)
-    vocab = task.corpus.tokenizer
+    vocab = problem.corpus.tokenizer
     assert ids.tolist() == [i for line in TEXT.splitlines() for i in vocab.encode_line(line)]
     assert ids.tolist().count(vocab.unk_id) == 1 and ids.tolist().count(vocab.eos_id) == 2
     assert lm.decode(ids) == TEXT.replace("zebra", "<unk>")
@@ -125,12 +125,12 @@ def test_a_sentencepiece_model_travels_with_its_model_file(tmp_path: Path) -> No
     names = sorted(p.name for p in (tmp_path / "saved").iterdir())
     assert names == ["README.md", "config.json", "model.safetensors", "tokenizer.model"]
     lm = PretrainedLM.from_pretrained(tmp_path / "saved")
-    _, task, reference, _ = evaluate.load_model(run)
-    assert "deq" not in lm.config and task.vocab_size == 24
-    assert torch.equal(lm.encode((corpus / "valid.txt").read_text()), task.corpus.valid)
-    tokens = task.corpus.test[:16].reshape(2, 8)
+    _, problem, reference, _ = evaluate.load_model(run)
+    assert "deq" not in lm.config and problem.vocab_size == 24
+    assert torch.equal(lm.encode((corpus / "valid.txt").read_text()), problem.corpus.valid)
+    tokens = problem.corpus.test[:16].reshape(2, 8)
     torch.testing.assert_close(lm(tokens).logits, reference(tokens).logits, rtol=0, atol=0)
-    assert evaluate_split(lm, task, "test", CPU) == evaluate_split(reference, task, "test", CPU)
+    assert evaluate_split(lm, problem, "test", CPU) == evaluate_split(reference, problem, "test", CPU)
 
 
 def test_a_folder_that_is_not_a_deq_lm_model_is_one_line(word_run: tuple[Path, Path], tmp_path: Path) -> None:

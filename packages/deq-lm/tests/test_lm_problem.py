@@ -1,4 +1,4 @@
-"""Language modeling end to end: the task's ordered batches and state carrying, the CLI on a tiny corpus written
+"""Language modeling end to end: the problem's ordered batches and state carrying, the CLI on a tiny corpus written
 here, resume with memory, the pydoc corpus, and the errors for a missing or malformed corpus."""
 
 import json
@@ -16,7 +16,7 @@ from deq_lm.configs import get_config
 from deq_lm.data import CorpusError, OrderedLMBatches
 from deq_lm.data.pydoc_corpus import paragraphs, pydoc_splits, tokenize_line
 from deq_lm.models import build_model
-from deq_lm.tasks import LanguageModelTask, build_task
+from deq_lm.problems import LanguageModelProblem, build_problem
 from deq_lm.train import main, train
 
 
@@ -31,31 +31,31 @@ def _lm_config(name: str, corpus_dir: Path, **changes):
 
 
 def test_train_batches_are_ordered_segments_split_over_processes(corpus_dir):
-    task = build_task(_lm_config("tiny-lm-transformer-xl", corpus_dir))
-    assert isinstance(task, LanguageModelTask)
-    stream = OrderedLMBatches.from_ids(task.corpus.train, 4, 8, drop_last=True)
-    n = task.segments_per_epoch(4)
+    problem = build_problem(_lm_config("tiny-lm-transformer-xl", corpus_dir))
+    assert isinstance(problem, LanguageModelProblem)
+    stream = OrderedLMBatches.from_ids(problem.corpus.train, 4, 8, drop_last=True)
+    n = problem.segments_per_epoch(4)
     assert n == len(stream) > 2
     for step in (0, 1, n - 1, n, n + 1):
-        x, y = task.train_batch(step, 4)
+        x, y = problem.train_batch(step, 4)
         assert torch.equal(x, stream[step % n][0]) and torch.equal(y, stream[step % n][1])
-        halves = [task.train_batch(step, 4, rank, 2) for rank in (0, 1)]
+        halves = [problem.train_batch(step, 4, rank, 2) for rank in (0, 1)]
         assert torch.equal(torch.cat([h[0] for h in halves]), x)
-    assert task.starts_stream(0, 4) and task.starts_stream(n, 4) and not task.starts_stream(1, 4)
+    assert problem.starts_stream(0, 4) and problem.starts_stream(n, 4) and not problem.starts_stream(1, 4)
 
 
 def test_the_chance_level_is_the_unigram_perplexity_of_the_training_text(corpus_dir):
     import collections
     import math
 
-    task = build_task(_lm_config("tiny-lm-transformer-xl", corpus_dir))
-    assert isinstance(task, LanguageModelTask)
-    train, valid = task.corpus.split("train").tolist(), task.corpus.split("valid").tolist()
+    problem = build_problem(_lm_config("tiny-lm-transformer-xl", corpus_dir))
+    assert isinstance(problem, LanguageModelProblem)
+    train, valid = problem.corpus.split("train").tolist(), problem.corpus.split("valid").tolist()
     counts = collections.Counter(train)
-    total = len(train) + task.vocab_size  # add-one smoothing over the vocabulary
+    total = len(train) + problem.vocab_size  # add-one smoothing over the vocabulary
     nll = -sum(math.log((counts[t] + 1) / total) for t in valid) / len(valid)
-    text = task.baseline()
-    assert text.startswith(f"ppl {math.exp(nll):.4g} ") and 1 < math.exp(nll) < task.vocab_size
+    text = problem.baseline()
+    assert text.startswith(f"ppl {math.exp(nll):.4g} ") and 1 < math.exp(nll) < problem.vocab_size
 
 
 def test_segmented_evaluation_with_memory_equals_one_pass(corpus_dir, float64):
@@ -63,8 +63,8 @@ def test_segmented_evaluation_with_memory_equals_one_pass(corpus_dir, float64):
     the memory gives exactly the NLL of one pass over each whole column."""
     cfg = _lm_config("tiny-lm-transformer-xl", corpus_dir, mem_len=400, dropout=0.0)
     torch.manual_seed(0)
-    segmented = LanguageModelTask.from_config(replace_config(cfg, {"data.eval_tgt_len": 8}))
-    one_pass = LanguageModelTask.from_config(replace_config(cfg, {"data.eval_tgt_len": 10_000}))
+    segmented = LanguageModelProblem.from_config(replace_config(cfg, {"data.eval_tgt_len": 8}))
+    one_pass = LanguageModelProblem.from_config(replace_config(cfg, {"data.eval_tgt_len": 10_000}))
     model = build_model(cfg, segmented.vocab_size).eval()
     columns = OrderedLMBatches.from_ids(segmented.corpus.valid, 2, 8)
     assert len(columns) > 3 and columns.length <= 400
@@ -73,7 +73,7 @@ def test_segmented_evaluation_with_memory_equals_one_pass(corpus_dir, float64):
     assert a["ppl"] == pytest.approx(b["ppl"], rel=1e-9)
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-9)
     # Without memory the segments lose their context: the NLL changes.
-    no_memory = LanguageModelTask.from_config(replace_config(cfg, {"data.eval_tgt_len": 8}))
+    no_memory = LanguageModelProblem.from_config(replace_config(cfg, {"data.eval_tgt_len": 8}))
     model_no_mem = build_model(replace_config(cfg, {"model.mem_len": 0}), segmented.vocab_size).eval()
     model_no_mem.load_state_dict(model.state_dict())
     c = no_memory.evaluate(model_no_mem, "valid", torch.device("cpu"))
@@ -82,9 +82,9 @@ def test_segmented_evaluation_with_memory_equals_one_pass(corpus_dir, float64):
 
 def test_model_nll_is_cross_entropy_of_the_logits(corpus_dir):
     cfg = _lm_config("tiny-lm-deq-transformer", corpus_dir)
-    task = build_task(cfg)
-    model = build_model(cfg, task.vocab_size)
-    x, y = task.train_batch(0, 4)
+    problem = build_problem(cfg)
+    model = build_model(cfg, problem.vocab_size)
+    x, y = problem.train_batch(0, 4)
     out = model(x, targets=y)
     assert out.nll is not None and out.logits is not None and out.nll.shape == y.shape
     expected = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), y.flatten())
@@ -103,7 +103,7 @@ def test_cli_lowers_validation_perplexity_and_writes_metrics(tmp_path, corpus_di
     assert {"step", "split", "loss", "ppl"} <= set(train_records[-1])
     assert valid[-1]["step"] == 80 and valid[-1]["ppl"] == pytest.approx(math.exp(valid[-1]["loss"]), rel=1e-9)
     # an untrained model is close to uniform over the vocabulary; training must beat it clearly
-    vocab = build_task(_lm_config(config, corpus_dir)).vocab_size
+    vocab = build_problem(_lm_config(config, corpus_dir)).vocab_size
     assert valid[-1]["ppl"] < 0.5 * vocab
     assert valid[-1]["ppl"] < train_records[0]["ppl"]
     if "deq" in config:

@@ -1,6 +1,6 @@
 """Evaluate a checkpoint: ``python -m deq_lm.evaluate --checkpoint RUN_OR_CHECKPOINT_DIR [--split test]``.
 
-Reports the loss and the task metric, and for DEQ models sweeps the inference iteration limit and the tolerance
+Reports the loss and the problem's metric, and for DEQ models sweeps the inference iteration limit and the tolerance
 (the DEQ paper's Figure 3): a table on stdout, ``sweep.json`` and ``sweep.png`` in the checkpoint's run folder (or in
 ``--output-dir``, e.g. for a run folder that cannot be written).
 """
@@ -24,7 +24,7 @@ from deq_core.train.run_config import load_config, replace_config
 
 from .configs import Config
 from .models import SequenceModel, build_model
-from .tasks import Task, build_task
+from .problems import Problem, build_problem
 from .train import evaluate_split
 
 SWEEP_FILE = "sweep.json"  # RUN_DIR/sweep.json: the rows of the last sweep (split, and per limit: loss, metric, NFE)
@@ -32,8 +32,8 @@ SWEEP_FILE = "sweep.json"  # RUN_DIR/sweep.json: the rows of the last sweep (spl
 
 def load_model(
     checkpoint: Path, data_dir: Path | None = None, offline: bool = False, trusted_modules: Collection[str] = ()
-) -> tuple[Config, Task, SequenceModel, Path]:
-    """(config, task, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
+) -> tuple[Config, Problem, SequenceModel, Path]:
+    """(config, problem, model with the checkpoint's weights in eval mode, run directory) from a run or checkpoint
     folder; ``data_dir`` replaces the corpus folder (or ``data.dataset``) saved in the config (e.g. the corpus moved,
     in any form ``--data-dir`` of training takes); ``offline``: a
     Hugging Face corpus from the local cache only; ``trusted_modules``: the modules whose solvers the saved config
@@ -49,14 +49,14 @@ def load_model(
     if data_dir is not None:  # in place of the saved folder or Hugging Face dataset
         cfg = replace_config(cfg, {"data.data_dir": str(data_dir), "data.dataset": ""})
     weights = checkpoint_weights(folder)
-    task = build_task(cfg, offline=offline)
-    model = build_model(cfg, task.vocab_size)
+    problem = build_problem(cfg, offline=offline)
+    model = build_model(cfg, problem.vocab_size)
     load_weights(model, weights)  # restores tied weights, stored once
-    return cfg, task, model.eval(), run_dir
+    return cfg, problem, model.eval(), run_dir
 
 
 def sweep(
-    cfg: Config, task: Task, model: SequenceModel, split: str, max_iters: Sequence[int], tols: Sequence[float]
+    cfg: Config, problem: Problem, model: SequenceModel, split: str, max_iters: Sequence[int], tols: Sequence[float]
 ) -> list[dict[str, Any]]:
     """Evaluate ``split`` at every inference limit (with tolerance ``cfg.deq.eval_tol or cfg.deq.tol``) and at every
     tolerance (with limit ``max(max_iters)``). Rows: {"max_iter", "tol", "loss", metric, "nfe_forward", "residual"}."""
@@ -68,9 +68,8 @@ def sweep(
     try:
         for limit, tol in settings:
             deq.eval_max_iter, deq.eval_tol = int(limit), float(tol)
-            rows.append(
-                {"max_iter": int(limit), "tol": float(tol), **evaluate_split(model, task, split, torch.device("cpu"))}
-            )
+            result = evaluate_split(model, problem, split, torch.device("cpu"))
+            rows.append({"max_iter": int(limit), "tol": float(tol), **result})
     finally:
         deq.eval_max_iter, deq.eval_tol = saved
     return rows
@@ -115,12 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         max_iters = counts(args.max_iters, "--max-iters") or [1]
         tols = tolerances(args.tols, "--tols")
-        cfg, task, model, run_dir = load_model(args.checkpoint, args.data_dir, args.offline, args.trust_solver)
+        cfg, problem, model, run_dir = load_model(args.checkpoint, args.data_dir, args.offline, args.trust_solver)
     except (FileNotFoundError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
-    for warning in task.data_warnings():
+    for warning in problem.data_warnings():
         print(f"WARNING: {warning}", file=sys.stderr)
-    result = evaluate_split(model, task, args.split, torch.device("cpu"))
+    result = evaluate_split(model, problem, args.split, torch.device("cpu"))
     print(f"{args.split}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
     if args.no_sweep or not model.is_deq:
         return 0
@@ -129,14 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_writable(out)  # before the sweep, not after it
     except UsageError as err:
         return usage_error(parser.prog, err)
-    rows = sweep(cfg, task, model, args.split, max_iters, tols)
-    print(f"{'max_iter':>8} {'tol':>8} {'loss':>10} {task.metric:>8} {'nfe':>6} {'residual':>10}")
+    rows = sweep(cfg, problem, model, args.split, max_iters, tols)
+    print(f"{'max_iter':>8} {'tol':>8} {'loss':>10} {problem.metric:>8} {'nfe':>6} {'residual':>10}")
     for r in rows:
-        line = f"{r['max_iter']:>8} {r['tol']:>8.0e} {r['loss']:>10.4g} {r[task.metric]:>8.4f}"
+        line = f"{r['max_iter']:>8} {r['tol']:>8.0e} {r['loss']:>10.4g} {r[problem.metric]:>8.4f}"
         print(line + f" {r['nfe_forward']:>6.1f} {r['residual']:>10.3g}")
     try:
         write_json(out / SWEEP_FILE, {"split": args.split, "rows": rows})
-        plot_sweep(rows, task.metric, len(max_iters), out / "sweep.png")
+        plot_sweep(rows, problem.metric, len(max_iters), out / "sweep.png")
     except UsageError as err:  # a folder that cannot be written, a full disk: one line
         return usage_error(parser.prog, err)
     print(f"wrote {out / SWEEP_FILE} and {out / 'sweep.png'}")

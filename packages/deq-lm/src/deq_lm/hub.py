@@ -54,7 +54,7 @@ from .configs import Config
 from .data import SentencePieceTokenizer, Tokenizer, WordVocab
 from .evaluate import load_model
 from .models import ModelOutput, SequenceModel, build_model
-from .tasks import LanguageModelTask
+from .problems import LanguageModelProblem
 
 __all__ = ["SENTENCEPIECE_FILE", "VOCAB_FILE", "PretrainedLM"]
 
@@ -176,17 +176,17 @@ class PretrainedLM(nn.Module, HubModel, library_name=LIBRARY, pipeline_tag="text
                 CorpusError).
         """
         run_dir, checkpoint = resolve_checkpoint(Path(run))
-        cfg, task, model, _ = load_model(
+        cfg, problem, model, _ = load_model(
             checkpoint, None if data_dir is None else Path(data_dir), False, trusted_modules
         )
         config: dict[str, Any] = {
-            "architecture": cfg.model.name, "vocab_size": task.vocab_size, "task": cfg.data.task,
+            "architecture": cfg.model.name, "vocab_size": problem.vocab_size, "task": cfg.data.task,
             "model": dataclasses.asdict(cfg.model),
         }  # fmt: skip
         if cfg.is_deq:
             config["deq"] = dataclasses.asdict(cfg.deq)
         config["training"] = run_record(run_dir, checkpoint, PRIVATE_KEYS)
-        tokenizer = task.corpus.tokenizer if isinstance(task, LanguageModelTask) else None
+        tokenizer = problem.corpus.tokenizer if isinstance(problem, LanguageModelProblem) else None
         return cls(model, config, tokenizer)
 
     @classmethod

@@ -1,11 +1,12 @@
-"""Tasks: what the training loop needs to know about the data (batches per step, evaluation, loss, metric).
+"""Problems: what a model learns and how it is scored, as the training loop and the evaluation need it (batches per
+step, evaluation, loss, metric). deq-lm's skeleton task (:class:`deq_lm.train.SequenceTask`) trains on one of them.
 
-- ``CopyMemoryTask``: fresh random sequences every step, fixed valid/test sets, accuracy over the last ten positions.
-- ``LanguageModelTask``: a word-level corpus read in order (the Transformer-XL / DEQ protocol): the training stream is
-  cut into ``batch_size`` columns, step s trains on segment s mod (number of segments), and the model's state (memory,
-  TrellisNet history) is carried from one segment to the next; evaluation reads a whole split the same way.
+- ``CopyMemoryProblem``: fresh random sequences every step, fixed valid/test sets, accuracy over the last ten positions.
+- ``LanguageModelProblem``: a word-level corpus read in order (the Transformer-XL / DEQ protocol): the training stream
+  is cut into ``batch_size`` columns, step s trains on segment s mod (number of segments), and the model's state
+  (memory, TrellisNet history) is carried from one segment to the next; evaluation reads a whole split the same way.
 
-Both have the same methods, so ``train.py`` and ``evaluate.py`` never look at the task's kind.
+Both have the same methods, so ``train.py`` and ``evaluate.py`` never look at the problem's kind.
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ SPLIT_SEEDS = {"valid": 1, "test": 2}
 UNK_WARNING_RATE = 0.10
 
 
-class Task(Protocol):
+class Problem(Protocol):
     """What the training loop and the evaluation use."""
 
-    metric: str  # name of the task's metric in metrics.jsonl ("acc", "ppl")
+    metric: str  # name of the problem's metric in metrics.jsonl ("acc", "ppl")
     stateful: bool  # the model's state is carried from one step's batch to the next
 
     @property
@@ -98,7 +99,7 @@ class _Totals:
 
 
 @dataclass(frozen=True)
-class CopyMemoryTask:
+class CopyMemoryProblem:
     """Copy memory with horizon ``T``: fresh training batches every step, fixed valid/test sets.
 
     The global batch of a step depends only on (seed, step), so a resumed run and a run split over processes see
@@ -114,7 +115,7 @@ class CopyMemoryTask:
     stateful: bool = False  # sequences are independent: no memory carried across steps
 
     @classmethod
-    def from_config(cls, cfg: Config) -> CopyMemoryTask:
+    def from_config(cls, cfg: Config) -> CopyMemoryProblem:
         return cls(T=cfg.data.T, seed=cfg.run.seed, n_valid=cfg.data.n_valid, n_test=cfg.data.n_test)
 
     @property
@@ -134,7 +135,7 @@ class CopyMemoryTask:
         return True
 
     def describe(self) -> str:
-        """The task and its data, for the first line of a run."""
+        """The problem and its data, for the first line of a run."""
         return f"copy memory (T={self.T})"
 
     def data_warnings(self) -> list[str]:
@@ -174,7 +175,7 @@ class CopyMemoryTask:
 
 
 @dataclass(frozen=True)
-class LanguageModelTask:
+class LanguageModelProblem:
     """Word-level language modeling on an encoded corpus, read in order.
 
     Training: the training stream is cut into ``batch_size`` columns (``OrderedLMBatches`` with segments of
@@ -195,7 +196,7 @@ class LanguageModelTask:
     _train_streams: dict[int, OrderedLMBatches] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: Config, offline: bool = False) -> LanguageModelTask:
+    def from_config(cls, cfg: Config, offline: bool = False) -> LanguageModelProblem:
         """Find the corpus (``cfg.data.data_dir`` in any form :func:`~deq_lm.data.corpus_source` reads,
         ``cfg.data.dataset`` or the corpus' Hugging Face dataset, downloaded unless ``offline`` or the environment asks
         for the local cache only, or for ``corpus=pydoc`` Python's documentation written to the cache directory),
@@ -220,9 +221,9 @@ class LanguageModelTask:
         vocab_size = data.vocab_size or None
         corpus = load_corpus(source, cache_dir, data.tokenizer, vocab_size=vocab_size, min_freq=data.min_freq)
         eval_tgt_len = data.eval_tgt_len or data.tgt_len
-        task = cls(corpus, data.tgt_len, eval_tgt_len, data.eval_batch_size, _where(source, data))
-        task.check_sizes(cfg.optim.batch_size)
-        return task
+        problem = cls(corpus, data.tgt_len, eval_tgt_len, data.eval_batch_size, _where(source, data))
+        problem.check_sizes(cfg.optim.batch_size)
+        return problem
 
     def check_sizes(self, batch_size: int) -> None:
         """Check that every split holds at least one batch: training ``batch_size`` columns of ``tgt_len`` targets,
@@ -242,8 +243,8 @@ class LanguageModelTask:
                 )
 
     def describe(self) -> str:
-        """The task and the data actually loaded (source, vocabulary, tokens and <unk> share per split), for the first
-        line of a run."""
+        """The problem and the data actually loaded (source, vocabulary, tokens and <unk> share per split), for the
+        first line of a run."""
         kind = "word" if isinstance(self.corpus.tokenizer, WordVocab) else "sentencepiece"
         tokens = " / ".join(f"{s} {self.corpus.split(s).numel():,}" for s in SPLITS)
         unk = " / ".join(f"{s} {100 * self.corpus.unk_rate(s):.2f}%" for s in SPLITS)
@@ -344,13 +345,13 @@ def _where(source: CorpusSource, data: DataConfig) -> str:
     return f"{source.label} from the Hugging Face cache"
 
 
-def build_task(cfg: Config, offline: bool = False) -> CopyMemoryTask | LanguageModelTask:
-    """The task named by ``cfg.data.task``; ``offline``: a Hugging Face corpus from the local cache only."""
+def build_problem(cfg: Config, offline: bool = False) -> CopyMemoryProblem | LanguageModelProblem:
+    """The problem named by ``cfg.data.task``; ``offline``: a Hugging Face corpus from the local cache only."""
     if cfg.data.task == "copy_memory":
-        return CopyMemoryTask.from_config(cfg)
+        return CopyMemoryProblem.from_config(cfg)
     if cfg.data.task == "lm":
-        return LanguageModelTask.from_config(cfg, offline=offline)
+        return LanguageModelProblem.from_config(cfg, offline=offline)
     raise ValueError(f"unknown task {cfg.data.task!r}")  # unreachable: DataConfig checks the name
 
 
-__all__ = ["CopyMemoryTask", "LanguageModelTask", "Task", "build_task"]
+__all__ = ["CopyMemoryProblem", "LanguageModelProblem", "Problem", "build_problem"]

@@ -19,17 +19,22 @@ from accelerate import Accelerator
 from accelerate.utils import send_to_device
 from torch import Tensor, nn
 
-from deq_core.train.cli import run_training_cli, training_parser
-from deq_core.train.overrides import apply_overrides
-from deq_core.train.run_config import replace_config
-from deq_core.train.schedules import cosine_lr_factor
-from deq_core.train.task import Forward, Parts, StepSchedule
-from deq_core.train.task import Task as SkeletonTask
-from deq_core.train.trainer import train as run_skeleton
+from deq_core.train import (
+    Forward,
+    Parts,
+    StepSchedule,
+    Task,
+    apply_overrides,
+    cosine_lr_factor,
+    replace_config,
+    run_training_cli,
+    training_parser,
+)
+from deq_core.train import train as run_skeleton
 
 from .configs import PRESETS, Config, get_config
 from .models import SequenceModel, build_model
-from .tasks import Task, build_task
+from .problems import Problem, build_problem
 
 MAIN_JOB = "copy-deq-transformer-quick"
 # Settings that may change when a run is resumed (they do not change what is computed), by dotted name.
@@ -39,22 +44,23 @@ RESUMABLE_CHANGES = frozenset(
 )  # fmt: skip
 
 
-def evaluate_split(model: SequenceModel, task: Task, split: str, device: torch.device) -> dict[str, float]:
-    """The task's evaluation of ``model`` on a whole split in eval mode (the DEQ's eval limits apply): loss, metric
+def evaluate_split(model: SequenceModel, problem: Problem, split: str, device: torch.device) -> dict[str, float]:
+    """The problem's evaluation of ``model`` on a whole split in eval mode (the DEQ's eval limits apply): loss, metric
     and, for DEQs, mean forward NFE and residual. Restores the model's training mode."""
     was_training = model.training
     model.eval()
     try:
-        return task.evaluate(model, split, device)
+        return problem.evaluate(model, split, device)
     finally:
         model.train(was_training)
 
 
-class SequenceTask(SkeletonTask):
-    """A deq-lm task (copy memory or language modeling) for the training skeleton: Adam with linear warmup and
-    cosine decay, this process's rows of each global batch, and for language modeling the model's memory carried
-    from one segment to the next (one per micro-batch, saved in each process's checkpoint file). The skeleton reads the
-    config's ``run``, ``optim`` and ``deq`` sections itself (``run.eval_every`` 0: evaluate at the last step only)."""
+class SequenceTask(Task):
+    """deq-lm's task for the training skeleton, on one problem (copy memory or language modeling): Adam with linear
+    warmup and cosine decay, this process's rows of each global batch, and for language modeling the model's memory
+    carried from one segment to the next (one per micro-batch, saved in each process's checkpoint file). The skeleton
+    reads the config's ``run``, ``optim`` and ``deq`` sections itself (``run.eval_every`` 0: evaluate at the last step
+    only)."""
 
     eval_splits = ("valid",)
     final_splits = ("test",)
@@ -64,25 +70,25 @@ class SequenceTask(SkeletonTask):
         self.cfg = cfg
         self.offline = offline  # a Hugging Face corpus from the local cache only
         self.memory: list[Any] | None = None
-        self._task: Task | None = None
+        self._problem: Problem | None = None
 
     @property
-    def task(self) -> Task:
-        if self._task is None:
+    def problem(self) -> Problem:
+        if self._problem is None:
             raise RuntimeError("SequenceTask.build() has not been called.")
-        return self._task
+        return self._problem
 
     @property
     def metric(self) -> str:  # type: ignore[override]
-        return self.task.metric
+        return self.problem.metric
 
     def build(self, accelerator: Accelerator) -> Parts:
         cfg = self.cfg
         with accelerator.main_process_first():  # the main process tokenizes a corpus once; the others read its cache
-            self._task = build_task(cfg, offline=self.offline)
+            self._problem = build_problem(cfg, offline=self.offline)
         optim = cfg.optim
-        self.throughput = ("tokens", optim.batch_size * self.task.seq_len)
-        model = build_model(cfg, self.task.vocab_size)
+        self.throughput = ("tokens", optim.batch_size * self.problem.seq_len)
+        model = build_model(cfg, self.problem.vocab_size)
         optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: cosine_lr_factor(s, optim.steps, optim.warmup_steps, optim.min_lr_ratio)
@@ -92,33 +98,34 @@ class SequenceTask(SkeletonTask):
     def train_batches(self, start: int, accelerator: Accelerator) -> Iterator[tuple[Tensor, Tensor]]:
         rank, world = accelerator.process_index, accelerator.num_processes
         for step in itertools.count(start):
-            yield self.task.train_batch(step, self.cfg.optim.batch_size, rank, world)
+            yield self.problem.train_batch(step, self.cfg.optim.batch_size, rank, world)
 
     def forward(self, model: nn.Module, batch: Any, schedule: StepSchedule) -> Forward:
         x, y = batch
-        task = self.task
-        fresh = not task.stateful or task.starts_stream(schedule.step, self.cfg.optim.batch_size) or self.memory is None
+        problem = self.problem
+        batch_size = self.cfg.optim.batch_size
+        fresh = not problem.stateful or problem.starts_stream(schedule.step, batch_size) or self.memory is None
         if schedule.micro == 0 and fresh:
             self.memory = [None] * schedule.micro_batches  # one state per micro-batch (its own rows)
         assert self.memory is not None
         out = model(x, self.memory[schedule.micro], targets=y)
-        loss, metric = task.loss_and_metric(out, y)
-        if task.stateful:
+        loss, metric = problem.loss_and_metric(out, y)
+        if problem.stateful:
             self.memory[schedule.micro] = out.state
-        return Forward(loss, {task.metric: float(metric)}, out.info)
+        return Forward(loss, {problem.metric: float(metric)}, out.info)
 
     def evaluate(self, model: nn.Module, split: str, accelerator: Accelerator) -> dict[str, float]:
-        return self.task.evaluate(model, split, accelerator.device)  # type: ignore[arg-type]
+        return self.problem.evaluate(model, split, accelerator.device)  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        batch = f"batches of {self.cfg.optim.batch_size} x {self.task.seq_len} tokens"
-        return f"{self.cfg.model.name}, {self.task.describe()}, {batch}"
+        batch = f"batches of {self.cfg.optim.batch_size} x {self.problem.seq_len} tokens"
+        return f"{self.cfg.model.name}, {self.problem.describe()}, {batch}"
 
     def baseline(self) -> str:
-        return self.task.baseline()
+        return self.problem.baseline()
 
     def warnings(self) -> list[str]:
-        return self.task.data_warnings()
+        return self.problem.data_warnings()
 
     def process_state(self) -> dict[str, Any]:
         return {"memory": self.memory}
