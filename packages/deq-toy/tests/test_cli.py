@@ -88,6 +88,21 @@ def test_evaluate_sweeps_solver_limits(tmp_path, capsys):
     assert rows[0]["nfe_forward"] == 1 and rows[1]["residual"] < rows[0]["residual"]
 
 
+def test_a_sweep_row_is_the_run_rebuilt_with_those_limits(tmp_path, capsys):
+    """The sweep sets a deq_core.Plan on the trained layer: each row is what the run gives rebuilt with deq.max_iter
+    and deq.tol changed, the task's metric and the eval solver's statistics alike."""
+    out = tmp_path / "run"
+    assert train.main(["--config", "synthetic-tiny", "--output-dir", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    rows = evaluate.sweep(out, tmp_path, "valid", [3, 50], [1e-2, 1e-5])
+    assert [(r["max_iter"], r["tol"]) for r in rows] == [(3, 1e-2), (3, 1e-5), (50, 1e-2), (50, 1e-5)]
+    for row in rows:
+        changes = {"deq.max_iter": row["max_iter"], "deq.tol": row["tol"]}
+        rebuilt = evaluate.evaluate_run(out, tmp_path, "valid", changes)
+        assert {k: v for k, v in row.items() if k not in ("max_iter", "tol")} == rebuilt
+    assert len({r["nfe_fixed_point_mean"] for r in rows}) > 1  # the limits reach the eval solver's statistics too
+
+
 def test_reproduce_synthetic_table(tmp_path):
     code = reproduce.main(
         [

@@ -1,6 +1,7 @@
 """``python -m deq_toy.evaluate --checkpoint RUN_DIR [--data-dir DIR] [--split valid|test] [--max-iters 5,10,50]
 [--tols 1e-2,1e-3]``: load a run's checkpoint, report its metric, and sweep the solver's iteration limit and
-tolerance (DEQ models; the parameters do not depend on them, so one trained model serves every setting)."""
+tolerance (DEQ models; the parameters do not depend on them, so one trained model serves every setting, each a
+:class:`deq_core.Plan` set on its DEQ layer)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from typing import Any
 
 import torch
 
+from deq_core import Plan, use_plan
 from deq_core.train.checkpoints import load_weights
 from deq_core.train.cli import add_trust_option, counts, tolerances, usage_error
-from deq_core.train.deq_config import deq_settings
 from deq_core.train.errors import UsageError
 from deq_core.train.files import write_json
 from deq_core.train.reports import markdown_table
@@ -59,6 +60,12 @@ def evaluate_run(
     """Metrics of a trained run on ``split`` ("valid", or "test" for arithmetic) with optional config changes (by
     dotted name) and the modules a saved solver import path may name, as :func:`load_task`."""
     config, task = load_task(checkpoint, data_dir, changes, trusted_modules)
+    return evaluate_task(config, task, split, data_dir)
+
+
+def evaluate_task(config: Config, task: Any, split: str, data_dir: str | Path = "data") -> dict[str, float]:
+    """Metrics of a loaded task (:func:`load_task`) on ``split``: "valid", or "test" for arithmetic (read from
+    ``data_dir``). Its DEQ layer solves to its own limits, or to those of a :class:`deq_core.Plan` set on it."""
     if split == "valid":
         return task.evaluate()
     if isinstance(config, ArithmeticConfig) and split == "test":
@@ -77,12 +84,14 @@ def sweep(
     tols: Sequence[float],
     trusted_modules: Collection[str] = (),
 ) -> list[dict[str, Any]]:
-    """One row per (max_iter, tol): the settings and the metrics (``trusted_modules`` as for :func:`load_task`)."""
+    """One row per (max_iter, tol): the settings and the metrics of the run, loaded once, its DEQ layer solving to
+    those limits (a :class:`deq_core.Plan`; ``trusted_modules`` as for :func:`load_task`)."""
+    config, task = load_task(checkpoint, data_dir, None, trusted_modules)
     rows = []
     for max_iter in max_iters:
         for tol in tols:
-            changes = deq_settings(max_iter=max_iter, tol=tol)
-            metrics = evaluate_run(checkpoint, data_dir, split, changes, trusted_modules)
+            with use_plan(task.model, Plan(max_iter=max_iter, tol=tol)):
+                metrics = evaluate_task(config, task, split, data_dir)
             rows.append({"max_iter": max_iter, "tol": tol, **metrics})
     return rows
 

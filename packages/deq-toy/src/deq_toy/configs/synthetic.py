@@ -80,7 +80,8 @@ class SyntheticConfig:
             regularized models had not reached their plateau; see docs/deq-toy-results.md), loss MSE(z*, y) +
             deq.jac_weight * (df/dz at z*)^2 (Hutchinson estimate, ``deq.jacobian_samples`` probes).
         run (:class:`SyntheticRunConfig`): seed, threads, logging / evaluation / checkpoint periods; the evaluation
-            statistics (NFE, |df/dz|) are measured with ``run.eval_solver`` at ``deq.tol``.
+            statistics (NFE, |df/dz|) are measured with ``run.eval_solver`` at the layer's evaluation limits
+            (``deq.eval_max_iter`` / ``deq.eval_tol``, else ``deq.max_iter`` / ``deq.tol``).
     """
 
     data: SyntheticDataConfig = section(SyntheticDataConfig)

@@ -67,13 +67,15 @@ class SyntheticTask(ToyTask):
         return f"mse {mse:.4g} (predicting the mean)"
 
     def evaluate(self) -> dict[str, float]:
-        """Validation MSE of z* (training solver, eval mode) and equilibrium statistics with ``run.eval_solver``."""
+        """Validation MSE of z* (training solver, eval mode) and equilibrium statistics with ``run.eval_solver`` at
+        the same limits (the layer's :meth:`~deq_core.DEQ.limits`)."""
         cfg, model, eval_solver = self.config, self.model, self.config.run.eval_solver
         model.eval()
         with torch.no_grad():
             z, info = model(self.data.x_valid)
             mse = float(torch.nn.functional.mse_loss(z, self.data.y_valid))
-        stats = equilibrium_statistics(model, self.data.x_valid, eval_solver, cfg.deq.max_iter, cfg.deq.tol)
+        max_iter, tol = model.deq.limits()  # the layer's in eval mode, or those of a Plan set on it
+        stats = equilibrium_statistics(model, self.data.x_valid, eval_solver, max_iter, tol)
         train_solver = info.forward.iterations_per_sample
         model.train()
         return {
