@@ -203,16 +203,16 @@ def test_committed_runs_of_the_flat_layout_read_as_their_presets():
 
 def test_step_profile_counts_the_cell_calls_and_adds_up(tmp_path):
     from deq_toy.configs import load_config
-    from deq_toy.tasks import build_task
+    from deq_toy.experiments import build_experiment
     from lab.toy.step_profile import profile_steps
 
     tiny = ["n_train=64", "n_valid=32", "n_test=32", "hidden=8", "batch_size=16", "epochs=1"]
-    task = build_task(load_config("arith-repeated-gru-tiny", [*tiny, "repeats=5"]), tmp_path)
-    profile = profile_steps(task, steps=2)
+    experiment = build_experiment(load_config("arith-repeated-gru-tiny", [*tiny, "repeats=5"]), tmp_path)
+    profile = profile_steps(experiment, steps=2)
     assert profile.f_calls_forward == 5  # the repeats, counted by the hook on the cell
     assert profile.nfe_backward == 0 and 0 < profile.forward_s <= profile.step_s and profile.f_s > 0
     assert profile.total_steps == 4 and profile.run_minutes == 4 * profile.step_s / 60
-    task = build_task(load_config("arith-deq-tiny", tiny), tmp_path)
-    deq = profile_steps(task, steps=2)
+    experiment = build_experiment(load_config("arith-deq-tiny", tiny), tmp_path)
+    deq = profile_steps(experiment, steps=2)
     assert deq.f_calls_forward >= 2 and deq.nfe_backward >= 1  # a forward solve and an implicit backward ran
     assert "calls of f" in deq.summary() and "backward NFE" in deq.summary()

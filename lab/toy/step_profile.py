@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from deq_toy.tasks.arithmetic import ArithmeticTask
+from deq_toy.experiments.arithmetic import ArithmeticExperiment
 
 
 @dataclass(frozen=True)
@@ -84,21 +84,21 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def profile_steps(task: ArithmeticTask, steps: int = 10, first_step: int = 0) -> StepProfile:
-    """Time ``steps`` training steps of ``task.model`` (in train mode, Adam at the config's optim.lr, the config's
+def profile_steps(experiment: ArithmeticExperiment, steps: int = 10, first_step: int = 0) -> StepProfile:
+    """Time ``steps`` training steps of ``experiment.model`` (in train mode, Adam at the config's optim.lr, the config's
     Jacobian schedule) on the batches of steps first_step, first_step + 1, ...; the model's weights change (use a
-    copy of a trained task). Models: every arithmetic model; the cell of the GRU-DEQ and repeated GRU is
+    copy of a trained experiment). Models: every arithmetic model; the cell of the GRU-DEQ and repeated GRU is
     ``model.cell``, the other models have no cell (f_s = 0)."""
-    model = task.model
+    model = experiment.model
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=task.config.optim.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=experiment.config.optim.lr)
     cell = getattr(model, "cell", None)
     step_times, forward_times, calls, nfe_backward = [], [], [], []
     for k in range(steps):
-        batch = task.batch(first_step + k)
+        batch = experiment.batch(first_step + k)
         timer = _CallTimer(cell) if cell is not None else None
         start = time.perf_counter()
-        loss, _, info = task.train_step(batch, first_step + k)
+        loss, _, info = experiment.train_step(batch, first_step + k)
         forward_done = time.perf_counter()
         if timer is not None:
             timer.remove()
@@ -122,7 +122,7 @@ def profile_steps(task: ArithmeticTask, steps: int = 10, first_step: int = 0) ->
         f_s=f_s,
         f_calls_forward=statistics.mean(calls),
         nfe_backward=statistics.mean(nfe_backward),
-        total_steps=task.total_steps,
-        run_minutes=task.total_steps * step_s / 60.0,
+        total_steps=experiment.total_steps,
+        run_minutes=experiment.total_steps * step_s / 60.0,
         threads=torch.get_num_threads(),
     )

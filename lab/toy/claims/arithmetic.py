@@ -15,7 +15,7 @@ import torch
 
 from deq_core.train.files import write_json
 from deq_core.train.metrics import read_metrics
-from deq_toy.evaluate import load_task
+from deq_toy.evaluate import load_experiment
 from deq_toy.runs import ensure_run
 from lab.claims import Claim, ClaimResult, mean_spread
 
@@ -202,11 +202,11 @@ def step_profile(run_dir: Path, data_dir: Path, steps: int) -> dict[str, Any]:
     path = run_dir / "step_profile.json"
     if path.exists():
         return json.loads(path.read_text())
-    _, task = load_task(run_dir, data_dir)
+    _, experiment = load_experiment(run_dir, data_dir)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        profile = profile_steps(task, steps, first_step=max(task.total_steps - steps, 0))
+        profile = profile_steps(experiment, steps, first_step=max(experiment.total_steps - steps, 0))
     finally:
         torch.set_num_threads(threads)
     record = {**dataclasses.asdict(profile), "summary": profile.summary()}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from deq_core.train.checkpoints import latest_complete_checkpoint
-from deq_toy.evaluate import load_task
+from deq_toy.evaluate import load_experiment
 from deq_toy.plots import plot_figure5
 from deq_toy.runs import ensure_run
 from lab.claims import Claim, ClaimResult, mean_spread
@@ -144,7 +144,7 @@ def synthetic_claim(out: Path, quick: bool, progress: bool, command: str) -> tup
     result = ClaimResult(CLAIM, ours=ours, holds=holds, command=command, note=note)
     first = [out / f"gamma{g:g}_seed{plan.seeds[0]}" for g in GAMMAS]
     if all(latest_complete_checkpoint(run) is not None for run in first):
-        models = [(f"gamma = {g:g}", load_task(run)[1].model) for g, run in zip(GAMMAS, first)]
+        models = [(f"gamma = {g:g}", load_experiment(run)[1].model) for g, run in zip(GAMMAS, first)]
         plot_figure5(models, out / "figure5.png")
     else:  # runs restored from committed logs (results, no weights): the table is rebuilt, the figure is not
         print(

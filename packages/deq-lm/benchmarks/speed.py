@@ -226,16 +226,11 @@ class Timer:
     def nfe_to_tolerance(self) -> None:
         """Inference NFE with the limit raised to TOL_LIMIT, and the fraction of sequences that reached the tolerance
         (untimed; DEQs only)."""
-        deq = getattr(self.entry.model.body, "deq", None)
-        if deq is None:
+        if getattr(self.entry.model.body, "deq", None) is None:
             return
-        saved = deq.eval_max_iter
-        deq.eval_max_iter = TOL_LIMIT
-        try:
-            self.entry.model.eval()
+        self.entry.model.eval()
+        with deq_core.use_plan(self.entry.model, deq_core.Plan(max_iter=TOL_LIMIT)):  # the layer's eval tol
             info = self.infer()
-        finally:
-            deq.eval_max_iter = saved
         assert info is not None
         self.entry.to_tol = (info.nfe, float(info.converged.float().mean()))
 

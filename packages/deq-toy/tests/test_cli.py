@@ -241,10 +241,10 @@ def test_two_cpu_processes_cooperate_under_accelerate_launch(tmp_path, config):
 
 
 def test_the_arithmetic_chance_level_is_the_majority_class_accuracy(tmp_path):
-    from deq_toy.tasks.arithmetic import ArithmeticTask, classification_metrics
+    from deq_toy.experiments.arithmetic import ArithmeticExperiment, classification_metrics
 
-    task = ArithmeticTask(load_config("arith-fc-tiny"), tmp_path / "data")
-    sign = 1.0 if float(task.train_y.mean()) >= 0.5 else -1.0
-    acc = classification_metrics(torch.full_like(task.valid_y, sign), task.valid_y)["acc"]
-    assert task.baseline() == f"acc {acc:.1f} % (majority class)"
+    experiment = ArithmeticExperiment(load_config("arith-fc-tiny"), tmp_path / "data")
+    sign = 1.0 if float(experiment.train_y.mean()) >= 0.5 else -1.0
+    acc = classification_metrics(torch.full_like(experiment.valid_y, sign), experiment.valid_y)["acc"]
+    assert experiment.baseline() == f"acc {acc:.1f} % (majority class)"
     assert 50.0 <= acc < 100.0

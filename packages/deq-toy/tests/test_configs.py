@@ -11,7 +11,7 @@ import pytest
 from deq_core.train.errors import UsageError
 from deq_core.train.run_config import flat_dict
 from deq_toy.configs import PRESETS, ArithmeticConfig, SyntheticConfig, load_config
-from deq_toy.loop import RESUMABLE_CHANGES, ToyRun
+from deq_toy.loop import RESUMABLE_CHANGES, ToyTask
 
 SECTIONS = ("data", "model", "deq", "optim", "run")
 
@@ -60,7 +60,7 @@ def test_the_skeletons_settings_of_every_preset(name):
     clipping for the 1D task, evaluations every ``run.eval_every`` steps or once per epoch (0); the task adds only its
     step budget, its epoch and what may change on resume."""
     config = PRESETS[name]
-    task = ToyRun(config, Path("data"))
+    task = ToyTask(config, Path("data"))
     per_epoch = max(config.data.n_train // config.optim.batch_size, 1)
     assert (task.steps, task.eval_period) == (config.optim.epochs * per_epoch, per_epoch)
     assert config.run.keep_checkpoints == 1 and config.run.stop_after == 0
@@ -71,9 +71,9 @@ def test_the_skeletons_settings_of_every_preset(name):
 
 def test_eval_every_0_is_once_per_epoch_in_both_tasks():
     synthetic = load_config("synthetic-tiny", ["eval_every=0"])  # 512 pairs in batches of 128: 4 steps an epoch
-    assert (synthetic.run.eval_every, ToyRun(synthetic, Path("data")).eval_period) == (0, 4)
+    assert (synthetic.run.eval_every, ToyTask(synthetic, Path("data")).eval_period) == (0, 4)
     arithmetic = load_config("arith-deq-tiny", ["eval_every=0", "max_steps=3"])  # 128 rows, batch 32; cut at 3
-    task = ToyRun(arithmetic, Path("data"))
+    task = ToyTask(arithmetic, Path("data"))
     assert (task.eval_period, task.steps) == (4, 3)
 
 

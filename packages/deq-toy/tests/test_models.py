@@ -8,8 +8,8 @@ from deq_core.train.errors import UsageError
 from deq_core.train.run_config import replace_config
 from deq_toy.configs import get_config, load_config
 from deq_toy.configs.arithmetic import MODELS
+from deq_toy.experiments.arithmetic import ArithmeticExperiment
 from deq_toy.models import GRUDEQ, any_length, build_arithmetic_model
-from deq_toy.tasks.arithmetic import ArithmeticTask
 
 
 @pytest.mark.parametrize("model_name", MODELS)
@@ -55,12 +55,12 @@ def test_deq_jacobian_loss_and_last_readout_accepts_longer_inputs():
 def test_few_steps_lower_the_loss_on_a_fixed_batch(name, tmp_path):
     config = replace_config(get_config(name), {"data.n_train": 64, "data.n_valid": 32})
     torch.manual_seed(0)
-    task = ArithmeticTask(config, tmp_path)
-    optimizer = torch.optim.Adam(task.model.parameters(), lr=3e-3)
-    batch = task.batch(0)
+    experiment = ArithmeticExperiment(config, tmp_path)
+    optimizer = torch.optim.Adam(experiment.model.parameters(), lr=3e-3)
+    batch = experiment.batch(0)
     losses = []
     for step in range(12):
-        loss, stats, info = task.train_step(batch, step)
+        loss, stats, info = experiment.train_step(batch, step)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -105,12 +105,12 @@ def test_arithmetic_overrides_reach_the_layer_and_train(overrides, expected, tmp
             "deq.backward_max_iter=7", "deq.backward_tol=1e-4"]  # fmt: skip
     config = load_config("arith-deq-tiny", [*tiny, *overrides])
     torch.manual_seed(0)
-    task = ArithmeticTask(config, tmp_path)
-    assert task.model.deq.solver == Anderson(m=4) and task.model.deq.backward == expected
-    weight = task.model.cell.gru.weight_hh_l0
+    experiment = ArithmeticExperiment(config, tmp_path)
+    assert experiment.model.deq.solver == Anderson(m=4) and experiment.model.deq.backward == expected
+    weight = experiment.model.cell.gru.weight_hh_l0
     before = weight.detach().clone()
-    optimizer = torch.optim.Adam(task.model.parameters(), lr=1e-3)
-    loss, _, info = task.train_step(task.batch(0), 0)
+    optimizer = torch.optim.Adam(experiment.model.parameters(), lr=1e-3)
+    loss, _, info = experiment.train_step(experiment.batch(0), 0)
     loss.backward()
     optimizer.step()
     assert not torch.equal(weight, before)

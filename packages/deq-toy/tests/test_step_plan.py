@@ -10,9 +10,9 @@ import pytest
 import deq_core
 from deq_core.train.schedules import jittered_max_iter
 from deq_toy.configs import load_config
+from deq_toy.experiments import ArithmeticExperiment, Experiment, SyntheticExperiment
 from deq_toy.loop import run_training
 from deq_toy.models import GRUDEQ, FCClassifier, GRUClassifier, RepeatedGRU, ScalarDEQ
-from deq_toy.tasks import ArithmeticTask, SyntheticTask, ToyTask
 
 pytestmark = pytest.mark.filterwarnings("ignore:DEQ forward solve stopped unconverged")  # tol 1e-12 on purpose
 
@@ -55,10 +55,10 @@ def test_pretraining_unrolls_through_the_skeleton(tmp_path, capsys):
 
 
 def test_pretraining_calls_no_solver_in_train_step(tmp_path, solves):
-    task = ArithmeticTask(_arithmetic("pretrain_steps=1", "pretrain_depth=2"), tmp_path / "data")
-    _, _, info = task.train_step(task.batch(0), 0)
+    experiment = ArithmeticExperiment(_arithmetic("pretrain_steps=1", "pretrain_depth=2"), tmp_path / "data")
+    _, _, info = experiment.train_step(experiment.batch(0), 0)
     assert solves == [] and info.mode == "unrolled" and info.nfe == 2
-    _, _, info = task.train_step(task.batch(1), 1)
+    _, _, info = experiment.train_step(experiment.batch(1), 1)
     assert solves == [15] and info.mode == "solve" and info.nfe == 15
 
 
@@ -72,9 +72,9 @@ def test_jitter_changes_the_limit_of_every_step(tmp_path):
 
 def test_jitter_and_the_jacobian_term_reach_the_1d_deq(solves):
     config = load_config("synthetic-tiny", ["max_iter=40", "max_iter_jitter=30", "jac_weight=1.0", "seed=3"])
-    task = SyntheticTask(config)
+    experiment = SyntheticExperiment(config)
     for step in range(6):
-        loss, _, info = task.train_step(task.batch(step), step)
+        loss, _, info = experiment.train_step(experiment.batch(step), step)
         assert info.jacobian_loss is not None and loss.requires_grad
     assert solves == [jittered_max_iter(40, 30, 3, step) for step in range(6)]
 
@@ -85,5 +85,5 @@ def test_no_model_or_task_forward_takes_per_step_arguments():
     per_step = {"unroll", "max_iter", "jacobian_loss", "jacobian", "control"}
     for cls in (ScalarDEQ, GRUDEQ, RepeatedGRU, FCClassifier, GRUClassifier):
         assert not per_step & set(inspect.signature(cls.forward).parameters), cls
-    for cls in (ToyTask, ArithmeticTask, SyntheticTask):
+    for cls in (Experiment, ArithmeticExperiment, SyntheticExperiment):
         assert list(inspect.signature(cls.forward).parameters) == ["self", "model", "batch"], cls

@@ -9,8 +9,8 @@ from deq_core import DEQ, JFB, FixedPoint, Implicit, Phantom
 from deq_core.train.run_config import replace_config
 from deq_toy.configs import get_config, load_config
 from deq_toy.data.synthetic import make_synthetic, target_function
+from deq_toy.experiments.synthetic import SyntheticExperiment, equilibrium_statistics
 from deq_toy.models import ScalarDEQ, build_scalar_model, paper_deq
-from deq_toy.tasks.synthetic import SyntheticTask, equilibrium_statistics
 
 
 def test_data_is_deterministic_and_noisy_around_h():
@@ -34,17 +34,17 @@ def test_scalar_deq_has_200_parameters_and_exact_slope():
     assert torch.allclose(model.f(z_star, x), z_star, atol=1e-3)
 
 
-def _train(gamma: float) -> SyntheticTask:
+def _train(gamma: float) -> SyntheticExperiment:
     config = replace_config(get_config("synthetic-tiny"), {"deq.jac_weight": gamma, "epochs": 6})
     torch.manual_seed(config.run.seed)
-    task = SyntheticTask(config)
-    opt = torch.optim.Adam(task.model.parameters(), lr=config.optim.lr)
-    for step in range(task.total_steps):
-        loss, _, _ = task.train_step(task.batch(step), step)
+    experiment = SyntheticExperiment(config)
+    opt = torch.optim.Adam(experiment.model.parameters(), lr=config.optim.lr)
+    for step in range(experiment.total_steps):
+        loss, _, _ = experiment.train_step(experiment.batch(step), step)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return task
+    return experiment
 
 
 def test_jacobian_regularization_flattens_f_at_equilibrium():
@@ -58,15 +58,15 @@ def test_jacobian_regularization_flattens_f_at_equilibrium():
 def test_training_steps_lower_the_loss():
     config = get_config("synthetic-tiny")
     torch.manual_seed(0)
-    task = SyntheticTask(config)
-    before = task.evaluate()["mse"]
-    opt = torch.optim.Adam(task.model.parameters(), lr=config.optim.lr)
+    experiment = SyntheticExperiment(config)
+    before = experiment.evaluate()["mse"]
+    opt = torch.optim.Adam(experiment.model.parameters(), lr=config.optim.lr)
     for step in range(20):
-        loss, _, _ = task.train_step(task.batch(step), step)
+        loss, _, _ = experiment.train_step(experiment.batch(step), step)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert task.evaluate()["mse"] < 0.7 * before
+    assert experiment.evaluate()["mse"] < 0.7 * before
 
 
 def test_synthetic_overrides_reach_the_scalar_deqs_layer():
@@ -83,11 +83,11 @@ def test_synthetic_overrides_reach_the_scalar_deqs_layer():
     ):
         config = load_config("synthetic-tiny", overrides)
         torch.manual_seed(0)
-        task = SyntheticTask(config)
-        assert task.model.deq.backward == expected
-        loss, _, _ = task.train_step(task.batch(0), 0)
+        experiment = SyntheticExperiment(config)
+        assert experiment.model.deq.backward == expected
+        loss, _, _ = experiment.train_step(experiment.batch(0), 0)
         loss.backward()
-        assert task.model.w1.grad is not None and float(task.model.w1.grad.abs().sum()) > 0, overrides
+        assert experiment.model.w1.grad is not None and float(experiment.model.w1.grad.abs().sum()) > 0, overrides
     layer = DEQ(solver="anderson", max_iter=30, tol=1e-6, stop_mode="abs", backward="jfb")
     model = ScalarDEQ(width=8, deq=layer)
     assert model.deq is layer and bool(model(torch.randn(5, 1))[1].converged.all())
@@ -103,9 +103,9 @@ def test_eval_solver_takes_what_deq_solver_takes(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_solvers", raising=False)
     torch.manual_seed(0)
-    task = SyntheticTask(load_config("synthetic-tiny", ["eval_solver=my_solvers:Relaxed"]))
-    result = task.evaluate()
-    damped = equilibrium_statistics(task.model, task.data.x_valid, FixedPoint(damping=0.9), 100, 1e-3)
+    experiment = SyntheticExperiment(load_config("synthetic-tiny", ["eval_solver=my_solvers:Relaxed"]))
+    result = experiment.evaluate()
+    damped = equilibrium_statistics(experiment.model, experiment.data.x_valid, FixedPoint(damping=0.9), 100, 1e-3)
     assert result["nfe_my_solvers:Relaxed_mean"] == float(damped["nfe"].float().mean())  # Relaxed: damping 0.9
     assert result["converged_my_solvers:Relaxed"] == float(damped["converged"].float().mean())
     with pytest.raises(UsageError) as info:

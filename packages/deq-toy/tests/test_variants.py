@@ -8,7 +8,7 @@ from deq_core.train.run_config import replace_config
 from deq_toy import reproduce
 from deq_toy.configs import get_config
 from deq_toy.data.arithmetic import SYMBOL_INDEX, VARIANTS
-from deq_toy.tasks.arithmetic import ArithmeticTask, prepare_data
+from deq_toy.experiments.arithmetic import ArithmeticExperiment, prepare_data
 
 TINY = ["epochs=1", "n_train=64", "n_valid=32", "n_test=32", "hidden=8", "deq.max_iter=5", "deq.backward_max_iter=5"]
 TINY += ["repeats=3", "log_every=1", "eval_every=2"]
@@ -22,17 +22,21 @@ def test_variant_selects_training_data_and_every_test_set_is_reported(tmp_path):
     config = replace_config(
         get_config("arith-gru-tiny"), {"data.variant": "two_biased", "readout": "last", "n_test": 16}
     )
-    task = ArithmeticTask(config, tmp_path)
-    assert not _uses(task.train_x, "*/") and not _uses(task.valid_x, "*/")  # only + and - in the 2-op variants
-    minus = float((task.train_x == SYMBOL_INDEX["-"]).sum()) / float((task.train_x == SYMBOL_INDEX["+"]).sum())
+    experiment = ArithmeticExperiment(config, tmp_path)
+    assert not _uses(experiment.train_x, "*/") and not _uses(
+        experiment.valid_x, "*/"
+    )  # only + and - in the 2-op variants
+    minus = float((experiment.train_x == SYMBOL_INDEX["-"]).sum()) / float(
+        (experiment.train_x == SYMBOL_INDEX["+"]).sum()
+    )
     assert 2.0 < minus < 4.5  # '-' three times as likely as '+'
-    sets = task.evaluation_sets()
+    sets = experiment.evaluation_sets()
     assert set(sets) == {f"test_{v}" for v in VARIANTS} | {f"test_longer_{v}" for v in VARIANTS}
     for name, (tokens, labels) in sets.items():
         assert tokens.shape == (16, 41 if "longer" in name else 31) and labels.shape == (16,)
         variant = name.removeprefix("test_").removeprefix("longer_")
         assert _uses(tokens, "*/") == variant.startswith("four"), name
-    flat = ArithmeticTask(replace_config(config, {"model.readout": "flatten"}), tmp_path)
+    flat = ArithmeticExperiment(replace_config(config, {"model.readout": "flatten"}), tmp_path)
     assert set(flat.evaluation_sets()) == {f"test_{v}" for v in VARIANTS}  # the flatten readout needs 31 symbols
 
 
@@ -44,8 +48,8 @@ def test_prepare_data_writes_every_file_a_run_reads(tmp_path):
     assert "two-train-len31.tsv" in names and "four_biased-test-len41.tsv" in names
     assert "four-train-len31.tsv" not in names
     before = {p: p.stat().st_mtime_ns for p in paths}
-    task = ArithmeticTask(config, tmp_path)
-    task.evaluation_sets()
+    experiment = ArithmeticExperiment(config, tmp_path)
+    experiment.evaluation_sets()
     assert sorted(p.name for p in (tmp_path / "arith-seed0").iterdir()) == names  # nothing else was needed
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())  # and nothing was rewritten
 

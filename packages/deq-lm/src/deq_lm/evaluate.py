@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from deq_core import Plan, use_plan
 from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
 from deq_core.train.cli import add_trust_option, counts, tolerances, usage_error
 from deq_core.train.errors import UsageError
@@ -59,19 +60,15 @@ def sweep(
     cfg: Config, problem: Problem, model: SequenceModel, split: str, max_iters: Sequence[int], tols: Sequence[float]
 ) -> list[dict[str, Any]]:
     """Evaluate ``split`` at every inference limit (with tolerance ``cfg.deq.eval_tol or cfg.deq.tol``) and at every
-    tolerance (with limit ``max(max_iters)``). Rows: {"max_iter", "tol", "loss", metric, "nfe_forward", "residual"}."""
-    deq = model.body.deq  # type: ignore[union-attr]
-    saved = deq.eval_max_iter, deq.eval_tol
+    tolerance (with limit ``max(max_iters)``), each a :class:`deq_core.Plan` set on the model's DEQ layer (its own
+    limits unchanged). Rows: {"max_iter", "tol", "loss", metric, "nfe_forward", "residual"}."""
     base_tol = cfg.deq.eval_tol or cfg.deq.tol
     settings = [(m, base_tol) for m in max_iters] + [(max(max_iters), t) for t in tols]
     rows = []
-    try:
-        for limit, tol in settings:
-            deq.eval_max_iter, deq.eval_tol = int(limit), float(tol)
+    for limit, tol in settings:
+        with use_plan(model, Plan(max_iter=int(limit), tol=float(tol))):
             result = evaluate_split(model, problem, split, torch.device("cpu"))
-            rows.append({"max_iter": int(limit), "tol": float(tol), **result})
-    finally:
-        deq.eval_max_iter, deq.eval_tol = saved
+        rows.append({"max_iter": int(limit), "tol": float(tol), **result})
     return rows
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from safetensors.torch import load_file
 
+from deq_core.train import UsageError
 from deq_core.train.checkpoints import CONFIG_FILE, checkpoint_weights, load_checked, read_json, resolve_checkpoint
-from deq_core.train.errors import UsageError
 from deq_core.train.state import STATE_FILE
 
 

@@ -15,26 +15,25 @@ from typing import Any
 import torch
 
 from deq_core import Plan, use_plan
+from deq_core.train import UsageError, replace_config
 from deq_core.train.checkpoints import load_weights
 from deq_core.train.cli import add_trust_option, counts, tolerances, usage_error
-from deq_core.train.errors import UsageError
 from deq_core.train.files import write_json
 from deq_core.train.reports import markdown_table
-from deq_core.train.run_config import replace_config
 
 from .checkpoint import load_checkpoint
 from .configs import ArithmeticConfig, Config, config_from_dict
-from .tasks import build_task
-from .tasks.arithmetic import ArithmeticTask, load_tensors
+from .experiments import build_experiment
+from .experiments.arithmetic import ArithmeticExperiment, load_tensors
 
 
-def load_task(
+def load_experiment(
     checkpoint: str | Path,
     data_dir: str | Path = "data",
     changes: Mapping[str, Any] | None = None,
     trusted_modules: Collection[str] = (),
 ) -> tuple[Config, Any]:
-    """The task of a run with its trained weights (settings in ``changes`` replaced, by dotted name, e.g.
+    """The experiment of a run with its trained weights (settings in ``changes`` replaced, by dotted name, e.g.
     ``{"deq.max_iter": 10}``); ``trusted_modules``: the modules whose solvers the saved config may name by import
     path (none else is imported).
 
@@ -44,10 +43,10 @@ def load_task(
     """
     state = load_checkpoint(checkpoint)
     config = replace_config(config_from_dict(state["config"], trusted_modules, state["run_dir"]), changes or {})
-    task = build_task(config, Path(data_dir))
-    load_weights(task.model, state["weights_file"], lambda: task.model.load_state_dict(state["model"]))
-    task.model.eval()
-    return config, task
+    experiment = build_experiment(config, Path(data_dir))
+    load_weights(experiment.model, state["weights_file"], lambda: experiment.model.load_state_dict(state["model"]))
+    experiment.model.eval()
+    return config, experiment
 
 
 def evaluate_run(
@@ -58,21 +57,21 @@ def evaluate_run(
     trusted_modules: Collection[str] = (),
 ) -> dict[str, float]:
     """Metrics of a trained run on ``split`` ("valid", or "test" for arithmetic) with optional config changes (by
-    dotted name) and the modules a saved solver import path may name, as :func:`load_task`."""
-    config, task = load_task(checkpoint, data_dir, changes, trusted_modules)
-    return evaluate_task(config, task, split, data_dir)
+    dotted name) and the modules a saved solver import path may name, as :func:`load_experiment`."""
+    config, experiment = load_experiment(checkpoint, data_dir, changes, trusted_modules)
+    return evaluate_experiment(config, experiment, split, data_dir)
 
 
-def evaluate_task(config: Config, task: Any, split: str, data_dir: str | Path = "data") -> dict[str, float]:
-    """Metrics of a loaded task (:func:`load_task`) on ``split``: "valid", or "test" for arithmetic (read from
-    ``data_dir``). Its DEQ layer solves to its own limits, or to those of a :class:`deq_core.Plan` set on it."""
+def evaluate_experiment(config: Config, experiment: Any, split: str, data_dir: str | Path = "data") -> dict[str, float]:
+    """Metrics of a loaded experiment (:func:`load_experiment`) on ``split``: "valid", or "test" for arithmetic (read
+    from ``data_dir``). Its DEQ layer solves to its own limits, or to those of a :class:`deq_core.Plan` set on it."""
     if split == "valid":
-        return task.evaluate()
+        return experiment.evaluate()
     if isinstance(config, ArithmeticConfig) and split == "test":
-        assert isinstance(task, ArithmeticTask)
+        assert isinstance(experiment, ArithmeticExperiment)
         data = config.data
         tokens, labels = load_tensors(Path(data_dir), config, data.variant, "test", data.n_test, data.length)
-        return task.evaluate_tensors(tokens, labels)
+        return experiment.evaluate_tensors(tokens, labels)
     raise UsageError(f"unknown split {split!r} for this task; use 'valid' (both tasks) or 'test' (arithmetic).")
 
 
@@ -85,13 +84,13 @@ def sweep(
     trusted_modules: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """One row per (max_iter, tol): the settings and the metrics of the run, loaded once, its DEQ layer solving to
-    those limits (a :class:`deq_core.Plan`; ``trusted_modules`` as for :func:`load_task`)."""
-    config, task = load_task(checkpoint, data_dir, None, trusted_modules)
+    those limits (a :class:`deq_core.Plan`; ``trusted_modules`` as for :func:`load_experiment`)."""
+    config, experiment = load_experiment(checkpoint, data_dir, None, trusted_modules)
     rows = []
     for max_iter in max_iters:
         for tol in tols:
-            with use_plan(task.model, Plan(max_iter=max_iter, tol=tol)):
-                metrics = evaluate_task(config, task, split, data_dir)
+            with use_plan(experiment.model, Plan(max_iter=max_iter, tol=tol)):
+                metrics = evaluate_experiment(config, experiment, split, data_dir)
             rows.append({"max_iter": max_iter, "tol": tol, **metrics})
     return rows
 

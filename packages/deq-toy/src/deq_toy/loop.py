@@ -1,6 +1,6 @@
-"""deq-toy on the training skeleton (:func:`deq_core.train.trainer.train`): :class:`ToyRun` adapts a toy task
-(Adam + cosine schedule, batches a function of (seed, step), every process taking its rows of each batch) and
-:func:`run_training` trains one config."""
+"""deq-toy on the training skeleton (:func:`deq_core.train.train`): :class:`ToyTask`, deq-toy's task, runs one
+experiment (Adam + cosine schedule, batches a function of (seed, step), every process taking its rows of each batch)
+and :func:`run_training` trains one config."""
 
 from __future__ import annotations
 
@@ -12,21 +12,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from deq_core.train.cli import set_threads
-from deq_core.train.run_config import replace_config
-from deq_core.train.schedules import cosine_lr_factor
-from deq_core.train.task import Forward, Parts, StepSchedule, Task
-from deq_core.train.trainer import train
+from deq_core.train import Forward, Parts, StepSchedule, Task, cosine_lr_factor, replace_config, set_threads, train
 
 from .configs import ArithmeticConfig, Config
-from .tasks import ToyTask, build_task, step_budget
+from .experiments import Experiment, build_experiment, step_budget
 
 # Settings that may change when a run is resumed (they do not change what is computed), by dotted name.
 RESUMABLE_CHANGES = frozenset({"run.threads", "run.save_every", "run.keep_checkpoints", "run.stop_after"})
 
 
-class ToyRun(Task):
-    """A toy task for the training skeleton; the task itself (data, then model) is built after the seed is set. The
+class ToyTask(Task):
+    """deq-toy's task for the training skeleton; its experiment (data, then model) is built after the seed is set. The
     skeleton reads the config's ``run``, ``optim`` and ``deq`` sections itself; the run takes the step budget of
     ``optim.epochs`` (cut at ``optim.max_steps``) and evaluates once per epoch when ``run.eval_every`` is 0."""
 
@@ -42,33 +38,35 @@ class ToyRun(Task):
             config.data.n_train, optim.batch_size, optim.epochs, getattr(optim, "max_steps", 0)
         )
         self.find_unused_parameters = isinstance(config, ArithmeticConfig)  # the GRU-DEQ's initial guess: no grad
-        self._task: ToyTask | None = None
+        self._experiment: Experiment | None = None
 
     @property
-    def task(self) -> ToyTask:
-        if self._task is None:
-            raise RuntimeError("ToyRun.build() has not been called.")
-        return self._task
+    def experiment(self) -> Experiment:
+        if self._experiment is None:
+            raise RuntimeError("ToyTask.build() has not been called.")
+        return self._experiment
 
     def build(self, accelerator: Any) -> Parts:
         cfg = self.config
         with accelerator.main_process_first():  # the main process writes missing data files; the others read them
-            self._task = build_task(cfg, self.data_dir)
-        optimizer = torch.optim.Adam(self.task.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-        total = self.task.total_steps
+            self._experiment = build_experiment(cfg, self.data_dir)
+        optimizer = torch.optim.Adam(
+            self.experiment.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+        )
+        total = self.experiment.total_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cosine_lr_factor(step, total))
-        return Parts(self.task.model, optimizer, scheduler)
+        return Parts(self.experiment.model, optimizer, scheduler)
 
     def train_batches(self, start: int, accelerator: Any) -> Iterator[tuple[Tensor, ...]]:
         rank, world = accelerator.process_index, accelerator.num_processes
         for step in itertools.count(start):
-            yield tuple(t[rank::world] for t in self.task.batch(step))
+            yield tuple(t[rank::world] for t in self.experiment.batch(step))
 
     def forward(self, model: nn.Module, batch: Any, schedule: StepSchedule) -> Forward:
-        return self.task.forward(model, batch)
+        return self.experiment.forward(model, batch)
 
     def evaluate(self, model: nn.Module, split: str, accelerator: Any) -> dict[str, float]:
-        return self.task.evaluate()
+        return self.experiment.evaluate()
 
     def describe(self) -> str:
         cfg = self.config
@@ -76,10 +74,10 @@ class ToyRun(Task):
         return f"{cfg.data.task} task, model {model}, batches of {cfg.optim.batch_size}"
 
     def baseline(self) -> str:
-        return self.task.baseline()
+        return self.experiment.baseline()
 
     def finish(self, output_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-        return self.task.finish(output_dir, records)
+        return self.experiment.finish(output_dir, records)
 
 
 def run_training(
@@ -106,7 +104,7 @@ def run_training(
         trusted_modules: the modules whose solvers the saved config.json may name by import path (``resume``).
 
     Returns:
-        the task's final results (empty when stopped early by ``stop_after``).
+        the experiment's final results (empty when stopped early by ``stop_after``).
 
     Raises:
         UsageError: a bad folder (locked, holding a run without ``resume``, nothing to resume: RunDirError), a
@@ -118,7 +116,7 @@ def run_training(
     if stop_after is not None:
         config = replace_config(config, {"run.stop_after": stop_after})
     summary = train(
-        ToyRun(config, Path(data_dir)), config, Path(output_dir), resume=resume, trusted_modules=trusted_modules,
+        ToyTask(config, Path(data_dir)), config, Path(output_dir), resume=resume, trusted_modules=trusted_modules,
         name=name, progress=progress,
     )  # fmt: skip
     return summary.get("results", {})

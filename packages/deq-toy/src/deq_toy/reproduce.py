@@ -24,16 +24,16 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from deq_core.train import UsageError
 from deq_core.train.cli import add_trust_option, usage_error
-from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_text
 from deq_core.train.metrics import read_metrics
 
 from .configs import ArithmeticConfig, load_config
-from .evaluate import load_task
+from .evaluate import load_experiment
+from .experiments.arithmetic import prepare_data
 from .plots import plot_figure5, plot_residuals
 from .runs import ensure_run as ensure_run_at
-from .tasks.arithmetic import prepare_data
 
 SYNTHETIC_RUNS = ("synthetic-gamma0", "synthetic-gamma2", "synthetic-gamma4")
 ARITHMETIC_RUNS = ("arith-fc", "arith-gru", "arith-stacked-gru", "arith-repeated-gru", "arith-deq", "arith-deq-jac")
@@ -81,8 +81,8 @@ def synthetic(output_dir: Path, overrides: Sequence[str], progress: bool, truste
             f"{res['nfe_fixed_point_max']:.0f} | {res['nfe_broyden_mean']:.2f} | {res['dfdz_mean']:.3f} | "
             f"{res['dfdz_max']:.3f} |"
         )
-        _, task = load_task(output_dir / name, trusted_modules=trusted_modules)
-        models.append((f"gamma = {res['jacobian_weight']:g}", task.model))
+        _, experiment = load_experiment(output_dir / name, trusted_modules=trusted_modules)
+        models.append((f"gamma = {res['jacobian_weight']:g}", experiment.model))
     plot_figure5(models, output_dir / "figure5.png")
     header = (
         "| gamma | valid MSE | NFE fixed-point (mean) | NFE fixed-point (max) | NFE Broyden (mean) | "

@@ -8,9 +8,9 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from deq_core.train import UsageError, replace_config
 from deq_core.train.checkpoints import latest_complete_checkpoint
-from deq_core.train.errors import UsageError
-from deq_core.train.run_config import RUN_RESUMABLE, replace_config
+from deq_core.train.run_config import RUN_RESUMABLE
 
 from .configs import config_from_dict, load_config
 from .loop import RESUMABLE_CHANGES, run_training

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from deq_core.train.cli import check_count, run_training_cli, training_parser
+from deq_core.train import check_count, run_training_cli, training_parser
 
 from .configs import PRESETS, Config, load_config
 from .loop import run_training

@@ -13,9 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from deq_core.train.deq_config import DEQConfig
-from deq_core.train.errors import UsageError
-from deq_core.train.overrides import apply_overrides
+from deq_core.train import DEQConfig, UsageError, apply_overrides
 from deq_core.train.run_config import config_from_dict as stored_config
 
 from .arithmetic import (

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deq_core.train.checks import check_at_least, in_section
-from deq_core.train.sections import OptimConfig, RunConfig
+from deq_core.train import OptimConfig, RunConfig, check_at_least, in_section
 
 
 @dataclass(frozen=True)

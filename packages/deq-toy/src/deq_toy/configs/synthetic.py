@@ -5,10 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from deq_core.train.checks import check_at_least, check_choice, check_finite, check_seed, in_section
-from deq_core.train.deq_config import DEQConfig, check_solver_field, deq_section, deq_settings
-from deq_core.train.run_config import replace_config
-from deq_core.train.sections import section
+from deq_core.train import (
+    DEQConfig,
+    check_at_least,
+    check_choice,
+    check_finite,
+    check_seed,
+    deq_section,
+    deq_settings,
+    in_section,
+    replace_config,
+    section,
+)
+from deq_core.train.deq_config import check_solver_field
 from deq_core.train.trust import import_path_field
 
 from .sections import ToyOptimConfig, ToyRunConfig

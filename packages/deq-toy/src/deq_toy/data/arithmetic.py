@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from deq_core.train.errors import UsageError
+from deq_core.train import UsageError
 from deq_core.train.files import write_text
 
 DIGITS = "123456789"

@@ -9,14 +9,14 @@ import torch
 from torch import Tensor
 
 import deq_core
+from deq_core.train import Forward
 from deq_core.train.files import write_json
-from deq_core.train.task import Forward
 
 from ..configs.synthetic import SyntheticConfig
 from ..data.synthetic import make_synthetic
 from ..models import build_scalar_model
 from ..models.scalar_deq import ScalarDEQ
-from .base import ToyTask, epoch_batch_indices, step_budget
+from .base import Experiment, epoch_batch_indices, step_budget
 
 
 def equilibrium_statistics(
@@ -37,7 +37,7 @@ def equilibrium_statistics(
     return {"z": z, "nfe": res.iterations_per_sample, "dfdz": slope, "converged": res.converged, "result": res}
 
 
-class SyntheticTask(ToyTask):
+class SyntheticExperiment(Experiment):
     """Data, model and loss of one synthetic 1D run (see :class:`SyntheticConfig`)."""
 
     def __init__(self, config: SyntheticConfig) -> None:

@@ -8,13 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from deq_core.train import Forward
 from deq_core.train.files import write_json
-from deq_core.train.task import Forward
 
 from ..configs.arithmetic import ArithmeticConfig
 from ..data.arithmetic import VARIANTS, ensure_split, one_hot, to_indices
 from ..models import any_length, build_arithmetic_model
-from .base import ToyTask, epoch_batch_indices, step_budget
+from .base import Experiment, epoch_batch_indices, step_budget
 
 EVAL_BATCH = 500
 
@@ -72,7 +72,7 @@ def classification_metrics(logits: Tensor, labels: Tensor) -> dict[str, float]:
     }
 
 
-class ArithmeticTask(ToyTask):
+class ArithmeticExperiment(Experiment):
     """Data, model and loss of one arithmetic run (see :class:`ArithmeticConfig`)."""
 
     def __init__(self, config: ArithmeticConfig, data_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""What both toy tasks share (:class:`ToyTask`), their step budget and their deterministic batches."""
+"""What both toy experiments share (:class:`Experiment`), their step budget and their deterministic batches."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import torch
 from torch import Tensor, nn
 
 from deq_core import DEQ, DEQInfo, use_plan
-from deq_core.train.task import Forward
+from deq_core.train import Forward
 from deq_core.train.trainer import schedule_at
 
 
-class ToyTask:
-    """What both toy tasks share: the run's step budget (:func:`step_budget`), deterministic batches, and
+class Experiment:
+    """What both toy experiments share: the run's step budget (:func:`step_budget`), deterministic batches, and
     :meth:`train_step` (the skeleton's step schedule + forward + the scheduled Jacobian term) for training without the
     skeleton. A subclass sets
     ``config``, ``model``, ``steps_per_epoch``, ``total_steps``, ``eval_every`` and implements :meth:`batch`,
     :meth:`forward`, :meth:`evaluate`, :meth:`baseline` and :meth:`finish`; the training
-    skeleton runs it through :class:`deq_toy.loop.ToyRun`."""
+    skeleton runs it through :class:`deq_toy.loop.ToyTask`."""
 
     config: Any
     model: nn.Module
@@ -28,8 +28,8 @@ class ToyTask:
         raise NotImplementedError
 
     def forward(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Forward:
-        """Forward pass in train mode: the task loss (without the Jacobian term), statistics, the DEQ info. What the
-        DEQ layer does in the step (unroll, limit, Jacobian term) is its plan, set from outside
+        """Forward pass in train mode: the experiment's loss (without the Jacobian term), statistics, the DEQ info.
+        What the DEQ layer does in the step (unroll, limit, Jacobian term) is its plan, set from outside
         (:func:`deq_core.use_plan`)."""
         raise NotImplementedError
 
