@@ -74,10 +74,12 @@ class Parts:
 
 
 class Task:
-    """One experiment for the training skeleton: subclass it and implement the methods that raise
-    NotImplementedError. Attributes: ``metric`` (the key of the task's main metric in the evaluation results and the
-    train stats), ``eval_splits`` (evaluated every ``run.eval_every`` steps and at the end), ``final_splits``
-    (evaluated once at the end), ``throughput`` ((unit, items per optimizer step), e.g. ("tokens", B * L), or None),
+    """What a task package supplies to the training skeleton (deq-lm's ``SequenceTask``, deq-toy's ``ToyTask``,
+    deq-vision's ``VisionTask``): subclass it and implement the methods that raise NotImplementedError.
+
+    Attributes: ``metric`` (the key of the task's main metric in the evaluation results and the train stats),
+    ``eval_splits`` (evaluated every ``run.eval_every`` steps and at the end), ``final_splits`` (evaluated once at the
+    end), ``throughput`` ((unit, items per optimizer step), e.g. ("tokens", B * L), or None),
     ``steps`` (optimizer steps in all when the task computes them, e.g. from epochs; 0: the config's ``optim.steps``),
     ``eval_period`` (steps between evaluations when ``run.eval_every`` is 0, e.g. one epoch; 0: at the last step
     only), ``resumable`` (the dotted names of the config's settings that may change on resume: they change nothing
