@@ -1,6 +1,6 @@
-"""The DEQ step of deq-toy follows the skeleton's plan: unrolled pretraining really unrolls (no solver call, NFE = the
-depth) and a jittered limit really limits the solve, through the training skeleton and through ``train_step``; the
-models' forwards take no per-step arguments (the plan's one route is the layer)."""
+"""The DEQ step of deq-toy follows the skeleton's step schedule: unrolled pretraining really unrolls (no solver
+call, NFE = the depth) and a jittered limit really limits the solve, through the training skeleton and through
+``train_step``; the models' forwards take no per-step arguments (the Plan's one route is the layer)."""
 
 import inspect
 import json
