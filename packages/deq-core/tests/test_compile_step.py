@@ -23,7 +23,7 @@ from deq_core._solvers import _compile
 from deq_core._solvers.broyden import _FIRST_ROWS
 
 BATCH, DIM = 5, 12
-SOLVERS = [FixedPoint(damping=0.8), Anderson(m=5), Anderson(m=5, beta=0.6), Broyden(memory=6),
+SOLVERS = [FixedPoint(damping=0.8), Anderson(m=5), Anderson(m=5, beta=0.6), Broyden(), Broyden(memory=6),
            Broyden(memory=6, line_search=True)]  # fmt: skip
 
 
@@ -104,16 +104,17 @@ def test_compiled_anderson_float32_matches_eager(inductor_calls):
     torch.testing.assert_close(compiled.z[ok], eager.z[ok], rtol=0, atol=1e-4)
 
 
-def test_compiled_broyden_through_the_growth_of_its_buffers():
-    """Broyden's buffers have room for 16 factors at first and double when the updates fill them: a solve of more
-    than 16 updates with compile_step=True grows its buffers and gives the eager iterates. The problem: tanh(z W^T + x)
-    with W = 0.9 Q (Q orthogonal), whose rotating Jacobian takes Broyden 21 updates to reach 1e-10."""
+def test_compiled_broyden_has_room_where_the_eager_one_grows():
+    """Under a limit above 32, eager Broyden's buffers have room for 16 factors at first and double when the updates
+    fill them; compiled (capturable: every update kept, no line search), they have room for max_iter factors from the
+    start. A solve of more than 16 updates gives the same iterates both ways. The problem: tanh(z W^T + x) with
+    W = 0.9 Q (Q orthogonal), whose rotating Jacobian takes Broyden 21 updates to reach 1e-10."""
     gen = torch.Generator().manual_seed(7)
     w = 0.9 * torch.linalg.qr(torch.randn(DIM, DIM, generator=gen, dtype=torch.float64))[0]
     x = torch.randn(BATCH, DIM, generator=gen, dtype=torch.float64)
     z0 = torch.zeros(BATCH, DIM, dtype=torch.float64)
     solves = [
-        deq_core.solve(lambda z: torch.tanh(z @ w.T + x), z0, Broyden(memory=40), max_iter=40, tol=1e-10,
+        deq_core.solve(lambda z: torch.tanh(z @ w.T + x), z0, Broyden(), max_iter=40, tol=1e-10,
                        stop_mode="abs", compile_step=compile_step)
         for compile_step in (False, True)
     ]  # fmt: skip
@@ -200,7 +201,7 @@ class _HostReads:
         return method
 
 
-@pytest.mark.parametrize("solver", [FixedPoint(damping=0.8), Anderson(m=5), Broyden(memory=6)], ids=repr)
+@pytest.mark.parametrize("solver", [FixedPoint(damping=0.8), Anderson(m=5), Broyden(), Broyden(memory=6)], ids=repr)
 @pytest.mark.parametrize("compile_step", [False, True])
 def test_one_host_read_per_iteration(monkeypatch, solver, compile_step):
     """The stop test needs the per-sample flags on the host once per iteration; nothing else in the loop or the
@@ -214,7 +215,8 @@ def test_one_host_read_per_iteration(monkeypatch, solver, compile_step):
     assert reads.count == res.iterations + 1  # + the check that z0 is finite
 
 
-@pytest.mark.parametrize("solver", [FixedPoint(damping=0.8), Anderson(m=5), Anderson(m=5, beta=0.6)], ids=repr)
+@pytest.mark.parametrize("solver", [FixedPoint(damping=0.8), Anderson(m=5), Anderson(m=5, beta=0.6), Broyden()],
+                         ids=repr)  # fmt: skip
 @pytest.mark.parametrize("stop_over", ["sample", "batch"])
 def test_the_work_between_two_calls_of_f_is_one_graph(solver, stop_over):
     """What compile_step=True compiles for a capturable solver, the loop's statistics of an iterate, the solver's step

@@ -107,14 +107,15 @@ class Solver(abc.ABC):
     NaN / Inf; whatever the step computes for that sample is discarded, so keep samples independent (no reduction
     over the batch).
 
-    Class attribute ``capturable`` (default False): True declares that, when ``loop.compiling`` is True, ``init``
-    returns a state that is None or a tuple (e.g. a NamedTuple) of tensors, and ``step`` is a pure function of its
-    tensors: fixed shapes, no read of a tensor's value on the host, no Python number that changes from step to step
-    (keep counters in tensors), no in-place change of its inputs or of the state (it returns the next state: new
-    tensors of the same shapes), no ``loop.trial``, ``loop.iteration`` or ``loop.active``. The loop then traces the step
-    into one graph with its own bookkeeping (``compile_step=True``; f runs eagerly between two graphs) or with f
-    over the iterations between two host checks (``capture=True``). A solver that is not capturable runs eagerly,
-    its kernels through :meth:`Loop.compiled` with ``compile_step=True``; ``capture=True`` refuses it.
+    Attribute ``capturable`` (a class attribute, default False; a property where it depends on the options, as
+    Broyden's): True declares that, when ``loop.compiling`` is True, ``init`` returns a state that is None or a tuple
+    (e.g. a NamedTuple) of tensors, and ``step`` is a pure function of its tensors: fixed shapes, no read of a tensor's
+    value on the host, no Python number that changes from step to step (keep counters in tensors), no in-place change of
+    its inputs or of the state (it returns the next state: new tensors of the same shapes), no ``loop.trial``,
+    ``loop.iteration`` or ``loop.active``. The loop then traces the step into one graph with its own bookkeeping
+    (``compile_step=True``; f runs eagerly between two graphs) or with f over the iterations between two host checks
+    (``capture=True``). A solver that is not capturable runs eagerly, its kernels through :meth:`Loop.compiled` with
+    ``compile_step=True``; ``capture=True`` refuses it.
     """
 
     capturable: ClassVar[bool] = False

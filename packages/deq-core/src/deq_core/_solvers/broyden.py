@@ -41,12 +41,20 @@ rows for the base once reduced, each of the state's size, and a C x C matrix per
 tolerance after 10 iterations costs the same at max_iter 12 and 3000 (benchmarks/broyden_limit.py).
 With ``line_search`` the step length is halved (at most ``ls_steps`` times) for the samples whose residual norm did
 not decrease enough (Armijo condition on ||g||^2); every trial is a counted call of f.
+
+Broyden without a line search and with every update kept (``memory=None``) is capturable
+(:attr:`~deq_core.Solver.capturable`): when the loop compiles (``compile_step=True`` or ``capture=True``) its state
+is :class:`_Factors`, buffers with room for max_iter factors from the start (fixed shapes: no growth), the number of
+factors made kept in a tensor, and its step :func:`_factor_step` a pure function of them, the same arithmetic as
+:meth:`_InverseJacobian.update` with the factor's index as a tensor. Its first step makes a factor that does nothing
+(from a zero direction), so that every step is the same function and the iterates are the eager ones up to rounding.
+A line search reads the device and a rank reduction changes the shapes: with either, the eager loop runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -283,6 +291,54 @@ class _InverseJacobian:
         self.set_direction(g)
 
 
+class _Factors(NamedTuple):
+    """Broyden's state in its capturable form: tensors of fixed shapes, nothing that changes on the host.
+
+    ``dirs`` (B, C + 1, D): the directions, zeros beyond the newest (row 0 stays zero: the factor of the first step,
+    which does nothing); ``neg_t_t`` (B, C, C): -T^T, -identity beyond the factors made; ``b1`` (B, 1, C): the
+    factors' coefficients (1 for an update made, 0 for one skipped and beyond); ``count`` (1,) int64: the factors made.
+    C is max_iter: the loop's graphs call the step at most max_iter times.
+    """
+
+    dirs: Tensor
+    neg_t_t: Tensor
+    b1: Tensor
+    count: Tensor
+
+
+def _factors(g: Tensor, capacity: int) -> _Factors:
+    """The capturable state before the first step, for ``capacity`` factors and g (B, D)."""
+    batch, dim = g.shape
+    eye = torch.eye(capacity, dtype=g.dtype, device=g.device)
+    return _Factors(g.new_zeros(batch, capacity + 1, dim), (-eye).expand(batch, -1, -1).clone(),
+                    g.new_zeros(batch, 1, capacity), torch.zeros(1, dtype=torch.int64, device=g.device))  # fmt: skip
+
+
+def _factor_step(state: _Factors, z: Tensor, g: Tensor) -> tuple[Tensor, _Factors]:
+    """One Broyden step in the capturable form, a pure function: the update of the step that led to z (g = f(z) - z,
+    (B, D)) as factor n = ``state.count``, then z + d_{n+1} (B, D) and the next state (new tensors). The arithmetic
+    of :meth:`_InverseJacobian.update` without a base or a line search: one pass gives d_n . d_i and g . d_i, the
+    triangular solve the coefficients, a second pass q = H g, and d_{n+1} = (1 + rho) q. At n = 0, d_0 = 0: the factor
+    is skipped (b1 = 0, its diagonal of T is kept at 1) and d_1 = g, the eager loop's first direction."""
+    dirs, neg_t_t, b1, n = state
+    capacity = neg_t_t.shape[1]
+    d_n = dirs.index_select(1, n)  # (B, 1, D)
+    products = torch.bmm(torch.cat((d_n, g.unsqueeze(1)), 1), dirs.mT)  # (B, 2, C + 1): d_n . d_i, g . d_i
+    norm = products[:, 0].index_select(1, n)  # |d_n|^2, (B, 1)
+    # column n of -T^T: the recursion of factor n below its diagonal -|d_n|^2 (-1 for the zero direction)
+    at_n = torch.arange(capacity, device=g.device) == n
+    column = torch.where(at_n, -norm.where(norm > 0, 1.0), products[:, 0, 1:] * b1[:, 0])
+    neg_t_t = neg_t_t.index_copy(2, n, column.unsqueeze(2))
+    neg_e = torch.linalg.solve_triangular(neg_t_t, products[:, 1:, :capacity], upper=True, left=False)
+    q = g.unsqueeze(1) - torch.bmm(torch.nn.functional.pad(neg_e * b1, (1, 0)), dirs)  # H g, (B, 1, D)
+    d_q = torch.bmm(q, d_n.mT)
+    rho = d_q / (norm.unsqueeze(2) - d_q)
+    ok = rho.abs() < 1 / (4 * torch.finfo(g.dtype).eps)  # False for NaN and Inf too (and for the zero direction)
+    direction = q * torch.where(ok, rho + 1, 1.0)
+    state = _Factors(dirs.index_copy(1, n + 1, direction), neg_t_t, b1.index_copy(2, n, ok.to(b1.dtype)), n + 1)
+    return z + direction.squeeze(1), state
+
+
 @dataclass
 class _BroydenState:
     """The inverse-Jacobian estimate, the step lengths of the last step (None: all 1) and whether a step was made."""
@@ -326,13 +382,23 @@ class Broyden(Solver):
         if not 0.0 < check_number(self.name, "armijo", self.armijo) < 0.5:
             raise ValueError(f"{self.name}: armijo must be in (0, 0.5), got {self.armijo}.")
 
-    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _BroydenState:
+    @property
+    def capturable(self) -> bool:  # type: ignore[override]
+        """True without a line search (whose trials read the device) and with every update kept (``memory=None``:
+        a rank reduction changes the shapes); see the module docstring."""
+        return self.memory is None and not (self.line_search and self.ls_steps > 0)
+
+    def init(self, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> _BroydenState | _Factors:
+        if loop.compiling and self.capturable:
+            return _factors(g, loop.max_iter)
         # A solve makes at most max_iter - 2 updates, so with memory >= max_iter (or None) the buffer never fills:
         # capping it at max_iter gives the same iterates (the buffers grow as updates arrive, up to memory pairs).
         memory = loop.max_iter if self.memory is None else min(self.memory, loop.max_iter)
         return _BroydenState(_InverseJacobian(g, memory, self.line_search and self.ls_steps > 0))
 
-    def step(self, state: _BroydenState, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+    def step(self, state: _BroydenState | _Factors, z: Tensor, fz: Tensor, g: Tensor, loop: Loop) -> Step:
+        if isinstance(state, _Factors):
+            return Step(*_factor_step(state, z, g))
         inverse = state.inverse
         if state.started:  # the update of the step that led to z
             inverse.update(g, state.lam)
