@@ -121,8 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = "MET" if not worse else f"NOT MET (max_iter {', '.join(map(str, worse))})"
     rep.add(f"- Ours no slower and no larger than TorchDEQ at every limit: {verdict}.")
     rep.add(f"- Our iterates bit-identical at every limit: {'yes' if same else 'NO'}.")
-    command = " ".join(["OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/broyden_limit.py", *sys.argv[1:]])
-    rep.write(args.out, f"Command: `{command}`")
+    rep.write(args.out, P.command(__file__, argv))
     return 0
 
 

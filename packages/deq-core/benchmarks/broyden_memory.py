@@ -132,8 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(the factors' recursion), all in the state's dtype; TorchDEQ 2 max_iter D. Ours keeps less than TorchDEQ "
         "from D of about C up."
     )
-    command = " ".join(["OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/broyden_memory.py", *sys.argv[1:]])
-    rep.write(args.out, f"Command: `{command}`")
+    rep.write(args.out, P.command(__file__, argv))
     return 0
 
 

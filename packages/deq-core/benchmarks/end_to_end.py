@@ -408,9 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'MET' if max(peaks) <= 1.0 else 'NOT MET'} (ours / TorchDEQ {P.fmt(min(peaks))} to {P.fmt(max(peaks))}, "
         f"the largest on {rows[worst][0]} / {rows[worst][1]})."
     )
-    words = ["OMP_NUM_THREADS=1", "python", "packages/deq-core/benchmarks/end_to_end.py", *(argv or sys.argv[1:])]
-    command = " ".join(words)
-    rep.write(args.out, f"Command: `{command}`")
+    rep.write(args.out, P.command(__file__, argv))
     return 0
 
 

@@ -278,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(time ours / TorchDEQ {P.fmt(ratio)}).")  # fmt: skip
     for line in other_targets(args):
         rep.add(line)
-    command = " ".join(["OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/loop_costs.py", *(argv or sys.argv[1:])])
-    rep.write(args.out, f"Command: `{command}`")
+    rep.write(args.out, P.command(__file__, argv))
     return 0
 
 

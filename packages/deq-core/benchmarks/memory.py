@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     for line in notes:
         rep.add(line)
-    rep.write(args.out)
+    rep.write(args.out, P.command(__file__, argv))
     return 0
 
 

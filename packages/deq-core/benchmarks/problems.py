@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -79,6 +80,14 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
 
 
 Report = MarkdownReport  # the benchmarks' reports: printed as they go, written to --out at the end
+
+
+def command(script: str, argv: Sequence[str] | None) -> str:
+    """The first line of a report: the command that wrote it, run from the repository's root, for the benchmark file
+    ``script`` (its ``__file__``) with the arguments ``argv`` (None: the process's own)."""
+    words = ["OMP_NUM_THREADS=1 python packages/deq-core/benchmarks/" + Path(script).name]
+    words += list(sys.argv[1:] if argv is None else argv)
+    return f"Command: `{' '.join(words)}`"
 
 
 def note(text: str) -> None:

@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem.name.endswith("0.99"):
             sweep += anderson_sweep(problem, (4, 6, 8, 10, 20))
     rep.table(["problem", "m", "NFE ours", "resid ours", "NFE TDEQ", "resid TDEQ"], sweep)
-    rep.write(args.out)
+    rep.write(args.out, P.command(__file__, argv))
     return 0
 
 

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Gradients equal between the two variants (max relative difference <= 1e-5): {'yes' if ok else 'NO'}. "
         "Weight computations count the calls of the weight-norm parametrizations (two weights per cell)."
     )
-    rep.write(args.out)
+    rep.write(args.out, P.command(__file__, argv))
     return 0 if ok else 1
 
 

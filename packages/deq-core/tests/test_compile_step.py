@@ -127,21 +127,23 @@ def test_compiled_broyden_has_room_where_the_eager_one_grows():
     torch.testing.assert_close(compiled.z, eager.z, rtol=0, atol=2 * 1e-10 / (1 - 0.9))
 
 
-def _deq_grads(compile_step: bool) -> tuple[Tensor, Tensor, deq_core.DEQInfo]:
+def _deq_grads(solver: deq_core.Solver, compile_step: bool) -> tuple[Tensor, Tensor, deq_core.DEQInfo]:
     torch.manual_seed(3)
     w = (0.5 * torch.randn(DIM, DIM, dtype=torch.float64) / DIM**0.5).requires_grad_()
     x = torch.randn(BATCH, DIM, dtype=torch.float64, requires_grad=True)
-    deq = deq_core.DEQ(Anderson(m=5), max_iter=40, tol=1e-10, backward=Implicit(Anderson(m=5), max_iter=40,
-                       tol=1e-10), compile_step=compile_step)  # fmt: skip
+    deq = deq_core.DEQ(solver, max_iter=40, tol=1e-10, backward=Implicit(solver, max_iter=40, tol=1e-10),
+                       compile_step=compile_step)  # fmt: skip
     z, info = deq(lambda z: torch.tanh(z @ w.T + x), torch.zeros(BATCH, DIM, dtype=torch.float64))
     z.pow(2).sum().backward()
     assert w.grad is not None and x.grad is not None
     return w.grad, x.grad, info
 
 
-def test_compiled_step_in_the_layer_forward_and_implicit_backward():
-    w_eager, x_eager, info_eager = _deq_grads(False)
-    w_comp, x_comp, info_comp = _deq_grads(True)
+@pytest.mark.parametrize("solver", [Anderson(m=5), Broyden()], ids=repr)
+def test_compiled_step_in_the_layer_forward_and_implicit_backward(solver):
+    """Both solves of the layer compiled: the forward's and the adjoint's (Broyden(): the default backward's)."""
+    w_eager, x_eager, info_eager = _deq_grads(solver, False)
+    w_comp, x_comp, info_comp = _deq_grads(solver, True)
     assert info_comp.nfe == info_eager.nfe and info_comp.nfe_backward == info_eager.nfe_backward
     assert bool(info_comp.backward.converged.all())
     torch.testing.assert_close(w_comp, w_eager, rtol=1e-9, atol=1e-12)
