@@ -450,6 +450,38 @@ def test_a_resume_whose_metrics_lines_are_missing_is_one_line(tmp_path: Path, ca
     assert json.loads((out / "config.json").read_text()).get("resumed") is None  # nothing recorded
 
 
+@pytest.mark.parametrize("damage", ["reordered", "edited", "another run's", "count lowered", "count removed"])
+def test_a_resume_whose_metrics_lines_differ_from_the_checkpoints_is_one_line(
+    tmp_path: Path, capsys, damage: str
+) -> None:
+    """The checkpoint keeps the digest of the lines it counted: a log reordered, edited or replaced by another run's
+    (with as many lines or more), or a line count lowered or removed in train_state.json, is one line and nothing is
+    written; never a resume that goes on with other lines, or fewer, without a word."""
+    out = tmp_path / "run"
+    _stopped_run(out)
+    log, state = out / "metrics.jsonl", checkpoint_path(out, 4) / "train_state.json"
+    lines, saved = log.read_bytes().splitlines(keepends=True), json.loads(state.read_text())
+    if damage == "reordered":
+        log.write_bytes(b"".join(reversed(lines)))
+    elif damage == "edited":
+        log.write_bytes(json.dumps({**json.loads(lines[0]), "loss": 123.0}).encode() + b"\n" + b"".join(lines[1:]))
+    elif damage == "another run's":
+        log.write_text("".join(json.dumps({"step": i, "split": "train", "loss": 0.5}) + "\n" for i in range(9)))
+    elif damage == "count lowered":
+        state.write_text(json.dumps({**saved, "metrics_lines": len(lines) - 1}))
+    else:
+        state.write_text(json.dumps({k: v for k, v in saved.items() if k != "metrics_lines"}))
+    damaged = log.read_bytes()
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    if damage == "count removed":
+        _one_line(capsys, f"{state} cannot be read as tensors and plain data (KeyError: 'metrics_lines')")
+    else:
+        count = len(lines) - (damage == "count lowered")
+        _one_line(capsys, f"the first {count} lines of {log} are not those the checkpoint to resume from was saved")
+    assert log.read_bytes() == damaged and json.loads((out / "config.json").read_text()).get("resumed") is None
+
+
 def test_a_resume_from_a_train_state_with_another_step_is_one_line(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     _stopped_run(out)
@@ -629,6 +661,22 @@ def test_a_new_run_never_replaces_files_that_no_run_wrote(tmp_path: Path, capsys
             file.unlink()
         folder.rmdir()
     assert _cli(left) == 0  # no checkpoint: a new run, over the files of the run before
+
+
+def test_a_new_run_never_replaces_a_finished_run_whose_checkpoints_were_deleted(tmp_path: Path, capsys) -> None:
+    """A run that finished keeps its results (summary.json, metrics.jsonl) when its checkpoints are deleted to save
+    space: a new run in its folder is refused in one line instead of replacing them without a word."""
+    out = tmp_path / "run"
+    assert _cli(out) == 0
+    for folder in (out / "checkpoints").iterdir():
+        for file in folder.iterdir():
+            file.unlink()
+        folder.rmdir()
+    kept = {name: (out / name).read_bytes() for name in ("config.json", "metrics.jsonl", "summary.json")}
+    capsys.readouterr()
+    assert _cli(out) == 2
+    _one_line(capsys, f"{out} holds a run that finished (summary.json) and whose checkpoints are gone")
+    assert {name: (out / name).read_bytes() for name in kept} == kept
 
 
 @contextlib.contextmanager

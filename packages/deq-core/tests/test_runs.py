@@ -47,7 +47,7 @@ def make_run(root: Path, steps: tuple[int, ...] = (5, 10, 20)) -> Path:
 
 def test_train_state_round_trips_through_a_checkpoint_file(tmp_path: Path) -> None:
     state = TrainState()
-    assert state.step == 0 and state.state_dict() == {"step": 0, "metrics_lines": 0}
+    assert state.step == 0 and state.state_dict() == {"step": 0, "metrics_lines": 0, "metrics_digest": ""}
     state.step = 42
     CheckpointWriter(tmp_path).save_json("state.json", state.state_dict())
     loaded = TrainState()

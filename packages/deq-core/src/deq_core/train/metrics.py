@@ -4,6 +4,7 @@ plots); :class:`MetricsError` for a file that is not one (one line naming the fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable
@@ -52,28 +53,42 @@ class MetricsLog:
         return read_metrics(self.path)
 
     def line_count(self) -> int:
-        """The number of complete lines written so far (saved with a checkpoint, for :meth:`resume_at`)."""
+        """The number of complete lines written so far."""
         return self._bytes().count(b"\n")
 
-    def resume_at(self, lines: int) -> bool:
+    def mark(self) -> tuple[int, str]:
+        """(the number of complete lines written so far, the SHA-256 hex digest of those lines): saved with a
+        checkpoint, for :meth:`resume_at`."""
+        data = self._bytes()
+        complete = data[: data.rfind(b"\n") + 1]
+        return complete.count(b"\n"), hashlib.sha256(complete).hexdigest()
+
+    def resume_at(self, lines: int, digest: str = "") -> bool:
         """Keep the first ``lines`` complete lines (those written before the checkpoint a run resumes from), so that
-        a resumed run logs no line twice. Returns True when a last line cut short by a crash (the file did not end
-        with a newline) was dropped.
+        a resumed run logs no line twice; ``digest``: their SHA-256 digest as :meth:`mark` gave it ("": not checked).
+        Returns True when a last line cut short by a crash (the file did not end with a newline) was dropped.
 
         Raises:
-            MetricsError: a line kept is not UTF-8 text or not a JSON object (the file is not this run's log), or
-                the file has fewer than ``lines`` complete lines (deleted, emptied or cut: the run's history is
-                missing).
+            MetricsError: a line kept is not UTF-8 text or not a JSON object (the file is not this run's log), the
+                file has fewer than ``lines`` complete lines (deleted, emptied or cut: the run's history is missing),
+                or they are not the lines the checkpoint was saved with (edited, reordered, replaced, or another
+                count in train_state.json).
             OutputError: the file is a symbolic link, or cannot be rewritten.
         """
         complete = self._bytes().split(b"\n")  # the last item is b"" or a line cut short
         kept = b"".join(line + b"\n" for line in complete[:-1][:lines])
         _records(kept, self.path)
+        fix = "restore the file, or train a new run in another --output-dir"
         if len(complete) - 1 < lines:
             found = f"has {len(complete) - 1} complete line(s)" if self.path.exists() else "does not exist"
             raise MetricsError(
                 f"{self.path} {found}, but the checkpoint to resume from counted {lines} lines in it: the run's "
-                "history is missing; restore the file, or train a new run in another --output-dir."
+                f"history is missing; {fix}."
+            )
+        if digest and hashlib.sha256(kept).hexdigest() != digest:
+            raise MetricsError(
+                f"the first {lines} lines of {self.path} are not those the checkpoint to resume from was saved with "
+                f"(lines edited, reordered or replaced, or train_state.json changed): the run's history differs; {fix}."
             )
         write_bytes(self.path, kept)
         return complete[-1] != b""

@@ -131,7 +131,8 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
 
     Raises:
         RunDirError: ``resume`` and the folder does not exist or holds no complete checkpoint; or not ``resume``
-            and the folder holds a run with a checkpoint, or files of someone else's that the run would replace.
+            and the folder holds a run with a checkpoint, a finished run (its checkpoints deleted), or files of
+            someone else's that the run would replace.
         CheckpointError: ``resume`` and config.json was changed since the checkpoint was written.
         OutputError: OUTPUT_DIR/checkpoints is a symbolic link (:func:`~deq_core.train.checkpoints.checkpoint_folder`).
     """
@@ -158,7 +159,8 @@ def check_run_dir(output_dir: str | Path, resume: bool) -> Path | None:
     return latest
 
 
-_REPLACED = ("metrics.jsonl", "summary.json", "training.png")  # besides config.json, what a new run writes over
+_SUMMARY = "summary.json"  # written when a run finishes
+_REPLACED = ("metrics.jsonl", _SUMMARY, "training.png")  # besides config.json, what a new run writes over
 
 
 def _is_run_config(path: Path) -> bool:
@@ -173,11 +175,18 @@ def _is_run_config(path: Path) -> bool:
 def _check_not_foreign(output_dir: Path) -> None:
     """Refuse a new run in a folder whose files it would write over although no run wrote them: a config.json that is
     not a run's (or a FIFO, a device there), or, without a run's config.json, a regular file metrics.jsonl,
-    summary.json or training.png (a folder there is refused when the run writes it). Symbolic links are the run's to
-    replace (never written through); a folder left by a run that stopped before its first checkpoint holds a run's
-    config.json and may be reused."""
+    summary.json or training.png (a folder there is refused when the run writes it). Refuse it too over a run that
+    finished (its summary.json) and whose checkpoints were deleted: its results would be lost. Symbolic links are the
+    run's to replace (never written through); a folder left by a run that stopped before its first checkpoint holds a
+    run's config.json and no summary.json, and may be reused."""
     config = output_dir / CONFIG_FILE
     if config.is_file() and not config.is_symlink() and _is_run_config(config):
+        summary = output_dir / _SUMMARY
+        if summary.is_file() and not summary.is_symlink():
+            raise RunDirError(
+                f"{output_dir} holds a run that finished ({_SUMMARY}) and whose checkpoints are gone; a new run would "
+                f"replace its metrics and {_SUMMARY}: move them away, or train in another --output-dir."
+            )
         return
     names = [name for name in _REPLACED if (output_dir / name).is_file() and not (output_dir / name).is_symlink()]
     if config.exists() and not config.is_symlink():

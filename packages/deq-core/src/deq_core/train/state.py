@@ -28,21 +28,24 @@ STATE_FILE = "train_state.json"
 
 
 class TrainState:
-    """What a training loop must save besides model, optimizer and schedule: the number of optimizer steps taken and
-    the number of metrics lines written by then (``MetricsLog.line_count()``; a resumed run keeps those lines and
-    no other, ``MetricsLog.resume_at``). Subclass it to carry more plain data (extend :meth:`state_dict` /
-    :meth:`load_state_dict`); it is saved as JSON."""
+    """What a training loop must save besides model, optimizer and schedule: the number of optimizer steps taken, and
+    the number of metrics lines written by then with the SHA-256 digest of those lines (``MetricsLog.mark()``; a
+    resumed run keeps those lines and no other, and only when they are the same, ``MetricsLog.resume_at``). Subclass
+    it to carry more plain data (extend :meth:`state_dict` / :meth:`load_state_dict`); it is saved as JSON."""
 
     def __init__(self) -> None:
         self.step = 0
         self.metrics_lines = 0
+        self.metrics_digest = ""
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "metrics_lines": self.metrics_lines}
+        return {"step": self.step, "metrics_lines": self.metrics_lines, "metrics_digest": self.metrics_digest}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Raises KeyError when ``metrics_lines`` is missing (the file was modified: no line count, no resume)."""
         self.step = int(state["step"])
-        self.metrics_lines = int(state.get("metrics_lines", 0))
+        self.metrics_lines = int(state["metrics_lines"])
+        self.metrics_digest = str(state.get("metrics_digest", ""))  # "": a checkpoint of an earlier version
 
 
 def save_training_checkpoint(

@@ -338,7 +338,7 @@ def setup_run(
         accelerator.print(f"resumed from {checkpoint} at step {run.state.step}")
     if run.is_main:
         if checkpoint is not None:
-            if run.log.resume_at(run.state.metrics_lines):
+            if run.log.resume_at(run.state.metrics_lines, run.state.metrics_digest):
                 print(f"{run.log.path}: dropped a half-written last line (the run was killed while writing it)")
             record_resume(output_dir, run.state.step, changes)
             if THREADS_KEY in changes:
@@ -473,7 +473,7 @@ def save_checkpoint(run: Run) -> None:
     """Checkpoint the run at its step (every process calls it), with a copy of config.json; keep the newest
     ``run.keep_checkpoints``."""
     acc = run.accelerator
-    run.state.metrics_lines = run.log.line_count() if run.is_main else 0
+    run.state.metrics_lines, run.state.metrics_digest = run.log.mark() if run.is_main else (0, "")
     metadata = run.task.weights_metadata() or None
     model = run.unwrapped
     save_training_checkpoint(
