@@ -3,13 +3,15 @@ one-line errors with exit status 2 for bad settings and for a UsageError raised 
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import ExampleConfig
-from deq_core.train.cli import run_training_cli, training_parser, usage_error
+from deq_core.train.cli import leave_working_directory, run_training_cli, training_parser, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
 
@@ -66,3 +68,51 @@ def test_usage_error_prints_one_line_and_returns_2(capsys):
     assert capsys.readouterr().err == (
         "python -m deq_x.evaluate: error: runs/x has no checkpoint\nprog: error: --threads must be >= 1.\n"
     )
+
+
+MARKER_MODULE = "from pathlib import Path\nPath(__file__).with_name('ran').touch()\n"
+
+
+@pytest.fixture
+def working_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A data folder that is the working directory, first on sys.path as ``python -m`` puts it, holding a
+    ``late_module.py`` that marks when it runs and the user's own ``my_trusted.py``."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "late_module.py").write_text(MARKER_MODULE)
+    (folder / "my_trusted.py").write_text("VALUE = 1\n")
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", [str(folder), *sys.path])
+    for name in ("late_module", "my_trusted"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return folder
+
+
+def test_a_module_imported_late_is_never_read_from_the_working_directory(working_folder: Path) -> None:
+    """The trusted modules are imported first (the user's own, in the working directory outside the run folder),
+    then the working directory leaves sys.path: a module imported later (matplotlib for a plot, inside torch) is never
+    a file of the folder a command runs in, a data folder or a download."""
+    leave_working_directory(["my_trusted"], working_folder.parent / "run")
+    assert sys.modules["my_trusted"].__file__ == str(working_folder / "my_trusted.py")
+    assert str(working_folder) not in sys.path
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("late_module")
+    assert not (working_folder / "ran").exists()
+
+
+def test_the_training_command_line_leaves_the_working_directory_after_the_config(working_folder: Path) -> None:
+    """A new run's config is built (it imports the solver the command line names) before the working directory
+    leaves sys.path, and the training runs without it."""
+    seen = []
+
+    def configure(args):
+        seen.append(str(working_folder) in sys.path)
+        return _configure(args)
+
+    def train(config, output_dir, args):
+        seen.append(str(working_folder) in sys.path)
+        importlib.import_module("late_module")
+
+    with pytest.raises(ModuleNotFoundError):
+        run_training_cli(_parser(), ["--data-dir", "."], configure, train)
+    assert seen == [True, False] and not (working_folder / "ran").exists()

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_tiny_corpus
 from deq_core.train.testing.faults import (
+    PAYLOAD_MODULE,
     TRUSTED_SOLVER_MODULE,
     check_export_trust,
     check_installed_solver_module,
@@ -98,3 +100,14 @@ def test_a_trusted_module_is_the_installed_one_never_a_file_of_the_run_folder(
     site.mkdir()
     commands = {**COMMANDS, "resume": [*COMMANDS["resume"], "deq.solver=my_solvers:Relaxed"]}
     check_installed_solver_module(commands[command], run, site)
+
+
+def test_a_data_folder_as_working_directory_runs_no_module_of_its_own(tmp_path: Path) -> None:
+    """Training run in the corpus folder (``--data-dir .``), which ``python -m`` puts first on sys.path: a
+    matplotlib.py planted there is never imported by the plot at the end of training."""
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    (corpus / "matplotlib.py").write_text(PAYLOAD_MODULE)
+    args = ["--config", "tiny-lm-deq-transformer", "steps=2", "eval_every=2", "--data-dir", "."]
+    done = python_module("deq_lm.train", *args, "--output-dir", str(tmp_path / "run"), cwd=corpus)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run" / "training.png").is_file() and not (corpus / "ran").exists()

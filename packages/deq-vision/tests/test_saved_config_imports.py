@@ -15,6 +15,7 @@ import pytest
 
 from conftest import learnable_images, write_cifar_folder
 from deq_core.train.testing.faults import (
+    PAYLOAD_MODULE,
     TRUSTED_SOLVER_MODULE,
     check_export_trust,
     check_installed_solver_module,
@@ -117,3 +118,26 @@ def test_a_trusted_module_is_the_installed_one_never_a_file_of_the_run_folder(
     commands = _commands(data_dir)
     commands["resume"].append("deq.solver=my_solvers:Relaxed")
     check_installed_solver_module(commands[command], run, site)
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_a_data_folder_as_working_directory_runs_no_module_of_its_own(
+    stopped_run: Path, tmp_path: Path, command: str
+) -> None:
+    """Training, or evaluation with its sweep, run in the CIFAR folder (``--data-dir .``), which ``python -m`` puts
+    first on sys.path: a matplotlib.py planted there is never imported by the plot at the end."""
+    images, labels = learnable_images(96)
+    cifar = write_cifar_folder(tmp_path / "cifar", images, labels).parent
+    (cifar / "matplotlib.py").write_text(PAYLOAD_MODULE)
+    out = tmp_path / "out"
+    if command == "train":
+        done = python_module(
+            "deq_vision.train", *ARGS, "steps=2", "--data-dir", ".", "--output-dir", str(out), cwd=cifar
+        )
+        figure = out / "training.png"
+    else:
+        done = python_module("deq_vision.evaluate", "--checkpoint", str(stopped_run), "--data-dir", ".", "--max-steps",
+                             "2", "--limit", "8", "--output-dir", str(out), cwd=cifar)  # fmt: skip
+        figure = out / "hard_stop.png"
+    assert done.returncode == 0, done.stderr
+    assert figure.is_file() and not (cifar / "ran").exists()

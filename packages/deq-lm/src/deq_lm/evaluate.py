@@ -17,7 +17,7 @@ import torch
 
 from deq_core import Plan, use_plan
 from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
-from deq_core.train.cli import add_trust_option, counts, tolerances, usage_error
+from deq_core.train.cli import add_trust_option, counts, leave_working_directory, tolerances, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_json
 from deq_core.train.plots import write_figure
@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        leave_working_directory(args.trust_solver, args.checkpoint)
         max_iters = counts(args.max_iters, "--max-iters") or [1]
         tols = tolerances(args.tols, "--tols")
         cfg, problem, model, run_dir = load_model(args.checkpoint, args.data_dir, args.offline, args.trust_solver)

@@ -22,7 +22,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import deq_core
-from deq_core.train.cli import add_trust_option, usage_error
+from deq_core.train.cli import add_trust_option, leave_working_directory, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.hub import add_push_option, push_if_asked, save_new
 
@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_trust_option(parser)
     args = parser.parse_args(argv)
     try:
+        leave_working_directory(args.trust_solver, args.run)
         model = save_new(args.out, lambda: PretrainedLM.from_run(args.run, args.data_dir, args.trust_solver))
     except (FileNotFoundError, FileExistsError, ValueError, UsageError) as err:
         return usage_error(parser.prog, err)

@@ -17,7 +17,7 @@ import torch
 from deq_core import Plan, use_plan
 from deq_core.train import UsageError, replace_config
 from deq_core.train.checkpoints import load_weights
-from deq_core.train.cli import add_trust_option, counts, tolerances, usage_error
+from deq_core.train.cli import add_trust_option, counts, leave_working_directory, tolerances, usage_error
 from deq_core.train.files import write_json
 from deq_core.train.reports import markdown_table
 
@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     trusted = args.trust_solver
     try:
+        leave_working_directory(trusted, args.checkpoint)
         torch.set_num_threads(1)
         max_iters, tols = counts(args.max_iters, "--max-iters"), tolerances(args.tols, "--tols")
         result: dict[str, Any] = {"metrics": evaluate_run(args.checkpoint, args.data_dir, args.split, None, trusted)}

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
-from deq_core.train.cli import add_trust_option, check_count, set_threads, usage_error
+from deq_core.train.cli import add_trust_option, check_count, leave_working_directory, set_threads, usage_error
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_json
 from deq_core.train.plots import write_figure
@@ -117,6 +117,7 @@ def _evaluate(argv: Sequence[str] | None) -> int:
         "--output-dir", type=Path, default=None, help="where hard_stop.json and .png go (default: the run folder)"
     )
     args = parser.parse_args(argv)
+    leave_working_directory(args.trust_solver, args.checkpoint)
     check_count(args.max_steps, "--max-steps", maximum=MAX_SWEEP_STEPS)
     check_count(args.batch_size, "--batch-size")
     set_threads(args.threads)

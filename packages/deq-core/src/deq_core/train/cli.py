@@ -10,8 +10,10 @@ is one line ``PROG: error: ...`` and exit status 2, never a traceback; a run sto
 answering or died (:class:`~deq_core.train.launch.ProcessTimeoutError`,
 :class:`~deq_core.train.launch.ProcessLostError`, whose line the skeleton printed) is exit status 1.
 :func:`usage_error` prints that line and gives that status, also for the task packages' ``evaluate`` and
-``reproduce`` command lines. :func:`add_trust_option` adds ``--trust-solver MODULE``, the modules whose solvers a
-run's saved config.json may name by import path (on ``--resume`` and in ``evaluate``; :mod:`~deq_core.train.trust`).
+``reproduce`` command lines. :func:`leave_working_directory` takes the working directory off ``sys.path`` once a
+command line has imported the modules it names: no module imported later is read from the folder it runs in.
+:func:`add_trust_option` adds ``--trust-solver MODULE``, the modules whose solvers a run's saved config.json may name
+by import path (on ``--resume`` and in ``evaluate``; :mod:`~deq_core.train.trust`).
 The numbers of the command lines are checked by :func:`set_threads` (``--threads``, bounded by the machine's cores),
 :func:`counts` (``--max-iters``), :func:`tolerances` (``--tols``) and :func:`check_count` (``--batch-size``, ...), each
 a :class:`~deq_core.train.errors.UsageError` naming the option.
@@ -30,6 +32,7 @@ from typing import Any
 
 import torch
 
+from .checkpoints import CHECKPOINT_DIR, CONFIG_FILE
 from .checks import INT_LIMIT
 from .errors import UsageError
 from .launch import ProcessLostError, ProcessTimeoutError
@@ -40,6 +43,7 @@ __all__ = [
     "add_trust_option",
     "check_count",
     "counts",
+    "leave_working_directory",
     "module_name",
     "out_of_memory_line",
     "run_training_cli",
@@ -103,7 +107,8 @@ def run_training_cli(
             stream.reconfigure(errors="backslashreplace")
     try:
         import_trusted(getattr(args, "trust_solver", []), output_dir)  # before the config imports one
-        config = configure(args)
+        config = configure(args)  # imports the solver a new run names on the command line
+        leave_working_directory()
         set_threads(getattr(args, "threads", 0))
     except (ValueError, UsageError) as err:
         return usage_error(parser.prog, err)
@@ -119,6 +124,26 @@ def run_training_cli(
             raise
         return usage_error(parser.prog, line)
     return 0
+
+
+def leave_working_directory(trusted_modules: Iterable[str] = (), run: str | Path | None = None) -> None:
+    """Import the ``--trust-solver`` modules ``trusted_modules`` as the environment has them, never from the run folder
+    of ``run`` (a run folder or one of its checkpoint folders; :func:`~deq_core.train.trust.import_trusted`), then
+    take the working directory off ``sys.path``, where ``python -m`` put it first. A command line calls it once it has
+    imported the modules it names (a new run's solver is imported when its config is built). A module imported later
+    (matplotlib for a plot, sympy or triton inside torch) is then never a file of the folder the command runs in: a
+    data folder, a download. The console scripts (``deq-toy-train``, ...) and ``python -P`` leave it off from the
+    start; modules imported before this call (a ``torch.py`` there) cannot be helped.
+
+    Raises:
+        UntrustedImportError: a trusted module found only in the run folder.
+    """
+    if run is not None:
+        run = Path(os.path.realpath(run))
+        inside = run.parent.name == CHECKPOINT_DIR and os.path.isfile(run.parent.parent / CONFIG_FILE)
+        import_trusted(trusted_modules, run.parent.parent if inside else run)  # RUN/checkpoints/step_N: RUN
+    if sys.path and sys.path[0] in ("", os.getcwd(), os.path.realpath(os.getcwd())):
+        del sys.path[0]
 
 
 def out_of_memory_line(err: BaseException) -> str | None:
