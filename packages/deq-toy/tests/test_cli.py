@@ -204,6 +204,15 @@ def test_malformed_data_file_gives_clear_error(tmp_path, capsys, content, messag
     assert err.count("\n") == 1 and "delete it" in err, err
 
 
+def test_a_run_that_diverges_stops_with_one_line(tmp_path, capsys):
+    """optim.lr=1e30: the GRU's loss is NaN at once; one line naming the step and the settings to change, exit 2."""
+    args = ["--config", "arith-gru-tiny", "--no-progress", "--data-dir", str(tmp_path / "data"), "optim.lr=1e30"]
+    assert train.main([*args, "--output-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m deq_toy.train: error: training diverged at step ") and "Traceback" not in err, err
+    assert err.count("\n") == 1 and "a lower optim.lr (it is 1e+30)" in err, err
+
+
 def test_existing_run_needs_resume_and_resume_needs_same_config(tmp_path, capsys):
     out = str(tmp_path / "run")
     assert train.main(["--config", "synthetic-tiny", "--output-dir", out, "--no-progress", "--stop-after", "3"]) == 0
