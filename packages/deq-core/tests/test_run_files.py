@@ -482,6 +482,19 @@ def test_a_resume_whose_metrics_lines_differ_from_the_checkpoints_is_one_line(
     assert log.read_bytes() == damaged and json.loads((out / "config.json").read_text()).get("resumed") is None
 
 
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_rank0.pt"])
+def test_a_state_file_holding_other_tensors_is_one_line_on_resume(tmp_path: Path, capsys, name: str) -> None:
+    """A checkpoint's state file replaced by another torch.save file of tensors and plain data (loadable, but not the
+    optimizer's, the schedule's or the random generators' state): one line naming the file, not a KeyError."""
+    out = tmp_path / "run"
+    _stopped_run(out)
+    path = checkpoint_path(out, 4) / name
+    torch.save({"x": torch.zeros(3)}, path)
+    capsys.readouterr()
+    assert _cli(out, "--resume") == 2
+    _one_line(capsys, f"{path} cannot be read as tensors and plain data (KeyError: ")
+
+
 def test_a_resume_from_a_train_state_with_another_step_is_one_line(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     _stopped_run(out)

@@ -442,6 +442,11 @@ def save_states(ckpt: CheckpointWriter, objects: dict[str, Any]) -> None:
 
 
 def load_states(folder: str | Path, objects: dict[str, Any]) -> None:
-    """Restore what :func:`save_states` wrote: ``obj.load_state_dict(safe_load(folder / NAME.pt))``."""
+    """Restore what :func:`save_states` wrote: ``obj.load_state_dict(safe_load(folder / NAME.pt))``.
+
+    Raises:
+        CheckpointError: one line naming the file: it is missing, is not tensors and plain data, or holds a state
+            that ``obj`` refuses (tensors saved by something else: the file was replaced).
+    """
     for name, obj in objects.items():
-        obj.load_state_dict(safe_load(Path(folder) / f"{name}.pt"))
+        load_checked(Path(folder) / f"{name}.pt", lambda path, obj=obj: obj.load_state_dict(safe_load(path)))

@@ -117,7 +117,7 @@ def load_training_checkpoint(
     load_states(folder, objects)
     load_checked(folder / STATE_FILE, lambda _: state.load_state_dict(saved))
     extra = {name: safe_load(folder / f"{name}_rank{rank}.pt") for name in per_process}
-    set_rng_state(safe_load(folder / f"rng_rank{rank}.pt"))
+    load_checked(folder / f"rng_rank{rank}.pt", lambda path: set_rng_state(safe_load(path)))
     if (folder / CONFIG_COPY_FILE).exists():  # read when config.json is lost: plain data, as every file here
         read_json(folder / CONFIG_COPY_FILE)
     return extra
