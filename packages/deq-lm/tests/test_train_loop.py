@@ -151,6 +151,16 @@ def test_evaluate_refuses_limits_and_tolerances_that_mean_nothing(tmp_path, caps
     assert err.count("\n") == 1 and f"got {value!r}" in err, err
 
 
+def test_evaluate_with_no_tolerance_to_sweep_plots_the_limits_only(tmp_path, capsys):
+    """--tols "" sweeps the inference limits only: the plot's tolerance panel is left empty (before: a matplotlib
+    traceback, a log scale with no data)."""
+    out = tmp_path / "r"
+    assert main(["--config", "tiny-deq-transformer", "--output-dir", str(out), "steps=1"]) == 0
+    assert evaluate_main(["--checkpoint", str(out), "--max-iters", "1,2", "--tols", ""]) == 0
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [row["max_iter"] for row in rows] == [1, 2] and (out / "sweep.png").is_file()
+
+
 def test_a_run_that_diverges_stops_with_one_line(tmp_path, capsys):
     """optim.lr=1e30: the first step gives NaN, which the DEQ solve reports as a FloatingPointError."""
     out = tmp_path / "r"

@@ -85,8 +85,9 @@ def plot_sweep(rows: list[dict[str, Any]], metric: str, n_limits: int, out_path:
     ax2 = axes[0].twinx()
     ax2.plot([r["max_iter"] for r in by_limit], [r[metric] for r in by_limit], "s--", color="C1")
     ax2.set(ylabel=metric)
-    axes[1].plot([r["tol"] for r in by_tol], [r["loss"] for r in by_tol], "o-")
-    axes[1].set(xlabel="tolerance", ylabel="loss", xscale="log", yscale="log")
+    if by_tol:  # none with --tols "": the panel stays empty (a log scale without data cannot be drawn)
+        axes[1].plot([r["tol"] for r in by_tol], [r["loss"] for r in by_tol], "o-")
+        axes[1].set(xlabel="tolerance", ylabel="loss", xscale="log", yscale="log")
     fig.tight_layout()
     return write_figure(fig, out_path)
 
