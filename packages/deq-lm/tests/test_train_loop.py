@@ -139,7 +139,7 @@ def test_evaluate_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--max-iters", "0"), ("--max-iters", "-1"), ("--tols", "0"), ("--tols", "-1"), ("--tols", "nan"),
-     ("--tols", "inf")],
+     ("--tols", "inf"), ("--max-iters", "100000000")],  # a limit that would not end
 )  # fmt: skip
 def test_evaluate_refuses_limits_and_tolerances_that_mean_nothing(tmp_path, capsys, option, value):
     out = tmp_path / "r"

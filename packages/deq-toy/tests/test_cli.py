@@ -173,7 +173,7 @@ def test_bad_arguments_give_clear_errors(tmp_path, capsys, argv, message):
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--max-iters", "0"), ("--max-iters", "-1"), ("--max-iters", "5,x"), ("--tols", "0"), ("--tols", "-1"),
-     ("--tols", "nan"), ("--tols", "inf")],
+     ("--tols", "nan"), ("--tols", "inf"), ("--max-iters", "5,2000000000")],  # a limit that would not end
 )  # fmt: skip
 def test_evaluate_refuses_limits_and_tolerances_that_mean_nothing(tmp_path, capsys, option, value):
     out = tmp_path / "run"

@@ -19,7 +19,14 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from deq_core.train.checkpoints import checkpoint_weights, load_weights, resolve_checkpoint
-from deq_core.train.cli import add_trust_option, check_count, leave_working_directory, set_threads, usage_error
+from deq_core.train.cli import (
+    MAX_SWEEP_LIMIT,
+    add_trust_option,
+    check_count,
+    leave_working_directory,
+    set_threads,
+    usage_error,
+)
 from deq_core.train.errors import UsageError
 from deq_core.train.files import check_writable, write_json
 from deq_core.train.plots import write_figure
@@ -28,8 +35,6 @@ from deq_core.train.run_config import load_config, replace_config
 from .configs import Config
 from .data import DatasetError, build_datasets
 from .train import build_model, evaluate_loader, finish_eval
-
-MAX_SWEEP_STEPS = 1000  # --max-steps: one evaluation of the eval set per step; more is a typo, not a sweep
 
 
 def paper_nfe(calls: float) -> float:
@@ -118,7 +123,7 @@ def _evaluate(argv: Sequence[str] | None) -> int:
     )
     args = parser.parse_args(argv)
     leave_working_directory(args.trust_solver, args.checkpoint)
-    check_count(args.max_steps, "--max-steps", maximum=MAX_SWEEP_STEPS)
+    check_count(args.max_steps, "--max-steps", maximum=MAX_SWEEP_LIMIT)
     check_count(args.batch_size, "--batch-size")
     set_threads(args.threads)
     try:

@@ -39,6 +39,7 @@ from .launch import ProcessLostError, ProcessTimeoutError
 from .trust import TRUST_OPTION, import_trusted
 
 __all__ = [
+    "MAX_SWEEP_LIMIT",
     "THREADS_PER_CORE",
     "add_trust_option",
     "check_count",
@@ -193,8 +194,15 @@ def set_threads(threads: int, option: str = "--threads") -> None:
         torch.set_num_threads(threads)
 
 
-def counts(text: str, option: str) -> list[int]:
-    """The comma-separated integers >= 1 of a command-line option (``--max-iters 5,10,50``); empty text: [].
+MAX_SWEEP_LIMIT = 1000
+"""The largest iteration limit an evaluation sweeps (``--max-iters``, deq-vision's ``--max-steps``): a solve that does
+not converge runs to its limit on every batch of the evaluation set, so more is a typo that would not end, not a
+sweep."""
+
+
+def counts(text: str, option: str, maximum: int = MAX_SWEEP_LIMIT) -> list[int]:
+    """The comma-separated integers from 1 to ``maximum`` of a command-line option (``--max-iters 5,10,50``); empty
+    text: [].
 
     Raises:
         UsageError: anything else, naming ``option``.
@@ -203,8 +211,10 @@ def counts(text: str, option: str) -> list[int]:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         values = [0]
-    if any(not 1 <= value < INT_LIMIT for value in values):
-        raise UsageError(f"{option} takes comma-separated whole numbers >= 1 (e.g. 5,10,50), got {text!r}.")
+    if any(not 1 <= value <= maximum for value in values):
+        raise UsageError(
+            f"{option} takes comma-separated whole numbers from 1 to {maximum} (e.g. 5,10,50), got {text!r}."
+        )
     return values
 
 
