@@ -144,7 +144,8 @@ def check_capture(capture: bool, solver: Solver) -> bool:
         raise TypeError(f"capture must be True or False, got {capture!r}.")
     if capture and not solver.capturable:
         raise ValueError(
-            f"capture=True needs a capturable solver (FixedPoint, Anderson, or a class with capturable = True); "
+            "capture=True needs a capturable solver (FixedPoint, Anderson, Broyden without line search or memory, "
+            "or a class with capturable = True); "
             f"{solver.name} is not: pass capture=False (compile_step=True compiles what it can)."
         )
     return capture
@@ -202,9 +203,9 @@ def solve(
             fewer synchronisations, worth it on a GPU where each one stalls the queue of kernels. None (the default):
             1 on the CPU (a check costs nothing there), 4 on other devices.
         compile_step: compile the solver's work between two calls of f with ``torch.compile``; f runs eagerly. A
-            capturable solver (:attr:`~deq_core.Solver.capturable`: FixedPoint, Anderson) is traced with the loop's
-            bookkeeping into one graph per iteration; another solver compiles the kernels it routes through
-            :meth:`~deq_core.Loop.compiled` (Broyden: none, it runs eagerly). The same iterates up to rounding, the
+            capturable solver (:attr:`~deq_core.Solver.capturable`: FixedPoint, Anderson, Broyden without line search
+            or memory) is traced with the loop's bookkeeping into one graph per iteration; another solver compiles the
+            kernels it routes through :meth:`~deq_core.Loop.compiled`. The same iterates up to rounding, the
             same NFE; the first solve of a shape compiles (seconds), later ones reuse the compiled graph. Where
             torch.compile does not work (e.g. no C++ compiler), a RuntimeWarning says why and the solve runs eagerly.
         capture: run the iterations between two host checks as one compiled graph, f included (on CUDA with
