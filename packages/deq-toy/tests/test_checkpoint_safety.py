@@ -91,3 +91,18 @@ def test_weights_that_do_not_fit_the_model_or_hold_nan_are_one_line(
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert expected in err and "model.safetensors" in err, err
+
+
+@pytest.mark.parametrize("model", ["gru", "fc"])
+def test_a_config_naming_another_model_is_one_line_in_evaluate(tmp_path: Path, capsys, model: str) -> None:
+    """An arithmetic run whose config.json (and its checkpoints' copies) names another model than the one trained:
+    one line naming the weights file, exit status 2."""
+    run, data = tmp_path / "run", tmp_path / "data"
+    args = ["--config", "arith-deq-tiny", "--no-progress", "--data-dir", str(data)]
+    assert train.main([*args, "--output-dir", str(run), "--stop-after", "2"]) == 0
+    set_saved_setting(run, "model.name", model)
+    capsys.readouterr()
+    assert evaluate.main(["--checkpoint", str(run), "--data-dir", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert MISFIT in err and "model.safetensors" in err, err
