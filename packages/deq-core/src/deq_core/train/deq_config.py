@@ -21,7 +21,20 @@ from .trust import import_path_field
 if TYPE_CHECKING:
     from .. import DEQ
 
-__all__ = ["REFERENCE_STOP", "DEQConfig", "check_solver_field", "deq_section", "deq_settings", "parse_options"]
+__all__ = [
+    "MAX_ITER_LIMIT",
+    "REFERENCE_STOP",
+    "DEQConfig",
+    "check_solver_field",
+    "deq_section",
+    "deq_settings",
+    "parse_options",
+]
+
+MAX_ITER_LIMIT = 1000
+"""The largest iteration limit of a training config (``deq.max_iter``, ``backward_max_iter``, ``eval_max_iter``): a
+solve that never meets its tolerance runs to its limit at every step, so a larger limit is a typo that would not end.
+The papers' limits are 12 to 50. :func:`deq_core.solve` itself takes any limit."""
 
 _OPTION_FIELDS = (("solver_options", "solver"), ("backward_options", "backward_solver"))  # (options field, its solver)
 
@@ -149,6 +162,10 @@ def _check_deq_config(config: DEQConfig) -> None:
         check_tol(getattr(config, key), key, optional=key == "eval_tol")
     limits = ("max_iter", "backward_max_iter") + (() if config.eval_max_iter is None else ("eval_max_iter",))
     check_at_least(config, 1, *limits)  # as every integer setting of a config: below INT_LIMIT
+    for key in limits:
+        if getattr(config, key) > MAX_ITER_LIMIT:
+            raise ValueError(f"{key} must be at most {MAX_ITER_LIMIT} (a solve that never meets its tol runs to its "
+                             f"limit at every step), got {getattr(config, key)}.")  # fmt: skip
     check_at_least(config, 1, "pretrain_depth", "phantom_steps", "jacobian_samples")
     check_at_least(config, 0, "max_iter_jitter", "pretrain_steps", "jac_weight", "jac_growth", "jac_every", "jac_stop")
     check_fraction(config, "jac_prob")
