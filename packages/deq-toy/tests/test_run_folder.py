@@ -1,17 +1,19 @@
 """The run folder: one run at a time, no silent restart or empty resume, the first metrics
 line after a resume averages the same steps as an uninterrupted run, a half-written metrics line or an interrupted
-save does not stop a resume, config.json is written after the data are checked."""
+save does not stop a resume, config.json is written after the data are checked; links, a deleted lock and a damaged
+log, train state or config are one line (``faults.RUN_FOLDER_FAULTS``)."""
 
 import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.metrics import read_metrics
 from deq_core.train.rundir import RunLock
-from deq_core.train.testing.faults import read_only
+from deq_core.train.testing.faults import RUN_FOLDER_FAULTS, check_run_folder_fault, read_only
 from deq_toy import evaluate, train
 from deq_toy.checkpoint import load_checkpoint
 
@@ -114,3 +116,21 @@ def test_evaluate_into_a_read_only_folder_is_one_line(tmp_path: Path, capsys) ->
         assert evaluate.main(["--checkpoint", str(out), "--output", str(ro / "eval.json")]) == 2
     _one_line_error(capsys, f"cannot write to {ro}: ", "choose a writable --output")
     assert list(ro.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("toy") / "run"
+    assert train.main([*ARGS, "--output-dir", str(run), "--stop-after", "5"]) == 0
+    return run
+
+
+@pytest.mark.parametrize("fault", RUN_FOLDER_FAULTS)
+def test_a_run_folder_made_unusable_is_one_line_and_nothing_outside_touched(
+    stopped_run: Path, tmp_path: Path, capsys, fault: str
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    check_run_folder_fault(
+        fault, lambda argv: train.main([*ARGS, *argv]), run, tmp_path / "root", lambda: capsys.readouterr().err
+    )

@@ -13,7 +13,8 @@ moments of training, resuming each time, until it finishes. :func:`plant_pickle`
 runs code when unpickled by a loader that allows it (to show that no loader of a checkpoint does).
 :func:`read_only` makes a folder unwritable for the test's own process, also when it runs as root; :func:`no_space`
 makes a save point fail as a full device does. :func:`check_export_fault` checks a task package's export against a
-destination that cannot be used (:data:`EXPORT_FAULTS`).
+destination that cannot be used (:data:`EXPORT_FAULTS`); :func:`check_run_folder_fault` checks a training command
+line against a run folder made unusable (:data:`RUN_FOLDER_FAULTS`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import checkpoints
+from ..rundir import RunLock
 
 __all__ = [
     "EXPORT_FAULTS",
+    "RUN_FOLDER_FAULTS",
     "WEIGHT_FAULTS",
     "PAYLOAD_MODULE",
     "TRUSTED_SOLVER_MODULE",
@@ -46,6 +49,7 @@ __all__ = [
     "check_export_fault",
     "check_export_trust",
     "check_installed_solver_module",
+    "check_run_folder_fault",
     "damage_weights",
     "edit_saved_config",
     "plant_pickle",
@@ -358,6 +362,117 @@ def check_export_fault(
     assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"]
     if fault == "someone else's OUT.partial":
         assert [p.name for p in partial.iterdir()] == ["notes.txt"]
+
+
+# The faults of a stopped run's folder that :func:`check_run_folder_fault` makes.
+RUN_FOLDER_FAULTS = ("hard link at .lock", "checkpoints link", "trackers link", "trackers/PROJECT link",
+                     ".lock deleted while training", "metrics deleted", "metrics emptied", "metrics folder",
+                     "train_state step", "config deleted")  # fmt: skip
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """The regular files under ``folder`` but ``.lock`` (whose process id a refused run may rewrite), by path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.is_symlink() and p.name != ".lock"}  # fmt: skip
+
+
+def check_run_folder_fault(
+    fault: str, train: Callable[[list[str]], int], run: Path, root: Path, stderr: Callable[[], str]
+) -> None:
+    """Check a task package's training command line, ``train(ARGV)`` (its ``main`` with the preset and data options
+    before ARGV, run in this process; ARGV starts with its ``key=value`` settings, so that those options must end with
+    the caller's settings), against the run folder ``run`` (a stopped run with a complete
+    checkpoint, which this damages) made unusable by ``fault`` (one of :data:`RUN_FOLDER_FAULTS`):
+
+    - a hard link at ``.lock`` to a file outside, or a symbolic link at ``checkpoints/`` to a folder outside holding
+      ``*.partial`` and ``*.old`` entries: the resume writes and deletes nothing there;
+    - a symbolic link at ``trackers/`` or at ``trackers/PROJECT`` of a new run with TensorBoard (``run.project=tiny``):
+      nothing is written where it points;
+    - ``.lock`` deleted while a run holds the lock (this process, :class:`~deq_core.train.rundir.RunLock`): no
+      second run;
+    - ``metrics.jsonl`` deleted, emptied or replaced by a folder, the step of ``train_state.json`` edited: a resume
+      that would lose or misplace lines without a word;
+    - ``config.json`` deleted, then a resume with another ``optim.lr``: refused, and ``config.json`` restored from the
+      checkpoint's copy.
+
+    Each is one line ``PROG: error: ...`` on stderr (read with ``stderr()``, which this calls once first to drop
+    earlier output), exit status 2; the run's files are left as they were (but ``config.json``, restored) and what
+    lies outside ``run`` (in ``root``, which this creates) is untouched.
+
+    Raises:
+        AssertionError: the command did otherwise.
+    """
+    root.mkdir(parents=True)
+    outside, elsewhere = root / "outside.txt", root / "elsewhere"
+    outside.write_text("not the run's\n")
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("not the run's")
+    argv, log = ["--output-dir", str(run), "--resume"], run / "metrics.jsonl"
+    context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if fault == "hard link at .lock":
+        (run / ".lock").unlink()
+        os.link(outside, run / ".lock")
+        expected = f"{run / '.lock'} is a hard link"
+    elif fault == "checkpoints link":
+        (run / "checkpoints").rename(elsewhere / "checkpoints")
+        (run / "checkpoints").symlink_to(elsewhere / "checkpoints", target_is_directory=True)
+        for name in ("notes.partial", "step_0000001.old"):  # a user's folder, and one a run's clean-up deletes
+            (elsewhere / "checkpoints" / name).mkdir()
+        expected = f"{run / 'checkpoints'} is a symbolic link"
+    elif fault in ("trackers link", "trackers/PROJECT link"):
+        run = root / "new"
+        link = run / ("trackers" if fault == "trackers link" else "trackers/tiny")
+        link.parent.mkdir(parents=True)
+        link.symlink_to(elsewhere, target_is_directory=True)
+        argv, expected = ["run.log_with=tensorboard", "run.project=tiny", "--output-dir", str(run)], f"{link} is a sym"
+    elif fault == ".lock deleted while training":
+        context, expected = RunLock(run), f"{run} is in use by another training run"
+    elif fault in ("metrics deleted", "metrics emptied", "metrics folder"):
+        latest = checkpoints.latest_complete_checkpoint(run)
+        assert latest is not None, f"{run} holds no complete checkpoint"
+        lines = json.loads((latest / "train_state.json").read_text())["metrics_lines"]
+        log.unlink()
+        if fault == "metrics emptied":
+            log.write_bytes(b"")
+        elif fault == "metrics folder":
+            log.mkdir()
+            (log / "notes.txt").write_text("a user's file")
+        found = {"metrics deleted": "does not exist, but the checkpoint to resume from counted",
+                 "metrics emptied": "has 0 complete line(s), but the checkpoint to resume from counted",
+                 "metrics folder": "is not a regular file (a folder, "}[fault]  # fmt: skip
+        expected = f"{log} {found}" + (f" {lines} lines" if fault != "metrics folder" else "")
+    elif fault == "train_state step":
+        latest = checkpoints.latest_complete_checkpoint(run)
+        assert latest is not None, f"{run} holds no complete checkpoint"
+        state = latest / "train_state.json"
+        saved = json.loads(state.read_text())
+        state.write_text(json.dumps({**saved, "step": saved["step"] - 1}))
+        expected = f"{state} says step {saved['step'] - 1}, but the checkpoint's checkpoint.json says step"
+    elif fault == "config deleted":
+        (run / "config.json").unlink()
+        argv, expected = ["optim.lr=0.123", *argv], "--resume with a different config"
+    else:
+        raise ValueError(f"unknown run folder fault {fault!r}; one of {RUN_FOLDER_FAULTS}")
+    before = _files(run) if run.exists() else {}
+    stderr()
+    with context:
+        if fault == ".lock deleted while training":
+            (run / ".lock").unlink()
+        code = train(argv)
+    err = stderr()
+    assert code == 2 and "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
+    assert ": error: " in line and expected in line, line
+    after = _files(run) if run.exists() else {}
+    if fault == "config deleted":
+        assert "-> 0.123" in line, line
+        after.pop("config.json")  # restored from the checkpoint's copy, and the settings checked against it
+    assert after == before, sorted(set(after.items()) ^ set(before.items()))
+    assert outside.read_text() == "not the run's\n"
+    kept = sorted(p.name for p in elsewhere.iterdir())
+    assert kept == (["checkpoints", "keep.txt"] if fault == "checkpoints link" else ["keep.txt"]), kept
+    if fault == "checkpoints link":
+        assert {"notes.partial", "step_0000001.old"} <= {p.name for p in (elsewhere / "checkpoints").iterdir()}
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
