@@ -1,6 +1,6 @@
 """The run folder: one run at a time, no silent restart or empty resume, config.json written
 after the data are checked and kept on resume, a half-written metrics line or an interrupted save does not stop a
-resume."""
+resume; links, a deleted lock and a damaged log, train state or config are one line (``faults.RUN_FOLDER_FAULTS``)."""
 
 import json
 import shutil
@@ -13,7 +13,7 @@ from conftest import write_tiny_corpus
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.metrics import read_metrics
 from deq_core.train.rundir import RunLock
-from deq_core.train.testing.faults import read_only
+from deq_core.train.testing.faults import RUN_FOLDER_FAULTS, check_run_folder_fault, read_only
 from deq_lm.evaluate import main as evaluate_main
 from deq_lm.train import main
 
@@ -161,3 +161,24 @@ def test_evaluate_replaces_links_planted_at_its_outputs_and_never_writes_through
         assert (out / name).is_file() and not (out / name).is_symlink(), name
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert [r["max_iter"] for r in rows[:2]] == [1, 2]  # then the tolerance row
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A run stopped after 4 of its 6 steps, and the options that train it (the settings last)."""
+    root = tmp_path_factory.mktemp("lm")
+    args = ["--data-dir", str(write_tiny_corpus(root / "corpus")), *ARGS]
+    assert main([*args, "run.stop_after=4", "--output-dir", str(root / "run")]) == 0
+    return root / "run", args
+
+
+@pytest.mark.parametrize("fault", RUN_FOLDER_FAULTS)
+def test_a_run_folder_made_unusable_is_one_line_and_nothing_outside_touched(
+    stopped_run: tuple[Path, list[str]], tmp_path: Path, capsys, fault: str
+) -> None:
+    stopped, args = stopped_run
+    run = tmp_path / "run"
+    shutil.copytree(stopped, run)
+    check_run_folder_fault(
+        fault, lambda argv: main([*args, *argv]), run, tmp_path / "root", lambda: capsys.readouterr().err
+    )
