@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from deq_core.train.devices import add_device_argument
+from deq_core.train.cli import add_device_argument
 from deq_core.train.reports import MarkdownReport
 
 # Fixed thread count for every benchmark. One thread, not two: on the 2-core CI-like machine, shared with other jobs,

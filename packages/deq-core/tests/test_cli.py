@@ -1,8 +1,11 @@
 """The shared ``train`` command line (``deq_core.train.cli``): options, the default output folder, threads, and
-one-line errors with exit status 2 for bad settings and for a UsageError raised while training."""
+one-line errors with exit status 2 for bad settings and for a UsageError raised while training; the benchmarks'
+``--device`` option and its one-line errors on any machine (CUDA and MPS are reported absent through monkeypatching,
+so the tests do not depend on this machine's hardware)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from pathlib import Path
@@ -11,7 +14,14 @@ import pytest
 import torch
 
 from conftest import ExampleConfig
-from deq_core.train.cli import leave_working_directory, run_training_cli, training_parser, usage_error
+from deq_core.train.cli import (
+    add_device_argument,
+    leave_working_directory,
+    resolve_device,
+    run_training_cli,
+    training_parser,
+    usage_error,
+)
 from deq_core.train.errors import UsageError
 from deq_core.train.overrides import apply_overrides
 
@@ -116,3 +126,54 @@ def test_the_training_command_line_leaves_the_working_directory_after_the_config
     with pytest.raises(ModuleNotFoundError):
         run_training_cli(_parser(), ["--data-dir", "."], configure, train)
     assert seen == [True, False] and not (working_folder / "ran").exists()
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+def _parse_device(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench")
+    add_device_argument(parser)
+    return parser.parse_args(argv)
+
+
+def test_device_cpu_is_the_default() -> None:
+    assert _parse_device([]).device == torch.device("cpu")
+    assert _parse_device(["--device", "cpu"]).device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["cuda", "cuda:0", "mps"])
+def test_a_missing_device_is_a_one_line_error(no_gpu: None, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match=f"device '{name}' is not available.*use --device cpu"):
+        resolve_device(name)
+    with pytest.raises(SystemExit) as exit_info:
+        _parse_device(["--device", name])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"bench: error: argument --device: device '{name}' is not available: " + (
+        "this machine has no MPS backend; use --device cpu" if name == "mps" else
+        "this machine has no CUDA GPU; use --device cpu"
+    )  # fmt: skip
+
+
+def test_a_gpu_index_beyond_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(ValueError, match=r"has 2 CUDA GPU\(s\), cuda:0 to cuda:1"):
+        resolve_device("cuda:2")
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x", ""])
+def test_an_unknown_device_name(name: str) -> None:
+    with pytest.raises(ValueError, match="unknown device .*use cpu, cuda, cuda:N or mps"):
+        resolve_device(name)
+
+
+def test_an_unsupported_device_type() -> None:
+    with pytest.raises(ValueError, match="unsupported device type 'meta'"):
+        resolve_device("meta")

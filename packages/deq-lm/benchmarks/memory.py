@@ -64,8 +64,8 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 import deq_core
+from deq_core.train.cli import add_device_argument
 from deq_core.train.deq_config import deq_settings
-from deq_core.train.devices import add_device_argument
 from deq_core.train.run_config import replace_config
 from deq_lm.configs import Config, get_config
 from deq_lm.models.factory import build_body

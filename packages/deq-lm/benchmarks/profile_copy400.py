@@ -45,7 +45,7 @@ from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
 import deq_core
-from deq_core.train.devices import add_device_argument
+from deq_core.train.cli import add_device_argument
 from deq_lm.models import DEQTransformerCell
 from lab.steptime import F_PARTS, StepTimer, profile_steps, split_rows
 

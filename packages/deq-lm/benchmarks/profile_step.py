@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 import deq_core
-from deq_core.train.devices import add_device_argument
+from deq_core.train.cli import add_device_argument
 from deq_core.train.overrides import apply_overrides
 from deq_lm.configs import Config, get_config
 from deq_lm.models import SequenceModel, build_model

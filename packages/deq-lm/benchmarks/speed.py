@@ -47,7 +47,7 @@ from torch import Tensor
 import deq_core
 from deq_core import DEQInfo
 from deq_core.train.checkpoints import resolve_checkpoint
-from deq_core.train.devices import add_device_argument
+from deq_core.train.cli import add_device_argument
 from deq_core.train.overrides import apply_overrides
 from deq_core.train.run_config import replace_config
 from deq_lm.configs import Config, get_config

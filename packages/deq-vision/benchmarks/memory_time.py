@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 import deq_core
-from deq_core.train.devices import add_device_argument
+from deq_core.train.cli import add_device_argument
 from deq_core.train.run_config import replace_config
 from deq_vision.configs import Config, get_config
 from deq_vision.train import build_model

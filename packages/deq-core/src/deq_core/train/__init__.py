@@ -41,8 +41,8 @@ module:
 - :mod:`~deq_core.train.errors`: :class:`UsageError`, what a command-line tool reports in one line with exit status 2.
 - :mod:`~deq_core.train.files`: every output written aside and renamed, never through a symbolic link; a failure to
   write is one line (:class:`~deq_core.train.files.OutputError`).
-- :mod:`~deq_core.train.devices`: the ``--device`` option of the benchmark scripts (a checked device name); installed
-  because the benchmarks of deq-core, deq-lm and deq-vision share it and each package's sdist runs its own.
+- :mod:`~deq_core.train.cli`: the command-line options the packages share (``--threads``, ``--max-iters``,
+  ``--trust-solver``, the benchmarks' ``--device``) and their one-line errors.
 - :mod:`~deq_core.train.hub`: a trained model's ``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` (Hugging
   Face Hub); needs the extra ``pip install 'deq-core[hub]'`` too.
 - :mod:`~deq_core.train.testing`: a test kit that checks a task from outside (faults, tracker files read back).
