@@ -1,4 +1,5 @@
-"""Markdown tables and reports of benchmarks and results: :func:`markdown_table` and :class:`MarkdownReport`."""
+"""Markdown tables of results: :func:`markdown_table` for installed tools (a model card, deq-toy's evaluation) and
+:class:`MarkdownReport` for the benchmark scripts (printed as it grows, written to a file at the end)."""
 
 from __future__ import annotations
 
