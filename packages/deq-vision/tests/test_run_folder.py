@@ -1,6 +1,7 @@
 """The run folder: resume is bit-identical with augmentation, one run at a time, no silent
 restart or empty resume, config.json written after the data are checked and kept on resume, a half-written metrics
-line or an interrupted save does not stop a resume."""
+line or an interrupted save does not stop a resume; links, a deleted lock and a damaged log, train state or config are
+one line (``faults.RUN_FOLDER_FAULTS``)."""
 
 import json
 import shutil
@@ -10,11 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import learnable_images, write_cifar_folder
 from deq_core.train.checkpoints import checkpoint_path
 from deq_core.train.metrics import read_metrics
 from deq_core.train.run_config import replace_config
 from deq_core.train.rundir import RunLock
-from deq_core.train.testing.faults import read_only
+from deq_core.train.testing.faults import RUN_FOLDER_FAULTS, check_run_folder_fault, read_only
 from deq_vision import evaluate, train
 from deq_vision.configs import get_config
 from deq_vision.data import build_datasets
@@ -172,3 +174,25 @@ def test_evaluate_replaces_links_planted_at_its_outputs_and_never_writes_through
         assert (elsewhere / name).read_text() == "outside\n", name
         assert (out / name).is_file() and not (out / name).is_symlink(), name
     assert [row["max_iter"] for row in json.loads((out / "hard_stop.json").read_text())["rows"]] == [1, 2]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A run stopped after 3 of its 6 steps, and the options that train it (the settings last)."""
+    root = tmp_path_factory.mktemp("vision")
+    write_cifar_folder(root / "cifar", *learnable_images(96))
+    args = ["--data-dir", str(root / "cifar"), *ARGS]
+    assert train.main([*args, "run.stop_after=3", "--output-dir", str(root / "run")]) == 0
+    return root / "run", args
+
+
+@pytest.mark.parametrize("fault", RUN_FOLDER_FAULTS)
+def test_a_run_folder_made_unusable_is_one_line_and_nothing_outside_touched(
+    stopped_run: tuple[Path, list[str]], tmp_path: Path, capsys, fault: str
+) -> None:
+    stopped, args = stopped_run
+    run = tmp_path / "run"
+    shutil.copytree(stopped, run)
+    check_run_folder_fault(
+        fault, lambda argv: train.main([*args, *argv]), run, tmp_path / "root", lambda: capsys.readouterr().err
+    )
