@@ -177,8 +177,4 @@ def test_a_run_folder_made_unusable_is_one_line_and_nothing_outside_touched(
     stopped_run: tuple[Path, list[str]], tmp_path: Path, capsys, fault: str
 ) -> None:
     stopped, args = stopped_run
-    run = tmp_path / "run"
-    shutil.copytree(stopped, run)
-    check_run_folder_fault(
-        fault, lambda argv: main([*args, *argv]), run, tmp_path / "root", lambda: capsys.readouterr().err
-    )
+    check_run_folder_fault(fault, lambda argv: main([*args, *argv]), stopped, tmp_path, lambda: capsys.readouterr().err)

@@ -129,8 +129,6 @@ def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_run_folder_made_unusable_is_one_line_and_nothing_outside_touched(
     stopped_run: Path, tmp_path: Path, capsys, fault: str
 ) -> None:
-    run = tmp_path / "run"
-    shutil.copytree(stopped_run, run)
     check_run_folder_fault(
-        fault, lambda argv: train.main([*ARGS, *argv]), run, tmp_path / "root", lambda: capsys.readouterr().err
+        fault, lambda argv: train.main([*ARGS, *argv]), stopped_run, tmp_path, lambda: capsys.readouterr().err
     )

@@ -27,6 +27,7 @@ import json
 import os
 import random
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -377,12 +378,12 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def check_run_folder_fault(
-    fault: str, train: Callable[[list[str]], int], run: Path, root: Path, stderr: Callable[[], str]
+    fault: str, train: Callable[[list[str]], int], stopped: Path, root: Path, stderr: Callable[[], str]
 ) -> None:
     """Check a task package's training command line, ``train(ARGV)`` (its ``main`` with the preset and data options
     before ARGV, run in this process; ARGV starts with its ``key=value`` settings, so that those options must end with
-    the caller's settings), against the run folder ``run`` (a stopped run with a complete
-    checkpoint, which this damages) made unusable by ``fault`` (one of :data:`RUN_FOLDER_FAULTS`):
+    the caller's settings), against a copy RUN = ``root/run`` of ``stopped`` (a stopped run with a complete
+    checkpoint, left as it is) made unusable by ``fault`` (one of :data:`RUN_FOLDER_FAULTS`):
 
     - a hard link at ``.lock`` to a file outside, or a symbolic link at ``checkpoints/`` to a folder outside holding
       ``*.partial`` and ``*.old`` entries: the resume writes and deletes nothing there;
@@ -396,13 +397,14 @@ def check_run_folder_fault(
       checkpoint's copy.
 
     Each is one line ``PROG: error: ...`` on stderr (read with ``stderr()``, which this calls once first to drop
-    earlier output), exit status 2; the run's files are left as they were (but ``config.json``, restored) and what
-    lies outside ``run`` (in ``root``, which this creates) is untouched.
+    earlier output), exit status 2; the files of RUN are left as they were (but ``config.json``, restored) and what
+    lies outside it (in ``root``) is untouched.
 
     Raises:
         AssertionError: the command did otherwise.
     """
-    root.mkdir(parents=True)
+    run = root / "run"
+    shutil.copytree(stopped, run)
     outside, elsewhere = root / "outside.txt", root / "elsewhere"
     outside.write_text("not the run's\n")
     elsewhere.mkdir()
