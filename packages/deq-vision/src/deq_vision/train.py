@@ -29,10 +29,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 import deq_core
-from deq_core.train.cli import run_training_cli, training_parser
-from deq_core.train.overrides import apply_overrides
-from deq_core.train.task import Forward, Parts, StepSchedule, Task
-from deq_core.train.trainer import train as run_skeleton
+from deq_core.train import Forward, Parts, StepSchedule, Task, apply_overrides, run_training_cli, training_parser
+from deq_core.train import train as run_skeleton
 
 from .configs import PRESETS, Config, VisionOptimConfig, get_config
 from .data import DatasetError, build_datasets, data_config, resolve_num_classes
