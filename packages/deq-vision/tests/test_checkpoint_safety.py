@@ -75,7 +75,8 @@ MISFIT = "does not fit the model that config.json describes ("  # and the first 
 @pytest.mark.parametrize(
     ("fault", "command", "expected"),
     [
-        ("model.name=mdeq_tiny_cifar10", "evaluate", MISFIT),
+        ("model.name=mdeq_tiny_cifar10", "evaluate", MISFIT),  # another size of the MDEQ
+        ("model.name=resnet18", "evaluate", MISFIT),  # another model
         ("other shapes", "evaluate", MISFIT),
         ("other shapes", "resume", MISFIT),
         ("nan", "evaluate", "holds NaN or inf in "),
